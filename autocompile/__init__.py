@@ -1,0 +1,9 @@
+"""autocompile: search for the fastest torch.compile settings of a training workload.
+
+Public modules: `autocompile.workloads` (the registry of training jobs), `autocompile.space`
+(what is searched), `autocompile.apply` (how a configuration becomes code), `autocompile.trial`
+(one isolated measurement), `autocompile.study` (the Optuna search), `autocompile.report`
+(tables and the winner). Modules starting with `_` are private.
+"""
+
+__version__ = "0.1.0"

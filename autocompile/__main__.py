@@ -1,0 +1,3 @@
+from autocompile.cli import main
+
+raise SystemExit(main())

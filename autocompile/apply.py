@@ -1,0 +1,204 @@
+"""How a configuration is applied to a model: by generating the code a user would paste.
+
+`render_snippet` turns a configuration into a standalone Python module (importing only torch)
+that defines `apply_compilation(model, optimizer)` and `prepare_batch(batch)`. A trial applies
+its configuration by executing exactly this code (`load_snippet`), and the winner's snippet is
+the same text, so what was measured and what is emitted cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import pprint
+from dataclasses import dataclass, field
+
+from autocompile.space import CUDA_GRAPH_MODES, uses_cuda_graphs
+
+
+@dataclass
+class ModelInfo:
+    """Facts about the model that the snippet needs, found by looking at the built model."""
+
+    regions: list[str] = field(default_factory=list)  # ModuleLists of repeated blocks
+    parts: tuple[str, ...] = ()
+    varying: dict[str, tuple[int, int]] = field(default_factory=dict)  # batch key -> (dim, pad value)
+    max_len: int = 0
+    device_type: str = "cpu"
+    recompile_limit_key: str | None = "recompile_limit"
+
+
+def find_repeated_blocks(model) -> list[str]:
+    """Paths of the outermost ModuleLists whose children are all of one class (2 or more).
+
+    These are the transformer blocks of almost any model (``model.layers``,
+    ``encoder.layer``, ``transformer.h``...), found without knowing the model's code.
+    """
+    import torch
+
+    found: list[str] = []
+    for name, module in model.named_modules():
+        if not isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)) or len(module) < 2:
+            continue
+        if len({type(child) for child in module}) != 1:
+            continue
+        if not any(p.requires_grad for p in module.parameters()):
+            continue
+        if any(name.startswith(outer + ".") for outer in found):
+            continue  # a list inside a block already compiled as a whole
+        found.append(name)
+    return found
+
+
+def bucket_lengths(max_len: int, limit: int = 8) -> list[int]:
+    """Powers of two from 16 up to max_len (max_len itself last), at most `limit` of them."""
+    lengths, n = [], 16
+    while n < max_len:
+        lengths.append(n)
+        n *= 2
+    lengths.append(max_len)
+    return lengths[-limit:]
+
+
+def _kwargs(config: dict, mode: str, device_type: str) -> dict:
+    """torch.compile keyword arguments. mode and options cannot both be given to
+    torch.compile, so with Inductor options the mode is expanded into them, as Inductor's
+    own mode table does."""
+    kwargs: dict = {}
+    if config["inductor"]:
+        import torch._inductor
+
+        options = dict(torch._inductor.list_mode_options(mode, config["dynamic"]))
+        options.update(config["inductor"])
+        kwargs["options"] = options
+    elif mode != "default":
+        kwargs["mode"] = mode
+    if config["dynamic"] is not None:
+        kwargs["dynamic"] = config["dynamic"]
+    if config["fullgraph"]:
+        kwargs["fullgraph"] = True
+    return kwargs
+
+
+def _literal(value) -> str:
+    return pprint.pformat(value, width=88, sort_dicts=False)
+
+
+def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
+    """The standalone module that applies `config`: settings at the top, two small functions."""
+    lines: list[str] = []
+    doc = header.strip() or "Compile settings found by autocompile."
+    lines += ['"""' + doc, "", "Call apply_compilation(model, optimizer) once, after building both, and",
+              "prepare_batch(batch) on every batch, right before the forward pass.", '"""', "import torch", ""]
+
+    settings: list[str] = []
+    body: list[str] = []
+    if not config["compile"]:
+        body.append("    # eager: nothing compiled")
+    else:
+        if config["matmul_precision"]:
+            body.append(f"    torch.set_float32_matmul_precision({config['matmul_precision']!r})")
+        if config["recompile_limit"] and info.recompile_limit_key:
+            body.append(f"    torch._dynamo.config.{info.recompile_limit_key} = {config['recompile_limit']}")
+        scope = config["scope"]
+        if scope == "modular":
+            per_part = {part: _kwargs(config, config["part_modes"][part], info.device_type) for part in info.parts}
+            settings.append(f"PART_COMPILE_KWARGS = {_literal(per_part)}  # each part with its own settings")
+            body += ["    for part, kwargs in PART_COMPILE_KWARGS.items():",
+                     "        model.get_submodule(part).compile(**kwargs)"]
+        else:
+            settings.append(f"COMPILE_KWARGS = {_literal(_kwargs(config, config['mode'], info.device_type))}")
+            if scope == "full":
+                body.append("    model.compile(**COMPILE_KWARGS)  # in place: state_dict keys are unchanged")
+            else:
+                settings.append(f"REGIONS = {_literal(info.regions)}  # lists of repeated blocks, each compiled alone")
+                body += ["    for path in REGIONS:",
+                         "        for block in model.get_submodule(path):",
+                         "            block.compile(**COMPILE_KWARGS)"]
+        if config["compile_optimizer"]:
+            body.append("    optimizer.step = torch.compile(optimizer.step)")
+    lines += settings
+    if settings:
+        lines.append("")
+
+    prep, prep_settings = _prepare_batch_body(config, info)
+    lines += prep_settings
+    if prep_settings:
+        lines.append("")
+    lines += ["", "def apply_compilation(model, optimizer):",
+              '    """Compile in place; returns the same model and optimizer."""']
+    lines += body
+    lines += ["    return model, optimizer", "", ""]
+    lines += ["def prepare_batch(batch):"]
+    lines += ['    """Pads and marks the batch for the compiled model (call it where the collate ends)."""']
+    lines += prep
+    lines += ["    return batch", ""]
+    return "\n".join(lines)
+
+
+def _prepare_batch_body(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
+    body: list[str] = []
+    settings: list[str] = []
+    padding = config["padding"]
+    pads = info.varying and padding != "longest"
+    marks = info.varying and config["compile"] and config["mark_dynamic"] != "off"
+    if pads or marks:
+        settings.append(f"VARYING = {_literal({k: tuple(v) for k, v in info.varying.items()})}  # key: (dim, pad value)")
+    if pads:
+        if padding == "max":
+            settings.append(f"PAD_TO = {info.max_len}  # every batch padded to the longest possible")
+            target = "PAD_TO"
+        elif padding == "multiple":
+            settings.append(f"PAD_MULTIPLE = {config['pad_multiple']}  # the longest in the batch, rounded up")
+            target = "-(-length // PAD_MULTIPLE) * PAD_MULTIPLE"
+        else:
+            settings.append(f"BUCKETS = {bucket_lengths(info.max_len)}  # a few fixed lengths: one graph each")
+            target = "next(b for b in BUCKETS if b >= length)"
+        body += ["    for key, (dim, pad_value) in VARYING.items():",
+                 "        tensor = batch[key]",
+                 "        length = tensor.shape[dim]",
+                 f"        target = {target}",
+                 "        if target > length:",
+                 "            widths = [0, 0] * (tensor.dim() - 1 - dim) + [0, target - length]",
+                 "            batch[key] = torch.nn.functional.pad(tensor, widths, value=pad_value)"]
+    if marks:
+        fn = "mark_dynamic" if config["mark_dynamic"] == "mark" else "maybe_mark_dynamic"
+        body += ["    for key, (dim, _) in VARYING.items():",
+                 f"        torch._dynamo.{fn}(batch[key], dim)"]
+    if config["compile"] and info.device_type == "cuda" and uses_cuda_graphs(config):
+        body += ["    # CUDA graphs reuse their output buffers: tell them a new training step begins",
+                 "    torch.compiler.cudagraph_mark_step_begin()"]
+    return body, settings
+
+
+def load_snippet(source: str, filename: str = "<apply_compilation>") -> dict:
+    """Execute a rendered snippet; returns its namespace (apply_compilation, prepare_batch)."""
+    namespace: dict = {"__name__": "autocompile_snippet"}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+def describe_config(config: dict) -> str:
+    """One short line for progress output and tables."""
+    if not config["compile"]:
+        return "eager" + ("" if config["padding"] == "longest" else f" pad={config['padding']}")
+    parts = [config["scope"]]
+    if config["scope"] == "modular":
+        parts.append(",".join(f"{p}={m}" for p, m in config["part_modes"].items()))
+    else:
+        parts.append(config["mode"])
+    if config["dynamic"] is not None:
+        parts.append(f"dynamic={config['dynamic']}")
+    if config["fullgraph"]:
+        parts.append("fullgraph")
+    if config["compile_optimizer"]:
+        parts.append("opt")
+    if config["padding"] != "longest":
+        parts.append(f"pad={config['padding']}" + (f"{config['pad_multiple']}" if config["padding"] == "multiple" else ""))
+    if config["mark_dynamic"] != "off":
+        parts.append(f"{config['mark_dynamic']}_dynamic")
+    for key, value in config["inductor"].items():
+        parts.append(f"{key}={json.dumps(value)}")
+    return " ".join(parts)
+
+
+__all__ = ["ModelInfo", "render_snippet", "load_snippet", "find_repeated_blocks", "describe_config", "CUDA_GRAPH_MODES"]

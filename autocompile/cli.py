@@ -1,0 +1,283 @@
+"""The `autocompile` command: search, trial, best, models, space, dashboard.
+
+Bad input ends in one line on stderr and exit status 2; an interrupted search in exit 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from autocompile.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        raise UserError(f"{message} (see '{self.prog} --help')")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def resolve_device(requested: str | None) -> str:
+    """cuda when there is a GPU, else cpu; a clear error when a GPU is asked for and absent."""
+    import torch
+
+    if requested is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {requested}: no CUDA GPU is visible to torch {torch.__version__}; use --device cpu")
+        return requested
+    if requested != "cpu":
+        raise UserError(f"--device must be cuda or cpu, not {requested!r}")
+    return requested
+
+
+def _parse_set(items: list[str] | None) -> dict:
+    """--set KEY=VALUE (VALUE as JSON, else a plain string) -> {KEY: VALUE}."""
+    fixed = {}
+    for item in items or []:
+        if "=" not in item:
+            raise UserError(f"--set takes KEY=VALUE, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            fixed[key.strip()] = json.loads(raw)
+        except ValueError:
+            fixed[key.strip()] = raw
+    return fixed
+
+
+def _load_config(text: str) -> dict:
+    if text.startswith("@"):
+        try:
+            with open(text[1:]) as f:
+                text = f.read()
+        except OSError as exc:
+            raise UserError(f"cannot read config file {text[1:]}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UserError(f"--config is not valid JSON: {exc}") from None
+
+
+def _workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="workload name (see `autocompile models`), module:factory or file.py:factory")
+    p.add_argument("--device", choices=None, help="cuda or cpu (default: cuda if there is a GPU)")
+    p.add_argument("--batch-size", type=_positive_int, help="override the workload's batch size")
+    p.add_argument("--seq-len", type=_positive_int, help="override the workload's longest sequence")
+    p.add_argument("--seed", type=int, default=0, help="seed for weights, batches and the sampler")
+
+
+def _storage_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", default="studies", help="where studies live: DIR/STUDY/ (default: studies)")
+    p.add_argument("--storage", help="an Optuna storage URL (default: sqlite:///DIR/STUDY/study.db)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="autocompile", description="Search for the fastest torch.compile settings of a training workload.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("search", help="run or resume a search")
+    _workload_args(p)
+    _storage_args(p)
+    p.add_argument("--study", help="study name (default: the model name)")
+    p.add_argument("--trials", type=_positive_int, default=10, help="trials to run now, baselines included (default 10)")
+    p.add_argument("--timeout", type=_positive_float, help="bound on this search's wall time, seconds")
+    p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for one trial, seconds (default 900)")
+    p.add_argument("--horizon-steps", type=_positive_int, default=None, help="steps the warm-up is amortised over (default 1000)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="pin a search dimension, e.g. --set scope=regional")
+
+    p = sub.add_parser("trial", help="measure one configuration in an isolated process")
+    _workload_args(p)
+    p.add_argument("--config", required=True, help='configuration as JSON, or @file.json (e.g. \'{"scope": "regional"}\')')
+    p.add_argument("--trial-timeout", type=_positive_float, default=900.0)
+    p.add_argument("--dir", help="keep the trial's files here (default: a temporary folder)")
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+
+    p = sub.add_parser("best", help="print the winning snippet of a study")
+    p.add_argument("--study", required=True)
+    _storage_args(p)
+    p.add_argument("--json", action="store_true", help="the winner's configuration and measurements as JSON")
+
+    sub.add_parser("models", help="list the workloads")
+
+    p = sub.add_parser("space", help="show the search space for a model and device")
+    _workload_args(p)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("dashboard", help="open a study in optuna-dashboard")
+    p.add_argument("--study", required=True)
+    _storage_args(p)
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--host", default="127.0.0.1")
+    return parser
+
+
+def cmd_search(args) -> int:
+    from autocompile.report import format_best, format_table
+    from autocompile.study import DEFAULT_HORIZON, SearchSettings, run_search
+
+    settings = SearchSettings(
+        model=args.model, device=resolve_device(args.device), study=args.study or _study_name(args.model),
+        directory=args.dir, storage=args.storage, trials=args.trials, timeout_s=args.timeout,
+        trial_timeout_s=args.trial_timeout, horizon=args.horizon_steps or DEFAULT_HORIZON,
+        batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
+    )
+    summary = run_search(settings)
+    print(format_table(summary["rows"]))
+    if summary["best"] is None:
+        print("no trial ran cleanly yet: see the reasons above and the logs in " + os.path.join(settings.study_dir, "trials"))
+        return 1
+    print()
+    print(format_best(summary["best"]))
+    print(f"snippet written to {os.path.join(settings.study_dir, 'apply_compilation.py')}:")
+    print()
+    print(summary["best"]["snippet"])
+    return 0
+
+
+def _study_name(model: str) -> str:
+    base = os.path.basename(model.split(":")[0]) if ":" in model else model
+    return base.removesuffix(".py").replace(os.sep, "-")
+
+
+def cmd_trial(args) -> int:
+    from autocompile.study import build_space, score
+    from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial
+
+    device = resolve_device(args.device)
+    config = _load_config(args.config)
+    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed)
+    config = space.validate(config)
+    trial_dir = args.dir or tempfile.mkdtemp(prefix="autocompile-trial-")
+    request = TrialRequest(model=args.model, config=config, device=device, trial_dir=trial_dir,
+                           batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
+                           timeout_s=args.trial_timeout,
+                           toolchain_dir=os.path.join(tempfile.gettempdir(), "autocompile-toolchain-cache"))
+    last = {}
+
+    def show(event):
+        if event.get("phase") != last.get("phase") and not args.json:
+            print(f"  {event['phase']}", file=sys.stderr, flush=True)
+        last.update(event)
+
+    record = run_trial(request, on_event=show)
+    record["score"] = score(record)
+    if args.json:
+        print(json.dumps(record, indent=1, default=str))
+    else:
+        for key in RECORD_FIELDS:
+            value = record.get(key)
+            print(f"{key:>14}: {value:.4g}" if isinstance(value, float) else f"{key:>14}: {value}")
+        for item in record.get("graph_break_reasons") or []:
+            print(f"   graph break x{item['count']}: {item['reason']}")
+        for reason in record.get("recompile_reasons") or []:
+            print(f"     recompile: {reason}")
+        for note in record.get("notes") or []:
+            print(f"          note: {note}")
+        print(f"{'files':>14}: {trial_dir}")
+    return 0 if record["status"] == "ok" else 1
+
+
+def cmd_best(args) -> int:
+    from autocompile.report import summarize
+    from autocompile.study import load_study, storage_url
+
+    url = storage_url(args.storage, args.dir, args.study)
+    if url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):]):
+        raise UserError(f"no study {args.study!r}: {url[len('sqlite:///'):]} does not exist (give --dir or --storage)")
+    study = load_study(args.study, url)
+    summary = summarize(study, None)
+    if summary["best"] is None:
+        raise UserError(f"study {args.study!r} has no trial that ran cleanly yet")
+    if args.json:
+        print(json.dumps({k: v for k, v in summary["best"].items() if k != "snippet"}, indent=1, default=str))
+    else:
+        print(summary["best"]["snippet"])
+    return 0
+
+
+def cmd_models(args) -> int:
+    from autocompile.workloads import list_workloads
+
+    rows = list_workloads()
+    width = max(len(name) for name, _ in rows)
+    for name, description in rows:
+        print(f"{name.ljust(width)}  {description}")
+    return 0
+
+
+def cmd_space(args) -> int:
+    from autocompile.study import build_space
+
+    device = args.device or resolve_device(None)
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise UserError(f"--device must be cuda or cpu, not {device!r}")
+    # Listing the space needs no GPU: `space --device cuda` works on a CPU machine.
+    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set))
+    described = space.describe()
+    if args.json:
+        print(json.dumps(described, indent=1))
+        return 0
+    print(f"search space on {described['device']} with torch {described['torch']}:")
+    for dim in described["dimensions"]:
+        pinned = f"  (pinned to {json.dumps(dim['fixed'])})" if "fixed" in dim else ""
+        print(f"  {dim['name']:<34} {json.dumps(dim['choices'])}{pinned}")
+    print("left out:")
+    for item in described["left_out"]:
+        print(f"  {item['name']:<34} {item['why']}")
+    return 0
+
+
+def cmd_dashboard(args) -> int:
+    from autocompile.study import load_study, storage_url
+
+    url = storage_url(args.storage, args.dir, args.study)
+    if url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):]):
+        raise UserError(f"no study {args.study!r}: {url[len('sqlite:///'):]} does not exist")
+    load_study(args.study, url)  # a clear error for a wrong name, before the server starts
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise UserError("optuna-dashboard is not installed: pip install optuna-dashboard") from None
+    print(f"optuna-dashboard for {url} on http://{args.host}:{args.port}/", file=sys.stderr)
+    optuna_dashboard.run_server(url, host=args.host, port=args.port)
+    return 0
+
+
+COMMANDS = {"search": cmd_search, "trial": cmd_trial, "best": cmd_best, "models": cmd_models,
+            "space": cmd_space, "dashboard": cmd_dashboard}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"autocompile: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("autocompile: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,131 @@
+"""What a study shows: its trial table, its winner, and the winner's snippet file."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from autocompile.apply import describe_config
+
+
+def baseline_value(study, role: str, key: str):
+    for t in study.trials:
+        if t.user_attrs.get("role") == role and t.user_attrs.get("status") == "ok":
+            return t.user_attrs.get(key)
+    return None
+
+
+def speedup(value: float | None, base: float | None) -> str:
+    return f"{value / base:.2f}x" if value and base else "-"
+
+
+def best_trial(study):
+    """The highest-scoring trial that ran cleanly (Optuna's best_trial ignores our status)."""
+    candidates = [t for t in study.trials if t.state.is_finished() and t.user_attrs.get("status") == "ok"
+                  and t.value is not None]
+    return max(candidates, key=lambda t: t.value, default=None)
+
+
+def trial_rows(study) -> list[dict]:
+    """One flat row per finished trial: what tables, JSON and reports show."""
+    eager_sps = baseline_value(study, "eager", "steps_per_s")
+    default_sps = baseline_value(study, "compile-defaults", "steps_per_s")
+    rows = []
+    for t in study.trials:
+        if not t.state.is_finished():
+            continue
+        a = t.user_attrs
+        config = a.get("config")
+        rows.append({
+            "number": t.number, "role": a.get("role", ""), "config": describe_config(config) if config else "",
+            "status": a.get("status", t.state.name.lower()), "reason": a.get("reason", ""),
+            "warmup_s": a.get("warmup_s"), "steps_per_s": a.get("steps_per_s"), "items_per_s": a.get("items_per_s"),
+            "vs_eager": a["steps_per_s"] / eager_sps if a.get("steps_per_s") and eager_sps else None,
+            "vs_default": a["steps_per_s"] / default_sps if a.get("steps_per_s") and default_sps else None,
+            "cv": a.get("cv"), "recompiles": a.get("recompiles"), "graph_breaks": a.get("graph_breaks"),
+            "peak_mem_gb": a.get("peak_mem_gb"), "score": t.value, "wall_s": a.get("wall_s"),
+        })
+    return rows
+
+
+def summarize(study, study_dir: str | None, write: bool = False) -> dict:
+    """The winner and the table; with write, the winner's snippet goes to study_dir."""
+    rows = trial_rows(study)
+    best = best_trial(study)
+    summary = {"study": study.study_name, "rows": rows, "best": None}
+    if best is None:
+        return summary
+    eager_sps = baseline_value(study, "eager", "steps_per_s")
+    default_sps = baseline_value(study, "compile-defaults", "steps_per_s")
+    a = best.user_attrs
+    summary["best"] = {
+        "number": best.number, "role": a.get("role"), "config": a.get("config"), "score": best.value,
+        **{k: a.get(k) for k in ("status", "warmup_s", "steps_per_s", "items_per_s", "unit", "recompiles",
+                                 "graph_breaks", "peak_mem_gb", "cv", "device_name", "torch", "transformers")},
+        "vs_eager": a["steps_per_s"] / eager_sps if eager_sps else None,
+        "vs_default": a["steps_per_s"] / default_sps if default_sps else None,
+        "snippet": winner_snippet(study, best),
+    }
+    if write and study_dir:
+        write_outputs(summary, study_dir)
+    return summary
+
+
+def write_outputs(summary: dict, study_dir: str) -> None:
+    """The winner's snippet, the trial table and the rows as JSON, beside the study."""
+    os.makedirs(study_dir, exist_ok=True)
+    with open(os.path.join(study_dir, "apply_compilation.py"), "w") as f:
+        f.write(summary["best"]["snippet"])
+    with open(os.path.join(study_dir, "trials.txt"), "w") as f:
+        f.write(format_table(summary["rows"]) + "\n\n" + format_best(summary["best"]) + "\n")
+    with open(os.path.join(study_dir, "results.json"), "w") as f:
+        json.dump({k: v for k, v in summary.items()}, f, indent=1, default=str)
+
+
+def winner_snippet(study, best) -> str:
+    """The code the winning trial ran, under a docstring that says what it measured."""
+    a = best.user_attrs
+    eager = baseline_value(study, "eager", "steps_per_s")
+    default = baseline_value(study, "compile-defaults", "steps_per_s")
+    measured = (
+        f"Measured on {a.get('device_name')} with torch {a.get('torch')}: {a.get('steps_per_s', 0):.3g} steps/s "
+        f"steady ({speedup(a.get('steps_per_s'), eager)} eager, {speedup(a.get('steps_per_s'), default)} "
+        f"torch.compile defaults), warm-up {a.get('warmup_s', 0):.1f} s."
+    )
+    snippet = a.get("snippet", "")
+    first_line_end = snippet.find("\n")
+    # The snippet's docstring opens on its first line: add the measurement below it.
+    return snippet[:first_line_end] + "\n\n" + measured + snippet[first_line_end:]
+
+
+TABLE_COLUMNS = (("#", "number", "{}"), ("role", "role", "{}"), ("status", "status", "{}"),
+                 ("warm-up s", "warmup_s", "{:.1f}"), ("steps/s", "steps_per_s", "{:.3g}"),
+                 ("vs eager", "vs_eager", "{:.2f}x"), ("vs default", "vs_default", "{:.2f}x"),
+                 ("cv", "cv", "{:.1%}"), ("recomp", "recompiles", "{}"), ("breaks", "graph_breaks", "{}"),
+                 ("peak GB", "peak_mem_gb", "{:.2f}"), ("score", "score", "{:.3g}"), ("config", "config", "{}"))
+
+
+def format_table(rows: list[dict]) -> str:
+    """A plain-text table of trials (fixed-width, for terminals and committed logs)."""
+    cells = [[title for title, _, _ in TABLE_COLUMNS]]
+    for row in rows:
+        line = []
+        for _, key, fmt in TABLE_COLUMNS:
+            value = row.get(key)
+            line.append("-" if value is None or value == "" else fmt.format(value))
+        if row.get("status") not in ("ok", None) and row.get("reason"):
+            line[-1] += f"  [{row['reason'][:80]}]"
+        cells.append(line)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(TABLE_COLUMNS) - 1)]
+    out = []
+    for r in cells:
+        out.append("  ".join(c.rjust(w) if i > 2 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) + "  " + r[-1])
+    return "\n".join(out)
+
+
+def format_best(best: dict) -> str:
+    """The winner in one line."""
+    vs = lambda x: f"{x:.2f}x" if x else "-"
+    return (f"winner: trial {best['number']} ({best['role']}) {describe_config(best['config'])}: "
+            f"{best['steps_per_s']:.3g} steps/s, {vs(best['vs_eager'])} eager, {vs(best['vs_default'])} "
+            f"torch.compile defaults, warm-up {best['warmup_s']:.1f} s")

@@ -1,0 +1,148 @@
+"""Running one trial in its own process, with cold compile caches and a time limit.
+
+The parent side of a trial: it writes the trial's spec, starts `autocompile._worker` in a new
+process session with empty Inductor and Triton cache folders, follows its progress, kills
+it at the time limit, and always returns a record: the worker's own measurement, or a
+failure record saying how and in which phase the process ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+# A record's fields, in the order tables and `trial --json` show them.
+RECORD_FIELDS = ("status", "reason", "warmup_s", "steps_per_s", "items_per_s", "recompiles",
+                 "graph_breaks", "peak_mem_gb", "score")
+
+
+@dataclass
+class TrialRequest:
+    model: str
+    config: dict
+    device: str
+    trial_dir: str
+    batch_size: int | None = None
+    seq_len: int | None = None
+    seed: int = 0
+    timeout_s: float = 900.0
+    toolchain_dir: str | None = None  # shared CPU-probe cache (see _worker._warm_cpu_toolchain)
+    header: str = ""
+    measure: dict = field(default_factory=dict)  # overrides of the worker's measurement knobs
+
+
+def _child_env(request: TrialRequest) -> dict:
+    env = dict(os.environ)
+    cache = os.path.join(request.trial_dir, "cache")
+    env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
+    env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+    env["PYTHONUNBUFFERED"] = "1"
+    # The child must import what the parent imports (the package itself, a plugin on sys.path).
+    paths = [p for p in sys.path if p] + env.get("PYTHONPATH", "").split(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    return env
+
+
+def _read_new_events(path: str, offset: int) -> tuple[list[dict], int]:
+    try:
+        with open(path) as f:
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        return [], offset
+    complete = chunk[: chunk.rfind("\n") + 1]
+    events = []
+    for line in complete.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    return events, offset + len(complete)
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = " (the kernel's out-of-memory killer sends SIGKILL)" if -code == signal.SIGKILL else ""
+        return f"the trial process died with {name}{hint}"
+    return f"the trial process exited with status {code} before writing a result"
+
+
+def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = None,
+              heartbeat: Callable[[], None] | None = None, heartbeat_every_s: float = 20.0) -> dict:
+    """Run one configuration in a fresh process; always returns a record (never raises for the trial's own failures)."""
+    os.makedirs(request.trial_dir, exist_ok=True)
+    spec_path = os.path.join(request.trial_dir, "spec.json")
+    events_path = os.path.join(request.trial_dir, "events.jsonl")
+    result_path = os.path.join(request.trial_dir, "result.json")
+    log_path = os.path.join(request.trial_dir, "log.txt")
+    for stale in (events_path, result_path):
+        if os.path.exists(stale):
+            os.remove(stale)
+    spec = {
+        "model": request.model, "config": request.config, "device": request.device,
+        "trial_dir": os.path.abspath(request.trial_dir), "batch_size": request.batch_size,
+        "seq_len": request.seq_len, "seed": request.seed, "toolchain_dir": request.toolchain_dir,
+        "header": request.header, "events": events_path, "result": result_path, **request.measure,
+    }
+    with open(spec_path, "w") as f:
+        json.dump(spec, f, indent=1)
+
+    started = time.time()
+    last_phase, offset, last_beat = "starting", 0, started
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "autocompile._worker", spec_path],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=_child_env(request), start_new_session=True,
+        )
+        timed_out = False
+        try:
+            while process.poll() is None:
+                time.sleep(0.25)
+                events, offset = _read_new_events(events_path, offset)
+                for event in events:
+                    last_phase = event.get("phase", last_phase)
+                    if on_event:
+                        on_event(event)
+                if heartbeat and time.time() - last_beat >= heartbeat_every_s:
+                    heartbeat()
+                    last_beat = time.time()
+                if time.time() - started > request.timeout_s:
+                    timed_out = True
+                    break
+        finally:
+            if process.poll() is None:  # timed out, or the search itself is being stopped
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait()
+    wall_s = time.time() - started
+    events, offset = _read_new_events(events_path, offset)
+    for event in events:
+        last_phase = event.get("phase", last_phase)
+
+    if timed_out:
+        record = {"status": "timeout", "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase})",
+                  "failed_phase": last_phase, "notes": []}
+    elif os.path.exists(result_path):
+        with open(result_path) as f:
+            record = json.load(f)
+    else:
+        record = {"status": "crashed", "reason": f"{_describe_exit(process.returncode)} (while {last_phase})",
+                  "failed_phase": last_phase, "notes": []}
+    record["config"] = request.config
+    record["wall_s"] = wall_s
+    record["log"] = log_path
+    shutil.rmtree(os.path.join(request.trial_dir, "cache"), ignore_errors=True)
+    with open(result_path, "w") as f:
+        json.dump(record, f, indent=1, default=str)
+    return record

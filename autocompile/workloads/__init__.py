@@ -1,0 +1,143 @@
+"""Workloads: one name selects a whole training job (model, optimizer, batches, loss).
+
+Like torchtitan's train specs, a `Workload` bundles the builders a trial needs, so that a
+trial, a test and a user's plugin all describe their job the same way. Names resolve, in
+order, to: a built-in workload, a workload registered by an installed package through the
+entry-point group ``autocompile.workloads``, ``package.module:factory`` or
+``path/to/file.py:factory``. A factory is a callable with no required argument that returns
+a `Workload`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from autocompile.errors import UserError
+
+ENTRY_POINT_GROUP = "autocompile.workloads"
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """What a user may change about a workload from the command line."""
+
+    device: str = "cpu"
+    batch_size: int | None = None  # None: the workload's own default
+    seq_len: int | None = None  # longest sequence a batch may hold; None: the default
+    seed: int = 0
+
+
+@dataclass
+class Workload:
+    """A training job to compile.
+
+    build(options) -> (model, optimizer), on options.device.
+    batches(options, n) -> n batches (dicts of tensors on the device), each padded to its
+        longest sequence, the way a typical collate function leaves them.
+    loss(model, batch) -> scalar loss tensor (explicit, so it never breaks the graph).
+    varying: batch keys whose length varies between batches -> (dim, pad value); the
+        search pads and marks exactly these.
+    parts: the model's natural submodules (e.g. encoder, decoder) for modular compilation.
+    count(batch) -> real (unpadded) items in a batch, in `unit`, for items/s.
+    max_len(options) -> the longest length a varying dimension can take.
+    """
+
+    name: str
+    description: str
+    build: Callable[[WorkloadOptions], tuple[Any, Any]]
+    batches: Callable[[WorkloadOptions, int], list[dict]]
+    loss: Callable[[Any, dict], Any]
+    count: Callable[[dict], int]
+    unit: str = "samples"
+    varying: dict[str, tuple[int, int]] = field(default_factory=dict)
+    max_len: Callable[[WorkloadOptions], int] = lambda options: 0
+    parts: tuple[str, ...] = ()
+    batch_pool: int = 8  # distinct batches cycled through during a trial
+    gpu_only: bool = False
+
+
+_BUILTIN: dict[str, str] = {
+    "llama-8b": "autocompile.workloads._llama:llama_8b",
+    "tiny-llama": "autocompile.workloads._llama:tiny_llama",
+    "captioner": "autocompile.workloads._captioner:captioner",
+    "tiny-captioner": "autocompile.workloads._captioner:tiny_captioner",
+}
+
+
+def builtin_names() -> list[str]:
+    return list(_BUILTIN)
+
+
+def plugin_entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _call_factory(factory: Any, where: str) -> Workload:
+    workload = factory() if callable(factory) and not isinstance(factory, Workload) else factory
+    if not isinstance(workload, Workload):
+        raise UserError(f"{where} did not give an autocompile Workload (got {type(workload).__name__})")
+    return workload
+
+
+def _load_from_file(path: str, attr: str) -> Any:
+    if not os.path.isfile(path):
+        raise UserError(f"workload file not found: {path}")
+    module_name = "autocompile_user_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's code failed to import: say where
+        raise UserError(f"could not import {path}: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, attr):
+        raise UserError(f"{path} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def _load_from_module(module_name: str, attr: str) -> Any:
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"could not import workload module {module_name!r}: {exc}") from exc
+    if not hasattr(module, attr):
+        raise UserError(f"module {module_name!r} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def get_workload(name: str) -> Workload:
+    """Resolve a --model value to a Workload, or raise a UserError naming the choices."""
+    if name in _BUILTIN:
+        module_name, attr = _BUILTIN[name].split(":")
+        return _call_factory(_load_from_module(module_name, attr), name)
+    plugins = plugin_entry_points()
+    if name in plugins:
+        return _call_factory(plugins[name].load(), f"plugin {name!r}")
+    if ":" in name:
+        target, attr = name.rsplit(":", 1)
+        if target.endswith(".py") or os.sep in target:
+            return _call_factory(_load_from_file(target, attr), name)
+        return _call_factory(_load_from_module(target, attr), name)
+    known = ", ".join(builtin_names() + sorted(plugins))
+    raise UserError(
+        f"unknown model {name!r}; known: {known} (or give package.module:factory or path/to/file.py:factory)"
+    )
+
+
+def list_workloads() -> list[tuple[str, str]]:
+    """(name, description) of every built-in and plugin workload."""
+    rows = []
+    for name in builtin_names():
+        rows.append((name, get_workload(name).description))
+    for name, ep in sorted(plugin_entry_points().items()):
+        try:
+            rows.append((name, _call_factory(ep.load(), name).description + f"  [plugin {ep.value}]"))
+        except Exception as exc:  # a broken plugin must not hide the others
+            rows.append((name, f"(plugin {ep.value} failed to load: {exc})"))
+    return rows

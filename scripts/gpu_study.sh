@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Run studies on the GPU machine in the background and follow them across device calls.
+#   bash scripts/gpu_study.sh start 'MODEL ARGS...' ['MODEL ARGS...' ...]  # one search after another
+#   bash scripts/gpu_study.sh watch SECONDS   # print progress for up to SECONDS, then collect into $OUT
+# Studies live in $RUNS (default /root/autocompile-runs) so that they outlive each call;
+# a search killed with its machine resumes from RUNS/STUDY/study.db.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-/root/autocompile-runs}
+source scripts/gpu_env.sh || exit 1
+mkdir -p "$RUNS"
+case "$1" in
+  start)
+    shift
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$RUNS/device.txt"
+    python3 -c 'import torch, transformers, optuna; print("torch", torch.__version__, "transformers", transformers.__version__, "optuna", optuna.__version__)' | tee -a "$RUNS/device.txt"
+    : > "$RUNS/commands.txt"
+    for job in "$@"; do echo "python3 -m autocompile search $job --dir $RUNS" >> "$RUNS/commands.txt"; done
+    setsid nohup bash -c "while read -r cmd; do echo \"\$ \$cmd (\$(date -u +%FT%TZ))\"; \$cmd; echo \"exit \$?\"; done < $RUNS/commands.txt" \
+      > "$RUNS/search.log" 2>&1 < /dev/null &
+    echo "started: $(cat "$RUNS/commands.txt" | wc -l) searches, log $RUNS/search.log"
+    ;;
+  watch)
+    end=$((SECONDS + ${2:-500}))
+    while [ $SECONDS -lt $end ]; do
+      sleep 20
+      grep -q "^exit" "$RUNS/search.log" 2>/dev/null && [ "$(grep -c '^exit' "$RUNS/search.log")" -ge "$(wc -l < "$RUNS/commands.txt")" ] && break
+    done
+    ;;
+esac
+# Collect: the log, each study's database, table and snippet (8 files at most come back).
+if [ -n "${OUT:-}" ]; then
+  cp "$RUNS/search.log" "$RUNS/device.txt" "$OUT/" 2>/dev/null
+  for d in "$RUNS"/*/; do
+    s=$(basename "$d"); [ -f "$d/study.db" ] || continue
+    tar -czf "$OUT/$s.tar.gz" -C "$RUNS" --exclude='cache' "$s"
+  done
+fi
+grep -v "^  \[" "$RUNS/search.log" | tail -40

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Download, here, the wheels the GPU machine lacks (it has torch, triton, transformers,
+# matplotlib, but no registry access): CPython 3.12, manylinux x86_64, into .whl/.
+# On the GPU machine, scripts/gpu_env.sh installs them into /tmp/site.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+PY=${PYTHON:-python3}
+WHEELS=(optuna==5.0.0 sqlalchemy==2.0.44 alembic==1.17.2 mako==1.3.10 colorlog==6.10.1 greenlet==3.2.4
+        sqlite-utils==3.38 click-default-group==1.2.4 sqlite-fts4==1.0.3 tabulate==0.9.0
+        optuna-dashboard==0.20.0 bottle==0.13.4)
+mkdir -p .whl
+for w in "${WHEELS[@]}"; do
+  name=${w%%==*}
+  ls .whl | grep -qi "^${name//-/_}-${w##*==}-" && continue
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl "$w"
+done
+ls .whl
