@@ -116,6 +116,9 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
                          "            block.compile(**COMPILE_KWARGS)"]
         if config["compile_optimizer"]:
             body.append("    optimizer.step = torch.compile(optimizer.step)")
+    if config["fused_optimizer"]:
+        body += ["    for group in optimizer.param_groups:  # one fused kernel per step instead of foreach",
+                 "        group[\"foreach\"], group[\"fused\"] = False, True"]
     lines += settings
     if settings:
         lines.append("")
@@ -180,7 +183,8 @@ def load_snippet(source: str, filename: str = "<apply_compilation>") -> dict:
 def describe_config(config: dict) -> str:
     """One short line for progress output and tables."""
     if not config["compile"]:
-        return "eager" + ("" if config["padding"] == "longest" else f" pad={config['padding']}")
+        return "eager" + ("" if config["padding"] == "longest" else f" pad={config['padding']}") + (
+            " fused-opt" if config["fused_optimizer"] else "")
     parts = [config["scope"]]
     if config["scope"] == "modular":
         parts.append(",".join(f"{p}={m}" for p, m in config["part_modes"].items()))
@@ -192,6 +196,8 @@ def describe_config(config: dict) -> str:
         parts.append("fullgraph")
     if config["compile_optimizer"]:
         parts.append("opt")
+    if config["fused_optimizer"]:
+        parts.append("fused-opt")
     if config["padding"] != "longest":
         parts.append(f"pad={config['padding']}" + (f"{config['pad_multiple']}" if config["padding"] == "multiple" else ""))
     if config["mark_dynamic"] != "off":

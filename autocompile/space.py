@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "dynamic": None,
     "fullgraph": False,
     "compile_optimizer": False,  # torch.compile(optimizer.step)
+    "fused_optimizer": False,  # switch the optimizer to its fused (single-kernel) implementation
     "padding": "longest",  # of the varying batch dimensions
     "pad_multiple": None,  # with padding == "multiple"
     "mark_dynamic": "off",  # mark the varying dimensions dynamic: off | mark | maybe
@@ -46,10 +47,11 @@ EAGER: dict[str, Any] = {**DEFAULTS, "compile": False}
 # from known-good ground (each applies only where its values are offered).
 STARTING_POINTS: list[dict] = [
     {"scope": "regional"},  # each block compiled once: short warm-up, usually near full speed
-    {"scope": "full", "mode": "max-autotune-no-cudagraphs", "compile_optimizer": True},
     {"scope": "regional", "compile_optimizer": True, "padding": "multiple", "pad_multiple": 64},
+    {"scope": "regional", "fused_optimizer": True, "padding": "multiple", "pad_multiple": 64},
     # CUDA only (skipped where reduce-overhead is not offered): CUDA graphs on a few fixed shapes
     {"scope": "regional", "mode": "reduce-overhead", "padding": "buckets", "compile_optimizer": True},
+    {"scope": "full", "mode": "max-autotune-no-cudagraphs", "compile_optimizer": True},
 ]
 
 # Inductor options searched, with the values tried; each is offered only if the installed
@@ -157,6 +159,7 @@ class WorkloadTraits:
     varying: dict[str, tuple[int, int]] = field(default_factory=dict)
     parts: tuple[str, ...] = ()
     regions: list[str] | None = None  # repeated-block lists; None: not known before building
+    fusable_optimizer: bool = False  # the optimizer has a fused implementation (Adam, AdamW, SGD)
 
 
 def _set(config: dict, path: tuple[str, ...], value) -> None:
@@ -205,6 +208,11 @@ class SearchSpace:
         self._add("dynamic", (None, True, False), "torch.compile dynamic: None = automatic")
         self._add("fullgraph", (False, True), "fail on graph breaks instead of falling back to eager")
         self._add("compile_optimizer", (False, True), "torch.compile(optimizer.step)")
+        if traits.fusable_optimizer:
+            self._add("fused_optimizer", (False, True), "the optimizer's fused implementation instead of foreach",
+                      lambda c: not c["compile_optimizer"])
+        else:
+            self.left_out.append(("fused_optimizer", "the workload's optimizer has no fused implementation"))
 
         if traits.varying:
             self._add("padding", PADDINGS, "how varying lengths are padded before the forward pass")
@@ -345,6 +353,7 @@ class SearchSpace:
         check("dynamic", full["dynamic"], (None, True, False))
         check("fullgraph", full["fullgraph"], (True, False))
         check("compile_optimizer", full["compile_optimizer"], (True, False))
+        check("fused_optimizer", full["fused_optimizer"], (True, False))
         check("padding", full["padding"], PADDINGS)
         if full["padding"] == "multiple":
             if not isinstance(full["pad_multiple"], int) or full["pad_multiple"] < 1:

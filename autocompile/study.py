@@ -88,7 +88,9 @@ def open_storage(url: str, create_dir: str | None = None):
         os.makedirs(create_dir, exist_ok=True)
     try:
         if url.startswith(("sqlite", "postgresql", "mysql")):
-            return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
         return optuna.storages.get_storage(url)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -106,31 +108,31 @@ def load_study(name: str, url: str):
         raise UserError(f"no study named {name!r} in {url}" + (f"; studies there: {', '.join(names)}" if names else "")) from None
 
 
-def _sampler(seed: int, n_trials: int):
+def _sampler(seed: int):
+    """TPE over the conditional space (multivariate, grouped); it reads each trial's constraint."""
     import optuna
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=5,
-            constraints_func=lambda trial: [trial.user_attrs.get("violation", 1.0)],
-        )
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5)
 
 
 def workload_traits(workload, options) -> WorkloadTraits:
     """The model's repeated blocks, found on the meta device (no memory, no weights)."""
     from autocompile.apply import find_repeated_blocks
 
-    regions = None
+    regions, fusable = None, False
     try:
         import dataclasses
 
-        model, _ = workload.build(dataclasses.replace(options, device="meta"))
+        model, optimizer = workload.build(dataclasses.replace(options, device="meta"))
         regions = find_repeated_blocks(model)
-        del model
+        fusable = "fused" in getattr(optimizer, "defaults", {})
+        del model, optimizer
     except Exception:
         regions = None  # found when a trial builds the model
-    return WorkloadTraits(varying=dict(workload.varying), parts=tuple(workload.parts), regions=regions)
+    return WorkloadTraits(varying=dict(workload.varying), parts=tuple(workload.parts), regions=regions,
+                          fusable_optimizer=fusable)
 
 
 def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, fixed=None) -> SearchSpace:
@@ -185,6 +187,24 @@ def _check_resume(study, settings: SearchSettings) -> None:
             )
 
 
+def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
+    """Whether a configuration was measured already, or is queued: a trial cut short by a
+    search's time bound (not by the trial limit) does not count."""
+    import optuna
+
+    for t in study.trials:
+        if t.state == optuna.trial.TrialState.WAITING:
+            if t.system_attrs.get("fixed_params") == params:
+                return True
+            continue
+        if t.state != optuna.trial.TrialState.COMPLETE or {**DEFAULTS, **t.user_attrs.get("config", {})} != config:
+            continue
+        a = t.user_attrs
+        if a.get("status") != "timeout" or a.get("wall_s", 0) >= 0.9 * trial_timeout_s:
+            return True
+    return False
+
+
 def run_search(settings: SearchSettings, progress: Progress | None = None) -> dict:
     """Run (or resume) a search; returns a summary with the winner. Raises UserError on bad input."""
     import optuna
@@ -195,12 +215,14 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
     url = storage_url(settings.storage, settings.directory, settings.study)
     storage = open_storage(url, create_dir=settings.study_dir)
     study = optuna.create_study(study_name=settings.study, storage=storage, direction="maximize",
-                                sampler=_sampler(settings.seed, settings.trials), load_if_exists=True)
+                                sampler=_sampler(settings.seed), load_if_exists=True)
     _check_resume(study, settings)
     progress = progress or Progress(settings.trials)
     progress.line(f"autocompile search: {settings.model} on {_device_name(settings.device)} "
                   f"(torch {space.caps.torch_version}), study {settings.study!r} in {url}")
-    stale = optuna.storages.fail_stale_trials(study) if hasattr(optuna.storages, "fail_stale_trials") else []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # experimental-API and heartbeat-with-ask warnings
+        stale = optuna.storages.fail_stale_trials(study)
     finished = [t for t in study.trials if t.state.is_finished()]
     if finished:
         progress.line(f"resuming study {settings.study!r}: {len(finished)} trials already finished"
@@ -208,6 +230,7 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
     roles_done = {t.user_attrs.get("role") for t in finished if t.state == optuna.trial.TrialState.COMPLETE}
     pending_roles = [(role, cfg) for role, cfg in BASELINES if role not in roles_done]
 
+    recipes_queued = False
     toolchain = os.path.abspath(os.path.join(settings.directory, ".toolchain-cache"))
     started = time.time()
     for _ in range(settings.trials):
@@ -215,12 +238,17 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
         if remaining is not None and remaining <= 5:
             progress.line(f"search timeout of {settings.timeout_s:.0f} s reached")
             break
-        if not pending_roles and "recipes-enqueued" not in study.user_attrs:
-            # After the baselines (study.ask would hand a queued recipe to a baseline).
+        if not pending_roles and not recipes_queued:
+            # After the baselines (study.ask would hand a queued recipe to a baseline); a
+            # recipe already tried in this study is not queued again.
             for params in space.starting_points():
-                study.enqueue_trial(params, user_attrs={"role": "recipe"}, skip_if_exists=True)
-            study.set_user_attr("recipes-enqueued", True)
-        trial = study.ask()
+                config = space.suggest(optuna.trial.FixedTrial(params))
+                if not _tried(study, config, params, settings.trial_timeout_s):
+                    study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
+            recipes_queued = True
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "heartbeat is meant for optimize()": we beat ourselves
+            trial = study.ask()
         if pending_roles:
             role, config = pending_roles.pop(0)
             config = json.loads(json.dumps(config))
@@ -249,10 +277,16 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
                           f"run the same command to resume")
             raise
         record["score"] = score(record, settings.horizon)
-        record["violation"] = violation(record)
         for key, value in record.items():
             trial.set_user_attr(key, value)
-        study.tell(trial, record["score"])
+        if record["status"] == "timeout" and request.timeout_s < settings.trial_timeout_s:
+            # Cut short by the search's own time bound, not by its trial limit: says nothing
+            # of the configuration, so it is not told as infeasible (and may be tried again).
+            trial.set_user_attr("reason", record["reason"] + "; cut by the search --timeout")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            trial.set_constraint("failed", violation(record))
+            study.tell(trial, record["score"])
         progress.done += 1
         eager = baseline_value(study, "eager", "steps_per_s")
         best = best_trial(study)

@@ -1,0 +1,17 @@
+"""Compile settings for llama-8b (study 'llama-8b', trial 0), found by autocompile.
+
+Call apply_compilation(model, optimizer) once, after building both, and
+prepare_batch(batch) on every batch, right before the forward pass.
+"""
+import torch
+
+
+def apply_compilation(model, optimizer):
+    """Compile in place; returns the same model and optimizer."""
+    # eager: nothing compiled
+    return model, optimizer
+
+
+def prepare_batch(batch):
+    """Pads and marks the batch for the compiled model (call it where the collate ends)."""
+    return batch
