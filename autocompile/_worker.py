@@ -195,7 +195,8 @@ def run(spec: dict, events: Events, result: dict) -> None:
 
     # Warm-up: until a whole pass over the batch pool is done and `settle` steps in a row
     # started no compile. Each step is synchronised so its compile events are its own.
-    events.emit(phase="compiling")
+    warming = "compiling" if config["compile"] else "warming up"
+    events.emit(phase=warming)
     settle = spec.get("settle_steps", 3)
     max_warmup = spec.get("max_warmup_steps", 20 * pool)
     start = time.perf_counter()
@@ -218,7 +219,7 @@ def run(spec: dict, events: Events, result: dict) -> None:
         if (index >= pool and quiet >= settle) or index >= max_warmup:
             break
         if index % max(1, pool // 2) == 0:
-            events.emit(phase="compiling", step=index)
+            events.emit(phase=warming, step=index)
     warmup_s = time.perf_counter() - start
     if index >= max_warmup and quiet < settle:
         notes.append(f"compiles did not stop within {max_warmup} warm-up steps")
@@ -284,7 +285,8 @@ def classify(exc: BaseException) -> str:
     """The status for an exception: oom, compile_error or failed."""
     name = type(exc).__name__
     module = type(exc).__module__ or ""
-    if name in ("OutOfMemoryError", "MemoryError") or "out of memory" in str(exc).lower():
+    text = str(exc).lower()
+    if name in ("OutOfMemoryError", "MemoryError") or "out of memory" in text or "can't allocate memory" in text:
         return "oom"
     if module.startswith(("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes")):
         return "compile_error"

@@ -182,9 +182,12 @@ def load_snippet(source: str, filename: str = "<apply_compilation>") -> dict:
 
 def describe_config(config: dict) -> str:
     """One short line for progress output and tables."""
+    from autocompile.space import DEFAULTS
+
+    config = {**DEFAULTS, **config}  # records written before a key existed
     if not config["compile"]:
         return "eager" + ("" if config["padding"] == "longest" else f" pad={config['padding']}") + (
-            " fused-opt" if config["fused_optimizer"] else "")
+            " fused-opt" if config.get("fused_optimizer") else "")
     parts = [config["scope"]]
     if config["scope"] == "modular":
         parts.append(",".join(f"{p}={m}" for p, m in config["part_modes"].items()))
@@ -196,7 +199,7 @@ def describe_config(config: dict) -> str:
         parts.append("fullgraph")
     if config["compile_optimizer"]:
         parts.append("opt")
-    if config["fused_optimizer"]:
+    if config.get("fused_optimizer"):
         parts.append("fused-opt")
     if config["padding"] != "longest":
         parts.append(f"pad={config['padding']}" + (f"{config['pad_multiple']}" if config["padding"] == "multiple" else ""))

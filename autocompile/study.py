@@ -148,15 +148,15 @@ def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, 
 class Progress:
     """Progress lines on stderr: one when a trial changes phase, one with its result."""
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.stream, self.done = total, stream, 0
+    def __init__(self, total: int, stream=None):
+        self.total, self.stream, self.done = total, stream or sys.stderr, 0
 
     def line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
 
     def phase(self, number: int, label: str, event: dict) -> None:
         phase = event.get("phase")
-        if phase in ("building", "compiling", "measuring") and "step" not in event and "window" not in event:
+        if phase in ("building", "compiling", "warming up", "measuring") and "step" not in event and "window" not in event:
             self.line(f"  [{self.done + 1}/{self.total}] trial {number} {label}: {phase}")
 
 

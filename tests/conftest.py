@@ -1,0 +1,24 @@
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+TOY = os.path.join(HERE, "toy_workloads.py")
+
+# Short measurement windows: the tests check behaviour, not speed.
+FAST = {"min_window_s": 0.05, "min_windows": 2, "max_windows": 3}
+
+
+def toy(name: str = "toy") -> str:
+    return f"{TOY}:{name}"
+
+
+@pytest.fixture(scope="session")
+def toolchain_dir(tmp_path_factory):
+    """One shared CPU-probe cache for the whole test session (the probe takes ~20 s once)."""
+    return str(tmp_path_factory.mktemp("toolchain"))

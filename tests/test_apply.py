@@ -1,0 +1,134 @@
+"""The snippet applies exactly what its configuration says: checked on real models, compiled for real."""
+
+import ast
+
+import pytest
+import torch
+
+from autocompile.apply import ModelInfo, bucket_lengths, find_repeated_blocks, load_snippet, render_snippet
+from autocompile.space import DEFAULTS, EAGER
+from autocompile.workloads import WorkloadOptions, get_workload
+from conftest import toy
+
+WORKLOAD = get_workload(toy())
+OPTIONS = WorkloadOptions(device="cpu", seed=0)
+
+
+def config(**changes):
+    return {**DEFAULTS, **changes}
+
+
+def info(workload=WORKLOAD, model=None, device_type="cpu"):
+    model = model or workload.build(OPTIONS)[0]
+    return ModelInfo(regions=find_repeated_blocks(model), parts=workload.parts, varying=dict(workload.varying),
+                     max_len=workload.max_len(OPTIONS), device_type=device_type)
+
+
+def applied(cfg, workload=WORKLOAD):
+    model, optimizer = workload.build(OPTIONS)
+    namespace = load_snippet(render_snippet(cfg, info(workload, model)))
+    model, optimizer = namespace["apply_compilation"](model, optimizer)
+    return model, optimizer, namespace["prepare_batch"]
+
+
+def compiled(module) -> bool:
+    return getattr(module, "_compiled_call_impl", None) is not None
+
+
+def train_step(model, optimizer, prepare_batch, batch):
+    batch = prepare_batch(dict(batch))
+    loss = WORKLOAD.loss(model, batch)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss
+
+
+def test_snippet_imports_only_torch():
+    for cfg in (EAGER, config(scope="regional", compile_optimizer=True, padding="buckets", mark_dynamic="mark")):
+        tree = ast.parse(render_snippet(cfg, info()))
+        imports = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        assert imports == {"torch"}
+        assert not any(isinstance(node, ast.ImportFrom) for node in ast.walk(tree))
+
+
+def test_eager_compiles_nothing():
+    model, optimizer, _ = applied(EAGER)
+    assert not compiled(model) and not any(compiled(b) for b in model.blocks)
+    assert not hasattr(optimizer.step, "_torchdynamo_orig_callable")
+
+
+def test_full_scope_compiles_the_model_and_trains():
+    model, optimizer, prepare = applied(config(scope="full"))
+    assert compiled(model) and not any(compiled(b) for b in model.blocks)
+    batch = WORKLOAD.batches(OPTIONS, 1)[0]
+    reference = WORKLOAD.loss(WORKLOAD.build(OPTIONS)[0], batch)
+    loss = train_step(model, optimizer, prepare, batch)
+    assert torch.allclose(loss, reference, rtol=1e-4)  # same seed, same weights: same first loss
+    assert not any("_orig_mod" in key for key in model.state_dict())  # compiled in place: checkpoints unchanged
+
+
+def test_regional_scope_compiles_each_block_and_trains():
+    model, optimizer, prepare = applied(config(scope="regional", compile_optimizer=True))
+    assert not compiled(model)
+    assert all(compiled(block) for block in model.blocks)
+    assert hasattr(optimizer.step, "_torchdynamo_orig_callable")
+    for batch in WORKLOAD.batches(OPTIONS, 2):
+        assert torch.isfinite(train_step(model, optimizer, prepare, batch))
+
+
+def test_modular_scope_compiles_each_part_with_its_own_mode():
+    workload = get_workload("tiny-captioner")
+    cfg = config(scope="modular", part_modes={"encoder": "max-autotune-no-cudagraphs", "decoder": "default"})
+    source = render_snippet(cfg, info(workload))
+    assert "'encoder': {'mode': 'max-autotune-no-cudagraphs'}" in source and "'decoder': {}" in source
+    model, _, _ = applied(cfg, workload)
+    assert compiled(model.encoder) and compiled(model.decoder) and not compiled(model)
+
+
+def test_fused_optimizer_switches_the_implementation():
+    _, optimizer, _ = applied(config(fused_optimizer=True))
+    assert all(g["fused"] and not g["foreach"] for g in optimizer.param_groups)
+
+
+@pytest.mark.parametrize("padding, extra, check", [
+    ("longest", {}, lambda n, original: n == original),
+    ("multiple", {"pad_multiple": 32}, lambda n, original: n % 32 == 0 and n >= original),
+    ("buckets", {}, lambda n, original: n in bucket_lengths(48) and n >= original),
+    ("max", {}, lambda n, original: n == 48),
+])
+def test_padding_produces_the_lengths_asked_for(padding, extra, check):
+    _, _, prepare = applied(config(compile=False, padding=padding, **extra))
+    for batch in WORKLOAD.batches(OPTIONS, 4):
+        original = batch["input_ids"].shape[1]
+        padded = prepare(dict(batch))
+        n = padded["input_ids"].shape[1]
+        assert check(n, original), (padding, original, n)
+        assert padded["labels"].shape == padded["input_ids"].shape
+        assert (padded["input_ids"][:, original:] == 0).all() and (padded["labels"][:, original:] == -100).all()
+        assert torch.equal(padded["input_ids"][:, :original], batch["input_ids"])
+
+
+def test_bucket_lengths_stay_within_the_recompile_limit():
+    assert bucket_lengths(2048) == [16, 32, 64, 128, 256, 512, 1024, 2048]
+    assert bucket_lengths(256) == [16, 32, 64, 128, 256]
+    assert bucket_lengths(300, limit=3) == [128, 256, 300]
+
+
+@pytest.mark.parametrize("how, attribute", [("mark", "_dynamo_dynamic_indices"), ("maybe", "_dynamo_weak_dynamic_indices")])
+def test_mark_dynamic_marks_the_varying_dimension(how, attribute):
+    _, _, prepare = applied(config(mark_dynamic=how))
+    batch = prepare(dict(WORKLOAD.batches(OPTIONS, 1)[0]))
+    for key in WORKLOAD.varying:
+        assert 1 in getattr(batch[key], attribute, set()), key
+
+
+def test_cuda_graph_modes_mark_each_step_and_options_expand_the_mode():
+    cuda = info(device_type="cuda")
+    assert "cudagraph_mark_step_begin" in render_snippet(config(mode="reduce-overhead"), cuda)
+    assert "cudagraph_mark_step_begin" not in render_snippet(config(mode="max-autotune-no-cudagraphs"), cuda)
+    source = render_snippet(config(mode="max-autotune", inductor={"shape_padding": False}), cuda)
+    namespace = load_snippet(source)
+    kwargs = namespace["COMPILE_KWARGS"]
+    assert "mode" not in kwargs  # torch.compile takes mode or options, not both
+    assert kwargs["options"]["max_autotune"] is True and kwargs["options"]["shape_padding"] is False

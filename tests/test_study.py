@@ -1,0 +1,147 @@
+"""A whole search: baselines, recipes, the sampler, storage, resume, outputs and the command line."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autocompile.apply import load_snippet
+from autocompile.errors import UserError
+from autocompile.study import SearchSettings, load_study, run_search, score
+from autocompile.workloads import WorkloadOptions, get_workload
+from conftest import FAST, ROOT, toy
+
+
+def cli(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "autocompile", *args], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def test_score_amortises_warmup_and_penalises_recompiles():
+    fast_cold = {"status": "ok", "warmup_s": 100.0, "warmup_steps": 10, "steps_per_s": 10.0}
+    slow_warm = {"status": "ok", "warmup_s": 1.0, "warmup_steps": 10, "steps_per_s": 5.0}
+    assert score(fast_cold, horizon=100) < score(slow_warm, horizon=100)  # a short run: warm-up dominates
+    assert score(fast_cold, horizon=100_000) > score(slow_warm, horizon=100_000)  # a long one: speed does
+    assert score(fast_cold, horizon=1000) == pytest.approx(1000 / (100 + 990 / 10))
+    assert score({**fast_cold, "recompiles_after_warmup": 5}, 1000) == pytest.approx(0.9 * score(fast_cold, 1000))
+    assert score({"status": "timeout"}) == 0.0
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("studies"))
+    settings = SearchSettings(model=toy(), device="cpu", study="toy", directory=directory, trials=4,
+                              trial_timeout_s=300, measure=FAST, horizon=100_000)
+    return settings, run_search(settings)
+
+
+def test_search_measures_baselines_then_recipes(searched):
+    settings, summary = searched
+    rows = summary["rows"]
+    assert [r["role"] for r in rows] == ["eager", "compile-defaults", "recipe", "recipe"]
+    assert all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
+    assert rows[0]["vs_eager"] == 1.0 and rows[1]["vs_default"] == 1.0
+    best = summary["best"]
+    assert best["score"] == max(r["score"] for r in rows)
+    assert best["vs_eager"] == pytest.approx(best["steps_per_s"] / rows[0]["steps_per_s"])
+    for name in ("study.db", "apply_compilation.py", "trials.txt", "results.json"):
+        assert os.path.exists(os.path.join(settings.study_dir, name)), name
+    assert len(os.listdir(os.path.join(settings.study_dir, "trials"))) == 4
+
+
+def test_the_winning_snippet_runs_on_a_fresh_model(searched):
+    settings, summary = searched
+    with open(os.path.join(settings.study_dir, "apply_compilation.py")) as f:
+        source = f.read()
+    assert "Measured on cpu" in source
+    workload = get_workload(toy())
+    options = WorkloadOptions()
+    model, optimizer = workload.build(options)
+    namespace = load_snippet(source)
+    model, optimizer = namespace["apply_compilation"](model, optimizer)
+    config = summary["best"]["config"]
+    if config["compile"] and config["scope"] == "regional":
+        assert all(b._compiled_call_impl is not None for b in model.blocks)
+    elif config["compile"] and config["scope"] == "full":
+        assert model._compiled_call_impl is not None
+    batch = namespace["prepare_batch"](dict(workload.batches(options, 1)[0]))
+    workload.loss(model, batch).backward()
+    optimizer.step()
+
+
+def test_running_again_resumes_the_study(searched, capsys):
+    settings, _ = searched
+    again = SearchSettings(**{**settings.__dict__, "trials": 1})
+    summary = run_search(again)
+    assert "resuming study 'toy': 4 trials already finished" in capsys.readouterr().err
+    assert len(summary["rows"]) == 5 and summary["rows"][-1]["role"] in ("recipe", "search")
+    with pytest.raises(UserError, match="was made with batch_size=None, not 2"):
+        run_search(SearchSettings(**{**settings.__dict__, "batch_size": 2}))
+
+
+def test_best_prints_the_snippet_and_json(searched):
+    settings, summary = searched
+    out = cli("best", "--study", "toy", "--dir", settings.directory)
+    assert out.returncode == 0, out.stderr
+    assert "def apply_compilation(model, optimizer):" in out.stdout
+    out = cli("best", "--study", "toy", "--dir", settings.directory, "--json")
+    best = json.loads(out.stdout)
+    assert best["number"] == load_study("toy", "sqlite:///" + os.path.join(settings.study_dir, "study.db")).best_trial.number
+    assert {"config", "steps_per_s", "warmup_s", "vs_eager", "recompiles", "peak_mem_gb"} <= set(best)
+
+
+def test_a_search_whose_trials_all_crash_keeps_every_record(tmp_path):
+    settings = SearchSettings(model=toy("toy_crash"), device="cpu", study="crash", directory=str(tmp_path), trials=3,
+                              trial_timeout_s=120, measure=FAST)
+    summary = run_search(settings)
+    assert summary["best"] is None
+    assert [r["status"] for r in summary["rows"]] == ["crashed"] * 3
+    study = load_study("crash", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert len(finished) == 3
+    assert all(t.user_attrs["status"] == "crashed" and t.constraints["failed"] > 0 for t in finished)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["search", "--model", "gpt-17", "--device", "cpu"], "unknown model 'gpt-17'"),
+    (["search", "--model", "tests/nope.py:toy", "--device", "cpu"], "workload file not found"),
+    (["search", "--model", "tiny-llama", "--device", "tpu"], "--device must be cuda or cpu"),
+    (["search", "--model", "tiny-llama", "--device", "cuda"], "no CUDA GPU"),
+    (["search", "--model", "llama-8b", "--device", "cpu"], "needs a GPU"),
+    (["search", "--model", "tiny-llama", "--trials", "0"], "must be at least 1"),
+    (["search", "--model", "tiny-llama", "--device", "cpu", "--set", "mode=fast"], "mode=\"fast\" is not offered"),
+    (["search", "--model", "tiny-llama", "--device", "cpu", "--storage", "sqlite:////no/such/dir/x.db"], "cannot open storage"),
+    (["search", "--model", "tiny-llama", "--device", "cpu", "--storage", "postgresql://u@127.0.0.1:1/db"], "cannot open storage"),
+    (["trial", "--model", "tiny-llama", "--device", "cpu", "--config", "{scope: full"], "not valid JSON"),
+    (["trial", "--model", "tiny-llama", "--device", "cpu", "--config", '{"mode": "turbo"}'], "invalid value \"turbo\" for mode"),
+    (["trial", "--model", "tiny-llama", "--device", "cpu", "--config", "@/no/such.json"], "cannot read config file"),
+    (["best", "--study", "nothing-here", "--dir", "/tmp/autocompile-no-such-dir"], "no study 'nothing-here'"),
+])
+def test_bad_input_gets_one_line_and_exit_2(args, message):
+    if "--device" in args and args[args.index("--device") + 1] == "cuda":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present")
+    out = cli(*args, cwd=ROOT)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autocompile: error: "), out.stderr
+    assert message in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_best_of_a_study_not_in_the_storage(searched):
+    settings, _ = searched
+    out = cli("best", "--study", "other", "--storage", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    assert out.returncode == 2 and "no study named 'other'" in out.stderr and "studies there: toy" in out.stderr
+
+
+def test_models_and_space_commands():
+    out = cli("models")
+    assert out.returncode == 0 and out.stdout.splitlines()[0].startswith("llama-8b")
+    out = cli("space", "--model", "captioner", "--device", "cuda", "--json")
+    space = json.loads(out.stdout)
+    assert "mode.encoder" in [d["name"] for d in space["dimensions"]]

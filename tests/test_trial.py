@@ -1,0 +1,85 @@
+"""One trial in its own process: real compiles of real (tiny) models, and real failures."""
+
+import json
+import os
+
+import pytest
+
+from autocompile.space import DEFAULTS, EAGER
+from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial
+from conftest import FAST, toy
+
+
+def trial(tmp_path, toolchain_dir, model, config, timeout=300, **kw):
+    request = TrialRequest(model=model, config={**DEFAULTS, **config}, device="cpu", trial_dir=str(tmp_path / "t"),
+                           timeout_s=timeout, toolchain_dir=toolchain_dir, measure=FAST, **kw)
+    events = []
+    record = run_trial(request, on_event=events.append)
+    return record, events
+
+
+def test_eager_and_compiled_trials_measure_and_keep_their_files(tmp_path, toolchain_dir):
+    eager, events = trial(tmp_path / "e", toolchain_dir, toy(), EAGER)
+    assert eager["status"] == "ok", eager["reason"]
+    assert [e["phase"] for e in events if "step" not in e and "window" not in e][:3] == ["building", "warming up", "measuring"]
+    assert eager["compiles"] == 0 and eager["recompiles"] == 0
+    regional, _ = trial(tmp_path / "r", toolchain_dir, toy(), {"scope": "regional"})
+    assert regional["status"] == "ok", regional["reason"]
+    for record in (eager, regional):
+        for key in RECORD_FIELDS[:-1]:
+            assert key in record
+        assert record["steps_per_s"] > 0 and record["items_per_s"] > record["steps_per_s"]
+        assert record["warmup_steps"] >= 4 and record["peak_mem_gb"] > 0
+        assert 1 <= len(record["losses"]) <= 5
+    # Cold caches: a compiled warm-up is far longer than an eager one.
+    assert regional["compiles"] >= 1 and regional["warmup_s"] > 3 * eager["warmup_s"]
+    # The same seed gives the same first loss, compiled or not.
+    assert regional["losses"][0] == pytest.approx(eager["losses"][0], rel=1e-4)
+    trial_dir = tmp_path / "r" / "t"
+    assert (trial_dir / "apply_compilation.py").read_text() == regional["snippet"]
+    assert json.loads((trial_dir / "result.json").read_text())["status"] == "ok"
+    assert not (trial_dir / "cache").exists()  # the cold cache is thrown away after use
+
+
+def test_graph_breaks_are_counted_with_their_reason(tmp_path, toolchain_dir):
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_graph_break"), {"scope": "full"})
+    assert record["status"] == "ok", record["reason"]
+    assert record["graph_breaks"] >= 1
+    assert any("graph_break" in item["reason"] for item in record["graph_break_reasons"])
+
+
+def test_fullgraph_turns_a_graph_break_into_a_compile_error(tmp_path, toolchain_dir):
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_graph_break"), {"scope": "full", "fullgraph": True})
+    assert record["status"] == "compile_error"
+    assert record["failed_phase"] == "compiling"
+
+
+def test_recompiles_on_every_length_hit_the_limit(tmp_path, toolchain_dir):
+    record, _ = trial(tmp_path, toolchain_dir, toy(), {"scope": "full", "dynamic": False, "recompile_limit": 2})
+    assert record["recompiles"] >= 2
+    assert record["recompile_limit_hit"] and record["status"] == "infeasible"
+    assert "recompile limit" in record["reason"]
+    assert any("size mismatch" in reason for reason in record["recompile_reasons"])
+
+
+def test_a_crash_is_recorded_with_its_signal_and_phase(tmp_path, toolchain_dir):
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_crash"), EAGER)
+    assert record["status"] == "crashed"
+    assert "SIGSEGV" in record["reason"] and record["failed_phase"] == "warming up"
+
+
+def test_a_hang_is_killed_at_the_time_limit(tmp_path, toolchain_dir):
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_hang"), EAGER, timeout=15)
+    assert record["status"] == "timeout"
+    assert "15 s limit" in record["reason"] and record["wall_s"] < 30
+
+
+def test_an_allocation_too_large_is_out_of_memory(tmp_path, toolchain_dir):
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_oom"), EAGER)
+    assert record["status"] == "oom", record["reason"]
+
+
+def test_a_broken_model_name_fails_cleanly(tmp_path, toolchain_dir):
+    record, _ = trial(tmp_path, toolchain_dir, "no-such-model", EAGER)
+    assert record["status"] == "failed" and "unknown model" in record["reason"]
+    assert os.path.exists(record["log"])

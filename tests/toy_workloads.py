@@ -1,0 +1,105 @@
+"""Small workloads for the tests, loaded the way users load theirs: `tests/toy_workloads.py:NAME`.
+
+A toy token model (embedding, two repeated blocks, head) compiles in seconds on 2 CPU
+cores. Variants misbehave on purpose, each in a real way: a graph break, a crash of the
+process, a hang, an allocation the machine cannot satisfy.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import torch
+
+from autocompile.workloads import Workload, WorkloadOptions
+
+VOCAB, WIDTH, MAX_LEN = 64, 32, 48
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(WIDTH)
+        self.up = torch.nn.Linear(WIDTH, 2 * WIDTH)
+        self.down = torch.nn.Linear(2 * WIDTH, WIDTH)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+class Toy(torch.nn.Module):
+    def __init__(self, graph_break: bool = False):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+        self.blocks = torch.nn.ModuleList([Block(), Block()])
+        self.head = torch.nn.Linear(WIDTH, VOCAB)
+        self.graph_break = graph_break
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = block(x)
+        if self.graph_break:
+            torch._dynamo.graph_break()  # what a print() or .item() in a model does
+        return self.head(x)
+
+
+def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN)) -> Workload:
+    def build(options: WorkloadOptions):
+        torch.manual_seed(options.seed)
+        model = Toy(graph_break).to(options.device)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def batches(options: WorkloadOptions, n: int):
+        rng = random.Random(options.seed)
+        size = options.batch_size or 4
+        out = []
+        for _ in range(n):
+            length = rng.randint(*lengths)
+            ids = torch.randint(1, VOCAB, (size, length + 1), generator=torch.Generator().manual_seed(rng.randrange(2**31)))
+            out.append({"input_ids": ids[:, :-1].to(options.device), "labels": ids[:, 1:].to(options.device)})
+        return out
+
+    def loss(model, batch):
+        if loss_hook:
+            loss_hook()
+        logits = model(batch["input_ids"])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+
+    return Workload(
+        name=name, description=f"test workload {name}", build=build, batches=batches, loss=loss,
+        count=lambda batch: int((batch["labels"] != -100).sum()), unit="tokens",
+        varying={"input_ids": (1, 0), "labels": (1, -100)}, max_len=lambda options: MAX_LEN, batch_pool=4,
+    )
+
+
+def toy() -> Workload:
+    return _workload("toy")
+
+
+def toy_fixed() -> Workload:
+    """Every batch the same length: nothing to pad, nothing to recompile."""
+    return _workload("toy-fixed", lengths=(MAX_LEN, MAX_LEN))
+
+
+def toy_graph_break() -> Workload:
+    return _workload("toy-graph-break", graph_break=True)
+
+
+def toy_crash() -> Workload:
+    return _workload("toy-crash", loss_hook=lambda: os.kill(os.getpid(), signal.SIGSEGV))
+
+
+def toy_hang() -> Workload:
+    return _workload("toy-hang", loss_hook=lambda: time.sleep(3600))
+
+
+def toy_oom() -> Workload:
+    # A real allocation the machine cannot satisfy (2**44 floats = 64 TiB).
+    return _workload("toy-oom", loss_hook=lambda: torch.empty(2**44))
+
+
+not_a_workload = 42
