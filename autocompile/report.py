@@ -38,7 +38,8 @@ def trial_rows(study) -> list[dict]:
         config = a.get("config")
         rows.append({
             "number": t.number, "role": a.get("role", ""), "config": describe_config(config) if config else "",
-            "status": a.get("status", t.state.name.lower()), "reason": a.get("reason", ""),
+            "status": a.get("status", "interrupted"),
+            "reason": a.get("reason", "the search stopped during this trial" if "status" not in a else ""),
             "warmup_s": a.get("warmup_s"), "steps_per_s": a.get("steps_per_s"), "items_per_s": a.get("items_per_s"),
             "vs_eager": a["steps_per_s"] / eager_sps if a.get("steps_per_s") and eager_sps else None,
             "vs_default": a["steps_per_s"] / default_sps if a.get("steps_per_s") and default_sps else None,

@@ -259,6 +259,7 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
             trial.set_user_attr("role", role)
         if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
             config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
+        trial.set_user_attr("config", config)  # known even if the search dies during the trial
         label = describe_config(config)
         progress.phase(trial.number, label, {"phase": "starting"})
         request = TrialRequest(

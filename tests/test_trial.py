@@ -83,3 +83,12 @@ def test_a_broken_model_name_fails_cleanly(tmp_path, toolchain_dir):
     record, _ = trial(tmp_path, toolchain_dir, "no-such-model", EAGER)
     assert record["status"] == "failed" and "unknown model" in record["reason"]
     assert os.path.exists(record["log"])
+
+
+def test_tiny_llama_trains_compiled_per_decoder_layer(tmp_path, toolchain_dir):
+    """The reference family, for real: transformers' Llama, each decoder layer compiled alone."""
+    record, _ = trial(tmp_path, toolchain_dir, "tiny-llama", {"scope": "regional", "padding": "multiple", "pad_multiple": 32})
+    assert record["status"] == "ok", record["reason"]
+    assert record["regions"] == ["model.layers"]
+    assert record["graph_breaks"] == 0 and record["steps_per_s"] > 0
+    assert "pad" in record["snippet"] and "model.layers" in record["snippet"]
