@@ -12,7 +12,7 @@ import json
 import pprint
 from dataclasses import dataclass, field
 
-from autocompile.space import CUDA_GRAPH_MODES, uses_cuda_graphs
+from autocompile.space import uses_cuda_graphs
 
 
 @dataclass
@@ -210,4 +210,4 @@ def describe_config(config: dict) -> str:
     return " ".join(parts)
 
 
-__all__ = ["ModelInfo", "render_snippet", "load_snippet", "find_repeated_blocks", "describe_config", "CUDA_GRAPH_MODES"]
+__all__ = ["ModelInfo", "render_snippet", "load_snippet", "find_repeated_blocks", "describe_config"]

@@ -83,7 +83,7 @@ def _load_config(text: str) -> dict:
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="workload name (see `autocompile models`), module:factory or file.py:factory")
-    p.add_argument("--device", choices=None, help="cuda or cpu (default: cuda if there is a GPU)")
+    p.add_argument("--device", help="cuda or cpu (default: cuda if there is a GPU)")
     p.add_argument("--batch-size", type=_positive_int, help="override the workload's batch size")
     p.add_argument("--seq-len", type=_positive_int, help="override the workload's longest sequence")
     p.add_argument("--seed", type=int, default=0, help="seed for weights, batches and the sampler")
@@ -107,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for one trial, seconds (default 900)")
     p.add_argument("--horizon-steps", type=_positive_int, default=None, help="steps the warm-up is amortised over (default 1000)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="pin a search dimension, e.g. --set scope=regional")
+    p.add_argument("--max-memory-gb", type=_positive_float, help="trials whose peak memory is above this are infeasible")
 
     p = sub.add_parser("trial", help="measure one configuration in an isolated process")
     _workload_args(p)
@@ -144,6 +145,7 @@ def cmd_search(args) -> int:
         directory=args.dir, storage=args.storage, trials=args.trials, timeout_s=args.timeout,
         trial_timeout_s=args.trial_timeout, horizon=args.horizon_steps or DEFAULT_HORIZON,
         batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
+        max_memory_gb=args.max_memory_gb,
     )
     summary = run_search(settings)
     print(format_table(summary["rows"]))

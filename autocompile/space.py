@@ -188,7 +188,7 @@ class SearchSpace:
 
     def _build(self) -> None:
         caps, traits = self.caps, self.traits
-        modes = [m for m in MODES if caps.cuda or m not in CUDA_GRAPH_MODES]
+        self.modes = modes = [m for m in MODES if caps.cuda or m not in CUDA_GRAPH_MODES]
         if not caps.cuda:
             self.left_out += [(f"mode={m}", "CUDA graphs need a CUDA device") for m in CUDA_GRAPH_MODES]
 
@@ -334,7 +334,7 @@ class SearchSpace:
                 raise UserError(f"invalid value {json.dumps(value)} for {name}; choices: {json.dumps(list(choices))}")
 
         check("scope", full["scope"], SCOPES)
-        allowed_modes = [m for m in MODES if self.caps.cuda or m not in CUDA_GRAPH_MODES]
+        allowed_modes = self.modes
         if full["mode"] in CUDA_GRAPH_MODES and not self.caps.cuda:
             raise UserError(f"mode {full['mode']!r} uses CUDA graphs and needs a CUDA device")
         check("mode", full["mode"], allowed_modes)

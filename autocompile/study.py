@@ -48,8 +48,38 @@ def score(record: dict, horizon: int = DEFAULT_HORIZON) -> float:
 
 
 def violation(record: dict) -> float:
-    """Optuna constraint value: > 0 means infeasible."""
-    return 0.0 if record.get("status") == "ok" else 1.0
+    """Optuna constraint value: > 0 means infeasible (by how much, where that is known)."""
+    if record.get("status") == "ok":
+        return 0.0
+    return float(record.get("over_memory_gb") or 1.0)
+
+
+def numerics_tolerance(device: str) -> float:
+    """Relative tolerance on the first losses: float32 on the CPU; bf16 or autocast on GPUs."""
+    return 2e-2 if device.startswith("cuda") else 1e-3
+
+
+def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | None) -> dict:
+    """Make a trial that ran infeasible if it computes something else than eager, or needs
+    more memory than allowed. Same seed, weights and batches: the first losses must agree."""
+    if record.get("status") != "ok":
+        return record
+    if eager and eager.get("losses") and record.get("losses") and record["config"]["compile"]:
+        n = min(len(eager["losses"]), len(record["losses"]), 3)
+        diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(record["losses"][:n], eager["losses"][:n])]
+        tolerance = numerics_tolerance(device)
+        record["numerics"] = {"eager": eager["losses"][:n], "trial": record["losses"][:n],
+                              "max_rel_diff": max(diffs), "tolerance": tolerance}
+        if max(diffs) > tolerance:
+            record["status"] = "infeasible"
+            record["reason"] = (f"numerics: the first losses differ from eager by {max(diffs):.2%} "
+                                f"(tolerance {tolerance:.1%}): {record['losses'][:n]} against {eager['losses'][:n]}")
+            return record
+    if max_memory_gb is not None and record.get("peak_mem_gb", 0) > max_memory_gb:
+        record["over_memory_gb"] = record["peak_mem_gb"] - max_memory_gb
+        record["status"] = "infeasible"
+        record["reason"] = f"peak memory {record['peak_mem_gb']:.2f} GB is above --max-memory-gb {max_memory_gb:g}"
+    return record
 
 
 @dataclass
@@ -68,6 +98,7 @@ class SearchSettings:
     seed: int = 0
     fixed: dict | None = None
     measure: dict | None = None
+    max_memory_gb: float | None = None  # trials above it are infeasible
 
     @property
     def study_dir(self) -> str:
@@ -277,6 +308,9 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
             progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in {url}; "
                           f"run the same command to resume")
             raise
+        eager = next((t.user_attrs for t in study.trials if t.user_attrs.get("role") == "eager"
+                      and t.user_attrs.get("status") == "ok"), None)
+        record = judge(record, eager, settings.device, settings.max_memory_gb)
         record["score"] = score(record, settings.horizon)
         for key, value in record.items():
             trial.set_user_attr(key, value)

@@ -104,6 +104,32 @@ def test_a_search_whose_trials_all_crash_keeps_every_record(tmp_path):
     assert all(t.user_attrs["status"] == "crashed" and t.constraints["failed"] > 0 for t in finished)
 
 
+def test_a_compiled_result_that_differs_from_eager_is_infeasible(tmp_path):
+    settings = SearchSettings(model=toy("toy_differs"), device="cpu", study="differs", directory=str(tmp_path),
+                              trials=3, trial_timeout_s=300, measure=FAST)
+    rows = run_search(settings)["rows"]
+    assert rows[0]["status"] == "ok"  # eager is the reference
+    # The difference sits in the model's own forward: compiling the whole model changes the
+    # result, compiling only the blocks does not.
+    assert [(r["config"], r["status"]) for r in rows[1:]] == [("full default", "infeasible"), ("regional default", "ok")]
+    assert rows[1]["reason"].startswith("numerics:")
+    study = load_study("differs", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    numerics = study.trials[1].user_attrs["numerics"]
+    assert numerics["max_rel_diff"] > numerics["tolerance"]
+
+
+def test_numerics_of_a_faithful_compile_pass_and_memory_limits_bind(searched):
+    settings, _ = searched
+    study = load_study("toy", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    compiled = [t.user_attrs for t in study.trials if t.user_attrs.get("role") != "eager" and "numerics" in t.user_attrs]
+    assert compiled and all(a["numerics"]["max_rel_diff"] <= a["numerics"]["tolerance"] for a in compiled)
+    from autocompile.study import judge, violation
+
+    record = judge({**compiled[0], "status": "ok"}, None, "cpu", max_memory_gb=0.001)
+    assert record["status"] == "infeasible" and "--max-memory-gb" in record["reason"]
+    assert violation(record) == pytest.approx(record["peak_mem_gb"] - 0.001)
+
+
 @pytest.mark.parametrize("args, message", [
     (["search", "--model", "gpt-17", "--device", "cpu"], "unknown model 'gpt-17'"),
     (["search", "--model", "tests/nope.py:toy", "--device", "cpu"], "workload file not found"),

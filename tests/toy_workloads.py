@@ -31,12 +31,13 @@ class Block(torch.nn.Module):
 
 
 class Toy(torch.nn.Module):
-    def __init__(self, graph_break: bool = False):
+    def __init__(self, graph_break: bool = False, differs_compiled: bool = False):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, WIDTH)
         self.blocks = torch.nn.ModuleList([Block(), Block()])
         self.head = torch.nn.Linear(WIDTH, VOCAB)
         self.graph_break = graph_break
+        self.differs_compiled = differs_compiled
 
     def forward(self, input_ids):
         x = self.embed(input_ids)
@@ -44,13 +45,15 @@ class Toy(torch.nn.Module):
             x = block(x)
         if self.graph_break:
             torch._dynamo.graph_break()  # what a print() or .item() in a model does
+        if self.differs_compiled and torch.compiler.is_compiling():
+            x = x * 1.5  # a model whose compiled result is not its eager one
         return self.head(x)
 
 
-def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN)) -> Workload:
+def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN), differs=False) -> Workload:
     def build(options: WorkloadOptions):
         torch.manual_seed(options.seed)
-        model = Toy(graph_break).to(options.device)
+        model = Toy(graph_break, differs).to(options.device)
         return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def batches(options: WorkloadOptions, n: int):
@@ -87,6 +90,10 @@ def toy_fixed() -> Workload:
 
 def toy_graph_break() -> Workload:
     return _workload("toy-graph-break", graph_break=True)
+
+
+def toy_differs() -> Workload:
+    return _workload("toy-differs", differs=True)
 
 
 def toy_crash() -> Workload:
