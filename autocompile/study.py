@@ -30,6 +30,7 @@ from autocompile.trial import TrialRequest, run_trial
 DEFAULT_HORIZON = 1000  # training steps the warm-up is amortised over
 RECOMPILE_PENALTY = 0.02  # score lost per recompile after warm-up (at most half)
 BASELINES = (("eager", EAGER), ("compile-defaults", DEFAULTS))
+MIN_TRIAL_S = 30.0  # with less of --timeout left, no trial is started
 
 
 def score(record: dict, horizon: int = DEFAULT_HORIZON) -> float:
@@ -266,8 +267,9 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
     started = time.time()
     for _ in range(settings.trials):
         remaining = None if settings.timeout_s is None else settings.timeout_s - (time.time() - started)
-        if remaining is not None and remaining <= 5:
-            progress.line(f"search timeout of {settings.timeout_s:.0f} s reached")
+        if remaining is not None and remaining < MIN_TRIAL_S:
+            progress.line(f"search timeout of {settings.timeout_s:.0f} s reached"
+                          + (f" ({remaining:.0f} s left: too little for a trial)" if remaining > 0 else ""))
             break
         if not pending_roles and not recipes_queued:
             # After the baselines (study.ask would hand a queued recipe to a baseline); a
