@@ -144,6 +144,7 @@ def test_numerics_of_a_faithful_compile_pass_and_memory_limits_bind(searched):
     (["trial", "--model", "tiny-llama", "--device", "cpu", "--config", '{"mode": "turbo"}'], "invalid value \"turbo\" for mode"),
     (["trial", "--model", "tiny-llama", "--device", "cpu", "--config", "@/no/such.json"], "cannot read config file"),
     (["best", "--study", "nothing-here", "--dir", "/tmp/autocompile-no-such-dir"], "no study 'nothing-here'"),
+    (["dashboard", "--study", "nothing-here", "--dir", "/tmp/autocompile-no-such-dir"], "no study 'nothing-here'"),
 ])
 def test_bad_input_gets_one_line_and_exit_2(args, message):
     if "--device" in args and args[args.index("--device") + 1] == "cuda":
@@ -171,3 +172,18 @@ def test_models_and_space_commands():
     out = cli("space", "--model", "captioner", "--device", "cuda", "--json")
     space = json.loads(out.stdout)
     assert "mode.encoder" in [d["name"] for d in space["dimensions"]]
+
+
+def test_the_search_timeout_bounds_the_search(tmp_path, capsys):
+    """A trial cut by --timeout is stored as FAIL (it says nothing of its configuration),
+    and no trial starts with too little time left."""
+    import optuna
+
+    settings = SearchSettings(model=toy("toy_hang"), device="cpu", study="hang", directory=str(tmp_path), trials=3,
+                              timeout_s=35, trial_timeout_s=300, measure=FAST)
+    summary = run_search(settings)
+    assert [r["status"] for r in summary["rows"]] == ["timeout"]
+    assert "cut by the search --timeout" in summary["rows"][0]["reason"]
+    study = load_study("hang", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    assert "search timeout of 35 s reached" in capsys.readouterr().err
