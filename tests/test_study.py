@@ -49,6 +49,11 @@ def test_search_measures_baselines_then_recipes(searched):
     for name in ("study.db", "apply_compilation.py", "trials.txt", "results.json"):
         assert os.path.exists(os.path.join(settings.study_dir, name)), name
     assert len(os.listdir(os.path.join(settings.study_dir, "trials"))) == 4
+    # What the harness adds around the trials (space, storage, sampler) stays small.
+    harness = summary["harness"]
+    assert harness["trials_wall_s"] < harness["search_wall_s"] < 1.5 * harness["trials_wall_s"]
+    with open(os.path.join(settings.study_dir, "results.json")) as f:
+        assert json.load(f)["harness"]["ratio"] == pytest.approx(harness["ratio"])
 
 
 def test_the_winning_snippet_runs_on_a_fresh_model(searched):
