@@ -92,7 +92,7 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _warm_cpu_toolchain(torch, toolchain_dir: str | None, notes: list[str]) -> None:
+def _warm_cpu_toolchain(toolchain_dir: str | None, notes: list[str]) -> None:
     """Probe the CPU's vector ISA once per machine, outside the trial's cold cache.
 
     Inductor compiles a few test programs (about 20 s on 2 cores) to learn which vector
@@ -136,7 +136,7 @@ def run(spec: dict, events: Events, result: dict) -> None:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("CUDA was asked for but torch sees no GPU")
     if not device.startswith("cuda") and spec["config"]["compile"]:
-        _warm_cpu_toolchain(torch, spec.get("toolchain_dir"), notes)
+        _warm_cpu_toolchain(spec.get("toolchain_dir"), notes)
     watcher = CompileWatcher()
     notes += watcher.install(torch)
     result["torch"] = torch.__version__

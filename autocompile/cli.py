@@ -39,14 +39,15 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def resolve_device(requested: str | None) -> str:
-    """cuda when there is a GPU, else cpu; a clear error when a GPU is asked for and absent."""
+def resolve_device(requested: str | None, need_gpu: bool = True) -> str:
+    """cuda when there is a GPU, else cpu; a clear error when a GPU is asked for and absent
+    (unless need_gpu is False: listing a CUDA search space needs no GPU)."""
     import torch
 
     if requested is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested.startswith("cuda"):
-        if not torch.cuda.is_available():
+        if need_gpu and not torch.cuda.is_available():
             raise UserError(f"--device {requested}: no CUDA GPU is visible to torch {torch.__version__}; use --device cpu")
         return requested
     if requested != "cpu":
@@ -203,14 +204,21 @@ def cmd_trial(args) -> int:
     return 0 if record["status"] == "ok" else 1
 
 
-def cmd_best(args) -> int:
-    from autocompile.report import summarize
+def _existing_study(args):
+    """(study, storage URL) of --study in --dir or --storage; a one-line error if absent."""
     from autocompile.study import load_study, storage_url
 
     url = storage_url(args.storage, args.dir, args.study)
-    if url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):]):
-        raise UserError(f"no study {args.study!r}: {url[len('sqlite:///'):]} does not exist (give --dir or --storage)")
-    study = load_study(args.study, url)
+    path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else None
+    if path and not os.path.exists(path):
+        raise UserError(f"no study {args.study!r}: {path} does not exist (give --dir or --storage)")
+    return load_study(args.study, url), url
+
+
+def cmd_best(args) -> int:
+    from autocompile.report import summarize
+
+    study, _ = _existing_study(args)
     summary = summarize(study, None)
     if summary["best"] is None:
         raise UserError(f"study {args.study!r} has no trial that ran cleanly yet")
@@ -234,10 +242,7 @@ def cmd_models(args) -> int:
 def cmd_space(args) -> int:
     from autocompile.study import build_space
 
-    device = args.device or resolve_device(None)
-    if device not in ("cpu",) and not device.startswith("cuda"):
-        raise UserError(f"--device must be cuda or cpu, not {device!r}")
-    # Listing the space needs no GPU: `space --device cuda` works on a CPU machine.
+    device = resolve_device(args.device, need_gpu=False)
     space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set))
     described = space.describe()
     if args.json:
@@ -254,12 +259,7 @@ def cmd_space(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
-    from autocompile.study import load_study, storage_url
-
-    url = storage_url(args.storage, args.dir, args.study)
-    if url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):]):
-        raise UserError(f"no study {args.study!r}: {url[len('sqlite:///'):]} does not exist")
-    load_study(args.study, url)  # a clear error for a wrong name, before the server starts
+    _, url = _existing_study(args)  # a clear error for a wrong name, before the server starts
     try:
         import optuna_dashboard
     except ImportError:
