@@ -176,8 +176,18 @@ def run(spec: dict, events: Events, result: dict) -> None:
     batches = workload.batches(options, pool)
     counts = [workload.count(b) for b in batches]
     namespace = load_snippet(snippet, snippet_path)
+    # Before apply_compilation: torch's LRScheduler wraps optimizer.step, and cannot wrap a compiled one.
+    scheduler = workload.schedule(optimizer) if workload.schedule else None
     model, optimizer = namespace["apply_compilation"](model, optimizer)
     prepare_batch = namespace["prepare_batch"]
+    if workload.split_loss:  # the criterion apart from the model, compiled where the config says so
+        criterion = namespace["compile_loss"](workload.criterion)
+
+        def compute_loss(batch):
+            return criterion(workload.forward(model, batch), batch)
+    else:
+        def compute_loss(batch):
+            return workload.loss(model, batch)
     cuda = device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
@@ -187,9 +197,11 @@ def run(spec: dict, events: Events, result: dict) -> None:
 
     def step(index: int):
         batch = prepare_batch(dict(batches[index % pool]))
-        loss = workload.loss(model, batch)
+        loss = compute_loss(batch)
         loss.backward()
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         return loss
 
@@ -228,7 +240,7 @@ def run(spec: dict, events: Events, result: dict) -> None:
 
     # Steady state: windows of whole passes over the pool (so every window sees the same
     # lengths), at least `min_window_s` long; more windows while their spread is high.
-    events.emit(phase="measuring")
+    events.emit(phase="measuring", warmup_s=warmup_s, warmup_steps=index)  # the parent's pruning reads these
     typical = statistics.median(quiet_times) if quiet_times else warmup_s / index
     passes = max(1, math.ceil(spec.get("min_window_s", 0.5) / max(typical * pool, 1e-6)))
     window_steps = passes * pool

@@ -64,7 +64,10 @@ def _kwargs(config: dict, mode: str, device_type: str) -> dict:
     torch.compile, so with Inductor options the mode is expanded into them, as Inductor's
     own mode table does."""
     kwargs: dict = {}
-    if config["inductor"]:
+    backend = config.get("backend", "inductor")  # another backend only in failure triage
+    if backend != "inductor":
+        kwargs["backend"] = backend
+    elif config["inductor"]:
         import torch._inductor
 
         options = dict(torch._inductor.list_mode_options(mode, config["dynamic"]))
@@ -87,8 +90,12 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     """The standalone module that applies `config`: settings at the top, two small functions."""
     lines: list[str] = []
     doc = header.strip() or "Compile settings found by autocompile."
-    lines += ['"""' + doc, "", "Call apply_compilation(model, optimizer) once, after building both, and",
-              "prepare_batch(batch) on every batch, right before the forward pass.", '"""', "import torch", ""]
+    lines += ['"""' + doc, "",
+              "Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,",
+              "if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and",
+              "prepare_batch(batch) on every batch, right before the forward pass. Wrap your loss",
+              "function (model outputs, batch) -> loss once with compile_loss(loss_fn).", '"""',
+              "import torch", ""]
 
     settings: list[str] = []
     body: list[str] = []
@@ -114,11 +121,17 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
                 body += ["    for path in REGIONS:",
                          "        for block in model.get_submodule(path):",
                          "            block.compile(**COMPILE_KWARGS)"]
-        if config["compile_optimizer"]:
-            body.append("    optimizer.step = torch.compile(optimizer.step)")
     if config["fused_optimizer"]:
         body += ["    for group in optimizer.param_groups:  # one fused kernel per step instead of foreach",
                  "        group[\"foreach\"], group[\"fused\"] = False, True"]
+    if config["compile"] and config.get("lr_tensor"):
+        body += _lr_tensor_lines()
+    if config["compile"] and config["compile_optimizer"]:
+        backend = config.get("backend", "inductor")  # another backend only in failure triage
+        body.append("    optimizer.step = torch.compile(optimizer.step"
+                    + (f", backend={backend!r})" if backend != "inductor" else ")"))
+    loss_settings, loss_fn = _compile_loss_lines(config)
+    settings += loss_settings
     lines += settings
     if settings:
         lines.append("")
@@ -131,11 +144,52 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
               '    """Compile in place; returns the same model and optimizer."""']
     lines += body
     lines += ["    return model, optimizer", "", ""]
+    lines += loss_fn + ["", ""]
     lines += ["def prepare_batch(batch):"]
     lines += ['    """Pads and marks the batch for the compiled model (call it where the collate ends)."""']
     lines += prep
     lines += ["    return batch", ""]
     return "\n".join(lines)
+
+
+def _lr_tensor_lines() -> list[str]:
+    """PyTorch's recipe for a compiled optimizer step under an LR scheduler: the learning rate
+    as a tensor, whose value the scheduler fills in (LRScheduler updates a tensor LR in place).
+    As a Python float it is a constant of the compiled step, which then recompiles at every
+    change (once per step under a warm-up), soon hitting the recompile limit."""
+    return [
+        "    # The learning rate as a tensor, so an LR scheduler's new value does not recompile the",
+        "    # compiled optimizer step (a float LR is a constant of the compiled code).",
+        "    for group in optimizer.param_groups:",
+        "        device = group[\"params\"][0].device",
+        "        # A fused kernel reads a tensor LR on the parameters' device (a CPU one it reads back",
+        "        # as a number, which a CUDA graph would freeze); compiled steps take it on the CPU.",
+        "        group[\"lr\"] = torch.tensor(float(group[\"lr\"]), device=device if group.get(\"fused\") else \"cpu\")",
+        "        if group.get(\"foreach\") and not group.get(\"capturable\") and device.type == \"cpu\":",
+        "            # foreach takes a tensor LR only when capturable, which needs an accelerator",
+        "            # (on a GPU, torch.compile makes a fresh optimizer capturable itself)",
+        "            group[\"foreach\"] = False",
+    ]
+
+
+def _compile_loss_lines(config: dict) -> tuple[list[str], list[str]]:
+    """compile_loss(loss_fn): the criterion compiled apart from the model when the
+    configuration says so (one graph: fullgraph), else returned unchanged."""
+    doc = ['    """Compile the loss function apart from the model, or not: use it once on the function',
+           "    that turns the model's outputs and the batch into the loss, then call what it returns:",
+           "    loss_fn = compile_loss(loss_fn); loss = loss_fn(model(...), batch).",
+           '    """']
+    if not (config["compile"] and config.get("compile_loss")):
+        return [], ["def compile_loss(loss_fn):"] + doc + ["    return loss_fn  # not compiled in this configuration"]
+    kwargs: dict = {}
+    backend = config.get("backend", "inductor")
+    if backend != "inductor":
+        kwargs["backend"] = backend
+    if config["dynamic"] is not None:
+        kwargs["dynamic"] = config["dynamic"]
+    settings = [f"LOSS_COMPILE_KWARGS = {_literal(kwargs)}  # the loss: one graph of its own"]
+    return settings, ["def compile_loss(loss_fn):"] + doc + [
+        "    return torch.compile(loss_fn, fullgraph=True, **LOSS_COMPILE_KWARGS)"]
 
 
 def _prepare_batch_body(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
@@ -199,6 +253,10 @@ def describe_config(config: dict) -> str:
         parts.append("fullgraph")
     if config["compile_optimizer"]:
         parts.append("opt")
+    if config.get("lr_tensor"):
+        parts.append("lr-tensor")
+    if config.get("compile_loss"):
+        parts.append("loss")
     if config.get("fused_optimizer"):
         parts.append("fused-opt")
     if config["padding"] != "longest":

@@ -19,14 +19,20 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{message} (see '{self.prog} --help')")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
-    return value
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text}")
+        return value
+
+    return parse
+
+
+_positive_int, _non_negative_int = _int_at_least(1), _int_at_least(0)
 
 
 def _positive_float(text: str) -> float:
@@ -108,13 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for one trial, seconds (default 900)")
     p.add_argument("--horizon-steps", type=_positive_int, default=None, help="steps the warm-up is amortised over (default 1000)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="pin a search dimension, e.g. --set scope=regional")
+    p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
     p.add_argument("--max-memory-gb", type=_positive_float, help="trials whose peak memory is above this are infeasible")
+    p.add_argument("--finalists", type=_non_negative_int, default=3,
+                   help="top configurations measured again at the end, alternating with eager (default 3; 0: none)")
+    p.add_argument("--no-prune", action="store_true", help="let every trial finish, even one that can no longer win")
+    p.add_argument("--no-triage", action="store_true",
+                   help="do not rerun compile failures with simpler backends to name the failing layer")
 
     p = sub.add_parser("trial", help="measure one configuration in an isolated process")
     _workload_args(p)
     p.add_argument("--config", required=True, help='configuration as JSON, or @file.json (e.g. \'{"scope": "regional"}\')')
     p.add_argument("--trial-timeout", type=_positive_float, default=900.0)
     p.add_argument("--dir", help="keep the trial's files here (default: a temporary folder)")
+    p.add_argument("--triage", action="store_true",
+                   help="if it fails to compile, rerun it with simpler backends to name the failing layer")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
 
     p = sub.add_parser("best", help="print the winning snippet of a study")
@@ -127,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("space", help="show the search space for a model and device")
     _workload_args(p)
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
+    p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("dashboard", help="open a study in optuna-dashboard")
@@ -138,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_search(args) -> int:
-    from autocompile.report import format_best, format_table
+    from autocompile.report import format_summary
     from autocompile.study import DEFAULT_HORIZON, SearchSettings, run_search
 
     settings = SearchSettings(
@@ -146,15 +161,14 @@ def cmd_search(args) -> int:
         directory=args.dir, storage=args.storage, trials=args.trials, timeout_s=args.timeout,
         trial_timeout_s=args.trial_timeout, horizon=args.horizon_steps or DEFAULT_HORIZON,
         batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
-        max_memory_gb=args.max_memory_gb,
+        space_file=args.space, max_memory_gb=args.max_memory_gb, finalists=args.finalists,
+        prune=not args.no_prune, triage=not args.no_triage,
     )
     summary = run_search(settings)
-    print(format_table(summary["rows"]))
+    print(format_summary(summary))
     if summary["best"] is None:
         print("no trial ran cleanly yet: see the reasons above and the logs in " + os.path.join(settings.study_dir, "trials"))
         return 1
-    print()
-    print(format_best(summary["best"]))
     print(f"snippet written to {os.path.join(settings.study_dir, 'apply_compilation.py')}:")
     print()
     print(summary["best"]["snippet"])
@@ -168,17 +182,19 @@ def _study_name(model: str) -> str:
 
 def cmd_trial(args) -> int:
     from autocompile.study import build_space, score
-    from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial
+    from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
 
     device = resolve_device(args.device)
     config = _load_config(args.config)
     space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed)
     config = space.validate(config)
+    reason = space.rejection(config)
+    if reason:
+        raise UserError(f"this configuration cannot run here: {reason}")
     trial_dir = args.dir or tempfile.mkdtemp(prefix="autocompile-trial-")
     request = TrialRequest(model=args.model, config=config, device=device, trial_dir=trial_dir,
                            batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
-                           timeout_s=args.trial_timeout,
-                           toolchain_dir=os.path.join(tempfile.gettempdir(), "autocompile-toolchain-cache"))
+                           timeout_s=args.trial_timeout)
     last = {}
 
     def show(event):
@@ -187,6 +203,9 @@ def cmd_trial(args) -> int:
         last.update(event)
 
     record = run_trial(request, on_event=show)
+    if args.triage and record["status"] == "compile_error":
+        print("  compile error: rerunning with simpler backends to find the layer", file=sys.stderr, flush=True)
+        record = triage(request, record)
     record["score"] = score(record)
     if args.json:
         print(json.dumps(record, indent=1, default=str))
@@ -198,6 +217,8 @@ def cmd_trial(args) -> int:
             print(f"   graph break x{item['count']}: {item['reason']}")
         for reason in record.get("recompile_reasons") or []:
             print(f"     recompile: {reason}")
+        for rung in record.get("triage") or []:
+            print(f"{'triage':>14}: backend {rung['backend']}: {rung['status']} {rung['reason'][:120]}")
         for note in record.get("notes") or []:
             print(f"          note: {note}")
         print(f"{'files':>14}: {trial_dir}")
@@ -243,18 +264,20 @@ def cmd_space(args) -> int:
     from autocompile.study import build_space
 
     device = resolve_device(args.device, need_gpu=False)
-    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set))
+    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set), args.space)
     described = space.describe()
     if args.json:
         print(json.dumps(described, indent=1))
         return 0
-    print(f"search space on {described['device']} with torch {described['torch']}:")
+    narrowed = f", narrowed by {described['space_file']}" if described["space_file"] else ""
+    print(f"search space on {described['device']} with torch {described['torch']}{narrowed}:")
+    width = max(len(item["name"]) for item in described["dimensions"] + described["left_out"])
     for dim in described["dimensions"]:
         pinned = f"  (pinned to {json.dumps(dim['fixed'])})" if "fixed" in dim else ""
-        print(f"  {dim['name']:<34} {json.dumps(dim['choices'])}{pinned}")
+        print(f"  {dim['name']:<{width}}  {json.dumps(dim['choices'])}{pinned}")
     print("left out:")
     for item in described["left_out"]:
-        print(f"  {item['name']:<34} {item['why']}")
+        print(f"  {item['name']:<{width}}  {item['why']}")
     return 0
 
 

@@ -20,10 +20,26 @@ def speedup(value: float | None, base: float | None) -> str:
 
 
 def best_trial(study):
-    """The highest-scoring trial that ran cleanly (Optuna's best_trial ignores our status)."""
-    candidates = [t for t in study.trials if t.state.is_finished() and t.user_attrs.get("status") == "ok"
-                  and t.value is not None]
-    return max(candidates, key=lambda t: t.value, default=None)
+    """The winner: the finalist round's choice while its finalists are still the top ones,
+    else the highest-scoring trial that ran cleanly (Optuna's best_trial ignores our status)."""
+    from autocompile.study import search_candidates
+
+    candidates = search_candidates(study)
+    verdict = study.user_attrs.get("finalists") or {}
+    if verdict.get("winner") is not None and verdict["finalists"] == [t.number for t in candidates[:len(verdict["finalists"])]]:
+        return study.trials[verdict["winner"]]
+    eager = [t for t in study.trials if t.user_attrs.get("role") == "eager" and t.user_attrs.get("status") == "ok"]
+    return max(candidates + eager, key=lambda t: t.value, default=None)
+
+
+def default_score_bound(study, horizon: int) -> float | None:
+    """An upper bound on plain torch.compile's score when its baseline never finished warming up:
+    horizon / the seconds it spent warming up before it was stopped."""
+    for t in study.trials:
+        a = t.user_attrs
+        if a.get("role") == "compile-defaults" and a.get("status") in ("timeout", "pruned") and a.get("warmup_elapsed_s"):
+            return horizon / a["warmup_elapsed_s"]
+    return None
 
 
 def trial_rows(study) -> list[dict]:
@@ -37,8 +53,9 @@ def trial_rows(study) -> list[dict]:
         a = t.user_attrs
         config = a.get("config")
         rows.append({
-            "number": t.number, "role": a.get("role", ""), "config": describe_config(config) if config else "",
-            "status": a.get("status", "interrupted"),
+            "number": t.number,
+            "role": a.get("role", "") + (f" of {a['remeasure_of']}" if "remeasure_of" in a else ""), "config": describe_config(config) if config else "",
+            "status": a.get("status", "pruned" if t.state.name == "PRUNED" else "interrupted"),
             "reason": a.get("reason", "the search stopped during this trial" if "status" not in a else ""),
             "warmup_s": a.get("warmup_s"), "steps_per_s": a.get("steps_per_s"), "items_per_s": a.get("items_per_s"),
             "vs_eager": a["steps_per_s"] / eager_sps if a.get("steps_per_s") and eager_sps else None,
@@ -53,9 +70,12 @@ def summarize(study, study_dir: str | None, write: bool = False) -> dict:
     """The winner and the table; with write, the winner's snippet goes to study_dir."""
     rows = trial_rows(study)
     best = best_trial(study)
-    summary = {"study": study.study_name, "rows": rows, "best": None}
+    horizon = study.user_attrs.get("horizon", 1000)
+    summary = {"study": study.study_name, "rows": rows, "best": None, "horizon": horizon,
+               "finalists": study.user_attrs.get("finalists")}
     if best is None:
         return summary
+    bound = default_score_bound(study, horizon)
     eager_sps = baseline_value(study, "eager", "steps_per_s")
     default_sps = baseline_value(study, "compile-defaults", "steps_per_s")
     a = best.user_attrs
@@ -67,6 +87,9 @@ def summarize(study, study_dir: str | None, write: bool = False) -> dict:
         "vs_default": a["steps_per_s"] / default_sps if default_sps else None,
         "snippet": winner_snippet(study, best),
     }
+    if bound:
+        # Plain torch.compile never finished warming up: its score is at most `bound`.
+        summary["best"]["score_vs_default_at_least"] = best.value / bound
     if write and study_dir:
         write_outputs(summary, study_dir)
     return summary
@@ -78,7 +101,7 @@ def write_outputs(summary: dict, study_dir: str) -> None:
     with open(os.path.join(study_dir, "apply_compilation.py"), "w") as f:
         f.write(summary["best"]["snippet"])
     with open(os.path.join(study_dir, "trials.txt"), "w") as f:
-        f.write(format_table(summary["rows"]) + "\n\n" + format_best(summary["best"]) + "\n")
+        f.write(format_summary(summary) + "\n")
     with open(os.path.join(study_dir, "results.json"), "w") as f:
         json.dump({k: v for k, v in summary.items()}, f, indent=1, default=str)
 
@@ -129,4 +152,36 @@ def format_best(best: dict) -> str:
     vs = lambda x: f"{x:.2f}x" if x else "-"
     return (f"winner: trial {best['number']} ({best['role']}) {describe_config(best['config'])}: "
             f"{best['steps_per_s']:.3g} steps/s, {vs(best['vs_eager'])} eager, {vs(best['vs_default'])} "
-            f"torch.compile defaults, warm-up {best['warmup_s']:.1f} s")
+            f"torch.compile defaults, warm-up {best['warmup_s']:.1f} s"
+            + (f"; score at least {best['score_vs_default_at_least']:.2f}x plain torch.compile's, which was "
+               f"still warming up when stopped" if best.get("score_vs_default_at_least") else ""))
+
+
+def format_finalists(verdict: dict | None) -> str:
+    """The finalist round: each finalist's two measurements, how well they agree, the choice."""
+    if not verdict:
+        return ""
+    lines = [f"finalist round (eager {verdict['eager_steps_per_s']:.3g} steps/s in the round):"
+             if verdict.get("eager_steps_per_s") else "finalist round:"]
+    for row in verdict["candidates"]:
+        if row["status"] != "ok":
+            lines.append(f"  trial {row['trial']}: {row['status']} - {row['reason'][:100]}")
+            continue
+        vs = f"{row['vs_eager']:.2f}x eager, " if row.get("vs_eager") else ""
+        lines.append(f"  trial {row['trial']} (rerun as {', '.join(map(str, row['reruns']))}): "
+                     f"{row['search_steps_per_s']:.3g} then {row['steps_per_s']:.3g} steps/s "
+                     f"(agree within {row['agreement']:.1%}), {vs}warm-up {row['warmup_s']:.1f} s, "
+                     f"score {row['score']:.3g}  {describe_config(row['config'])}")
+    if verdict.get("why"):
+        lines.append("  " + verdict["why"])
+    return "\n".join(lines)
+
+
+def format_summary(summary: dict) -> str:
+    """Table, finalist round and winner: what `search` prints and trials.txt holds."""
+    parts = [format_table(summary["rows"])]
+    if summary.get("finalists"):
+        parts.append(format_finalists(summary["finalists"]))
+    if summary.get("best"):
+        parts.append(format_best(summary["best"]))
+    return "\n\n".join(parts)

@@ -9,6 +9,12 @@ How outcomes are told to Optuna: a trial that ran is COMPLETE with its score. On
 failed, crashed, timed out, ran out of memory or hit the recompile limit is COMPLETE with
 score 0 and a violated constraint, so TPE's constrained mode learns to avoid its region
 (TPE ignores FAIL trials entirely). Only a search interrupted mid-trial leaves a FAIL.
+A trial stopped because it can no longer win is PRUNED (Optuna's protocol: its optimistic
+score is reported as it runs, and `CannotWinPruner` compares it with the best); TPE ranks
+pruned trials after the completed ones.
+
+At the end, the finalists (the top K configurations) are measured again, alternating with
+eager, and the winner is chosen from that round (`run_finalists`).
 """
 
 from __future__ import annotations
@@ -16,21 +22,26 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import statistics
 import sys
 import time
 import warnings
 from dataclasses import dataclass
 
+import optuna
+
 from autocompile.apply import describe_config
 from autocompile.report import baseline_value, best_trial, speedup, summarize, write_outputs
 from autocompile.errors import UserError
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
-from autocompile.trial import TrialRequest, run_trial
+from autocompile.trial import TrialRequest, run_trial, triage
 
 DEFAULT_HORIZON = 1000  # training steps the warm-up is amortised over
 RECOMPILE_PENALTY = 0.02  # score lost per recompile after warm-up (at most half)
 BASELINES = (("eager", EAGER), ("compile-defaults", DEFAULTS))
 MIN_TRIAL_S = 30.0  # with less of --timeout left, no trial is started
+PRUNE_SLACK = 0.05  # a trial is pruned once even this much above its measured pace cannot win
+DEFAULT_FINALISTS = 3
 
 
 def score(record: dict, horizon: int = DEFAULT_HORIZON) -> float:
@@ -83,6 +94,45 @@ def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | 
     return record
 
 
+def optimistic_score(events: list[dict], horizon: int, now: float | None = None) -> float | None:
+    """The highest score a running trial could still reach, from its progress events.
+
+    While it warms up: horizon / warm-up so far (even infinitely fast steps cannot beat that).
+    Once two steady windows are in: the score at their pace, plus the larger of PRUNE_SLACK
+    and three times their spread. None before the warm-up starts.
+    """
+    now = time.time() if now is None else now
+    start = next((e["t"] for e in events if e.get("phase") in ("compiling", "warming up")), None)
+    if start is None:
+        return None
+    warmed = next((e for e in events if e.get("phase") == "measuring" and "warmup_s" in e), None)
+    if warmed is None:
+        return horizon / max(now - start, 1e-9)
+    rates = [e["steps_per_s"] for e in events if e.get("phase") == "measuring" and "window" in e]
+    if len(rates) < 2:
+        return horizon / max(warmed["warmup_s"], 1e-9)
+    pace = statistics.mean(rates)
+    slack = max(PRUNE_SLACK, 3 * statistics.pstdev(rates) / pace)
+    at_pace = score({"status": "ok", "warmup_s": warmed["warmup_s"], "warmup_steps": warmed["warmup_steps"],
+                     "steps_per_s": pace}, horizon)
+    return at_pace * (1 + slack)
+
+
+class CannotWinPruner(optuna.pruners.BasePruner):
+    """Prunes a trial whose last reported value (its optimistic score) is below the best score.
+
+    The best is that of the feasible completed trials, finalist re-runs included.
+    """
+
+    def prune(self, study, trial) -> bool:
+        step = trial.last_step
+        if step is None:
+            return False
+        best = max((t.value for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                    if t.user_attrs.get("status") == "ok" and t.value), default=None)
+        return best is not None and trial.intermediate_values[step] < best
+
+
 @dataclass
 class SearchSettings:
     model: str
@@ -98,8 +148,12 @@ class SearchSettings:
     seq_len: int | None = None
     seed: int = 0
     fixed: dict | None = None
+    space_file: str | None = None  # a space file (TOML or JSON): [fix], [exclude], [inductor]
     measure: dict | None = None
     max_memory_gb: float | None = None  # trials above it are infeasible
+    finalists: int = DEFAULT_FINALISTS  # re-measured at the end, alternating with eager (0: none)
+    prune: bool = True  # stop trials that can no longer win
+    triage: bool = True  # rerun compile failures with simpler backends to name the failing layer
 
     @property
     def study_dir(self) -> str:
@@ -114,8 +168,6 @@ def storage_url(settings_storage: str | None, directory: str, study: str) -> str
 
 def open_storage(url: str, create_dir: str | None = None):
     """Optuna RDB storage with heartbeats (so trials of a dead search are failed on resume)."""
-    import optuna
-
     if url.startswith("sqlite:///") and create_dir:
         os.makedirs(create_dir, exist_ok=True)
     try:
@@ -130,8 +182,6 @@ def open_storage(url: str, create_dir: str | None = None):
 
 
 def load_study(name: str, url: str):
-    import optuna
-
     storage = open_storage(url)
     try:
         return optuna.load_study(study_name=name, storage=storage)
@@ -142,8 +192,6 @@ def load_study(name: str, url: str):
 
 def _sampler(seed: int):
     """TPE over the conditional space (multivariate, grouped); it reads each trial's constraint."""
-    import optuna
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5)
@@ -164,17 +212,23 @@ def workload_traits(workload, options) -> WorkloadTraits:
     except Exception:
         regions = None  # found when a trial builds the model
     return WorkloadTraits(varying=dict(workload.varying), parts=tuple(workload.parts), regions=regions,
-                          fusable_optimizer=fusable)
+                          fusable_optimizer=fusable, criterion=workload.split_loss,
+                          schedule=workload.schedule is not None)
 
 
-def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, fixed=None) -> SearchSpace:
+def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, fixed=None,
+                space_file: str | None = None) -> SearchSpace:
+    """The space for a workload on a device; `space_file` narrows or extends it (see load_space_file)."""
+    from autocompile.space import load_space_file
     from autocompile.workloads import WorkloadOptions, get_workload
 
+    narrowing = load_space_file(space_file) if space_file else None  # a bad file fails before any build
     workload = get_workload(model)
     if workload.gpu_only and not device.startswith("cuda"):
         raise UserError(f"model {model!r} needs a GPU (use tiny-llama or tiny-captioner on the CPU)")
     options = WorkloadOptions(device=device, batch_size=batch_size, seq_len=seq_len, seed=seed)
-    return SearchSpace(Capabilities.detect(device), workload_traits(workload, options), fixed=fixed)
+    return SearchSpace(Capabilities.detect(device), workload_traits(workload, options), fixed=fixed,
+                       space_file=narrowing)
 
 
 class Progress:
@@ -222,8 +276,6 @@ def _check_resume(study, settings: SearchSettings) -> None:
 def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
     """Whether a configuration was measured already, or is queued: a trial cut short by a
     search's time bound (not by the trial limit) does not count."""
-    import optuna
-
     for t in study.trials:
         if t.state == optuna.trial.TrialState.WAITING:
             if t.system_attrs.get("fixed_params") == params:
@@ -237,18 +289,244 @@ def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
     return False
 
 
+def _eager_record(study) -> dict | None:
+    return next((t.user_attrs for t in study.trials if t.user_attrs.get("role") == "eager"
+                 and t.user_attrs.get("status") == "ok"), None)
+
+
+class _Runner:
+    """Runs trials of one search against its study: launch, prune, triage, judge, tell."""
+
+    def __init__(self, study, storage, url: str, settings: SearchSettings, progress: Progress, deadline: float | None):
+        self.study, self.storage, self.url, self.settings, self.progress = study, storage, url, settings, progress
+        self.deadline = deadline
+        self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.time()
+
+    def run(self, trial, config: dict, role: str, prunable: bool) -> dict:
+        """Measure `config` as `trial`, then tell the study; returns the record."""
+        settings = self.settings
+        trial.set_user_attr("role", role)
+        trial.set_user_attr("config", config)  # known even if the search dies during the trial
+        label = describe_config(config)
+        self.progress.phase(trial.number, label, {"phase": "starting"})
+        remaining = self.remaining()
+        request = TrialRequest(
+            model=settings.model, config=config, device=settings.device,
+            trial_dir=os.path.join(settings.study_dir, "trials", f"{trial.number:04d}"),
+            batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
+            timeout_s=min(settings.trial_timeout_s, remaining) if remaining else settings.trial_timeout_s,
+            header=_header(settings, trial.number), measure=settings.measure or {},
+        )
+        storage = self.storage
+        beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None
+        try:
+            record = run_trial(request, on_event=lambda e: self.progress.phase(trial.number, label, e), heartbeat=beat,
+                               should_stop=self._pruning(trial) if prunable and settings.prune else None)
+            self.trials_wall += record["wall_s"]
+            if record["status"] == "compile_error" and settings.triage and (remaining is None or
+                                                                            self.remaining() > MIN_TRIAL_S):
+                self.progress.line(f"  trial {trial.number}: compile error; rerunning with simpler backends to find the layer")
+                record = triage(request, record, time_left=self.remaining())
+                self.trials_wall += sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
+        except KeyboardInterrupt:
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
+                               f"{self.url}; run the same command to resume")
+            raise
+        record = judge(record, _eager_record(self.study), settings.device, settings.max_memory_gb)
+        record["score"] = score(record, settings.horizon)
+        for key, value in record.items():
+            trial.set_user_attr(key, value)
+        if record["status"] == "pruned":
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        elif record["status"] == "timeout" and request.timeout_s < settings.trial_timeout_s:
+            # Cut short by the search's own time bound, not by its trial limit: says nothing
+            # of the configuration, so it is not told as infeasible (and may be tried again).
+            trial.set_user_attr("reason", record["reason"] + "; cut by the search --timeout")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            trial.set_constraint("failed", violation(record))
+            self.study.tell(trial, record["score"])
+        self.progress.done += 1
+        self._report(trial.number, label, record)
+        return record
+
+    def reject(self, trial, config: dict, role: str, reason: str) -> None:
+        """A configuration that cannot work here: infeasible before launch, at no GPU cost."""
+        record = {"status": "infeasible", "reason": "rejected before launch: " + reason, "config": config,
+                  "wall_s": 0.0, "score": 0.0, "notes": []}
+        trial.set_user_attr("role", role)
+        for key, value in record.items():
+            trial.set_user_attr(key, value)
+        trial.set_constraint("failed", violation(record))
+        self.study.tell(trial, 0.0)
+        self.progress.done += 1
+        self._report(trial.number, describe_config(config), record)
+
+    def _pruning(self, trial):
+        """should_stop for run_trial: report the optimistic score, ask the study's pruner."""
+        horizon, state = self.settings.horizon, {"step": 0, "last": None}
+
+        def should_stop(events: list[dict]) -> str | None:
+            bound = optimistic_score(events, horizon)
+            if bound is None or bound == state["last"]:
+                return None
+            state["last"] = bound
+            trial.report(bound, state["step"])
+            state["step"] += 1
+            if trial.should_prune():
+                return f"pruned: it can reach a score of at most {bound:.3g} at horizon {horizon}, below the best so far"
+            return None
+
+        return should_stop
+
+    def _report(self, number: int, label: str, record: dict) -> None:
+        eager = baseline_value(self.study, "eager", "steps_per_s")
+        best = best_trial(self.study)
+        self.progress.line(
+            f"[{self.progress.done}/{self.progress.total}] trial {number} {label}: {record['status']}"
+            + (f"  {record['steps_per_s']:.3g} steps/s ({speedup(record['steps_per_s'], eager)} eager),"
+               f" warm-up {record['warmup_s']:.1f} s, score {record['score']:.3g}" if record["status"] == "ok"
+               else f" - {record.get('reason', '')}")
+            + (f"  | best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager" if best else "")
+        )
+
+
+def _ask(study):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "heartbeat is meant for optimize()": we beat ourselves
+        return study.ask()
+
+
+def search_candidates(study) -> list:
+    """Trials of distinct compiled configurations that ran cleanly, best score first."""
+    seen, out = [], []
+    ranked = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value
+                     and t.user_attrs.get("status") == "ok" and t.user_attrs.get("role") != "finalist"
+                     and t.user_attrs.get("config", {}).get("compile")), key=lambda t: t.value, reverse=True)
+    for t in ranked:
+        if t.user_attrs["config"] not in seen:
+            seen.append(t.user_attrs["config"])
+            out.append(t)
+    return out
+
+
+def _finalist_reserve(study, k: int, timeout_s: float) -> float:
+    """Seconds to keep for the finalist round: what the current top k (and eager) took in their
+    own runs. A round that would need more than a third of the search's time is not kept
+    for (a short search searches instead); it runs at the end only with what is left."""
+    if k <= 0:
+        return 0.0
+    eager = _eager_record(study) or {}
+    needed = sum(t.user_attrs.get("wall_s", 0) for t in search_candidates(study)[:k]) + eager.get("wall_s", 0)
+    return needed if needed <= timeout_s / 3 else 0.0
+
+
+def run_finalists(runner: _Runner, k: int, rounds: int = 1) -> dict | None:
+    """Measure the top k configurations again, alternating with eager, and choose the winner.
+
+    Each round runs eager then the finalists (in reverse order every other round), so drift
+    of the machine reaches all of them alike. The winner has the best score in the round;
+    when the top two are within their noise (the larger of each one's window spread and the
+    difference between its two measurements), the one with the shorter warm-up wins.
+    """
+    study, progress = runner.study, runner.progress
+    eager = next((t for t in study.trials if t.user_attrs.get("role") == "eager"
+                  and t.user_attrs.get("status") == "ok"), None)
+    if eager is None:
+        return None
+    finalists, remaining = [], runner.remaining()
+    budget = None if remaining is None else remaining / rounds - eager.user_attrs["wall_s"]
+    for t in search_candidates(study)[:k]:  # under --timeout, those whose rerun fits, best first
+        if budget is not None and t.user_attrs["wall_s"] > budget:
+            progress.line(f"finalist round: no time left to measure trial {t.number} again "
+                          f"(it took {t.user_attrs['wall_s']:.0f} s)")
+            break
+        finalists.append(t)
+        budget = None if budget is None else budget - t.user_attrs["wall_s"]
+    if not finalists:
+        return None
+    numbers = [t.number for t in finalists]
+    done = study.user_attrs.get("finalists")
+    if done and done.get("finalists") == numbers:
+        return done  # this round was run already for these finalists
+    progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager")
+    progress.total = progress.done + rounds * (len(finalists) + 1)
+    runs: dict[int, list[dict]] = {t.number: [] for t in [eager, *finalists]}
+    for r in range(rounds):
+        order = [eager, *(finalists if r % 2 == 0 else finalists[::-1])]
+        for original in order:
+            remaining = runner.remaining()
+            if remaining is not None and remaining < MIN_TRIAL_S:
+                progress.line("search timeout reached during the finalist round")
+                break
+            trial = _ask(study)
+            trial.set_user_attr("remeasure_of", original.number)
+            trial.set_user_attr("finalist_round", r)
+            record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False)
+            runs[original.number].append({**record, "trial": trial.number})
+    eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"]
+    eager_pace = statistics.mean([x["steps_per_s"] for x in eager_runs]) if eager_runs else None
+    rows = []
+    for t in finalists:
+        ok = [x for x in runs[t.number] if x["status"] == "ok"]
+        if not ok:
+            rows.append({"trial": t.number, "config": t.user_attrs["config"], "status": "failed again",
+                         "reason": "; ".join(x.get("reason", "") for x in runs[t.number]) or "not run"})
+            continue
+        paces = [t.user_attrs["steps_per_s"]] + [x["steps_per_s"] for x in ok]
+        agreement = (max(paces) - min(paces)) / statistics.mean(paces)
+        noise = max([agreement] + [x.get("cv", 0) for x in ok] + [t.user_attrs.get("cv", 0)])
+        rows.append({
+            "trial": t.number, "config": t.user_attrs["config"], "status": "ok", "reruns": [x["trial"] for x in ok],
+            "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value,
+            "steps_per_s": statistics.mean(x["steps_per_s"] for x in ok),
+            "warmup_s": statistics.mean(x["warmup_s"] for x in ok),
+            "score": statistics.mean(x["score"] for x in ok),
+            "vs_eager": (statistics.mean(x["steps_per_s"] for x in ok) / eager_pace) if eager_pace else None,
+            "agreement": agreement, "noise": noise,
+        })
+    ranked = sorted((row for row in rows if row["status"] == "ok"), key=lambda row: row["score"], reverse=True)
+    verdict = {"finalists": numbers, "rounds": rounds, "eager_steps_per_s": eager_pace, "candidates": rows,
+               "winner": None}
+    if ranked:
+        winner, note = ranked[0], f"trial {ranked[0]['trial']} has the best score in the finalist round"
+        if len(ranked) > 1:
+            second = ranked[1]
+            margin = winner["score"] / second["score"] - 1
+            noise = winner["noise"] + second["noise"]
+            verdict.update(margin=margin, noise=noise, within_noise=margin <= noise)
+            if margin <= noise:
+                quicker = min(winner, second, key=lambda row: row["warmup_s"])
+                note = (f"trials {winner['trial']} and {second['trial']} are within noise ({margin:.1%} apart, "
+                        f"noise {noise:.1%}): trial {quicker['trial']} wins with the shorter warm-up")
+                winner = quicker
+            else:
+                note += f", {margin:.1%} ahead of trial {second['trial']} (noise {noise:.1%})"
+        eager_score = statistics.mean(x["score"] for x in eager_runs) if eager_runs else 0.0
+        if eager_score > winner["score"]:
+            note = (f"eager scores {eager_score:.3g} in the finalist round, above trial {winner['trial']}'s "
+                    f"{winner['score']:.3g}: at horizon {runner.settings.horizon} no compiled setting pays for its warm-up")
+            winner = {"trial": eager.number}
+        verdict.update(winner=winner["trial"], why=note)
+        progress.line("finalists: " + note)
+    study.set_user_attr("finalists", verdict)
+    return verdict
+
+
 def run_search(settings: SearchSettings, progress: Progress | None = None) -> dict:
     """Run (or resume) a search; returns a summary with the winner. Raises UserError on bad input."""
-    import optuna
-
     search_started = time.time()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
-                        settings.seed, settings.fixed)
+                        settings.seed, settings.fixed, settings.space_file)
     url = storage_url(settings.storage, settings.directory, settings.study)
     storage = open_storage(url, create_dir=settings.study_dir)
     study = optuna.create_study(study_name=settings.study, storage=storage, direction="maximize",
-                                sampler=_sampler(settings.seed), load_if_exists=True)
+                                sampler=_sampler(settings.seed), pruner=CannotWinPruner(), load_if_exists=True)
     _check_resume(study, settings)
     progress = progress or Progress(settings.trials)
     progress.line(f"autocompile search: {settings.model} on {_device_name(settings.device)} "
@@ -263,15 +541,17 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
     roles_done = {t.user_attrs.get("role") for t in finished if t.state == optuna.trial.TrialState.COMPLETE}
     pending_roles = [(role, cfg) for role, cfg in BASELINES if role not in roles_done]
 
-    recipes_queued = False
-    trials_wall = 0.0  # the trials' own time, to show what the harness adds
-    toolchain = os.path.abspath(os.path.join(settings.directory, ".toolchain-cache"))
     started = time.time()
+    runner = _Runner(study, storage, url, settings, progress,
+                     deadline=None if settings.timeout_s is None else started + settings.timeout_s)
+    recipes_queued = False
     for _ in range(settings.trials):
-        remaining = None if settings.timeout_s is None else settings.timeout_s - (time.time() - started)
-        if remaining is not None and remaining < MIN_TRIAL_S:
+        remaining = runner.remaining()
+        reserve = _finalist_reserve(study, settings.finalists, settings.timeout_s) if remaining is not None else 0.0
+        if remaining is not None and remaining - reserve < MIN_TRIAL_S:
             progress.line(f"search timeout of {settings.timeout_s:.0f} s reached"
-                          + (f" ({remaining:.0f} s left: too little for a trial)" if remaining > 0 else ""))
+                          + (f" ({remaining:.0f} s left, {reserve:.0f} s of it kept for the finalist round)"
+                             if remaining > 0 else ""))
             break
         if not pending_roles and not recipes_queued:
             # After the baselines (study.ask would hand a queued recipe to a baseline); a
@@ -281,67 +561,30 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
                 if not _tried(study, config, params, settings.trial_timeout_s):
                     study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
             recipes_queued = True
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "heartbeat is meant for optimize()": we beat ourselves
-            trial = study.ask()
+        trial = _ask(study)
         if pending_roles:
             role, config = pending_roles.pop(0)
             config = json.loads(json.dumps(config))
-            trial.set_user_attr("role", role)
         else:
             config = space.suggest(trial)
             role = trial.user_attrs.get("role", "search")
-            trial.set_user_attr("role", role)
         if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
             config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
-        trial.set_user_attr("config", config)  # known even if the search dies during the trial
-        label = describe_config(config)
-        progress.phase(trial.number, label, {"phase": "starting"})
-        request = TrialRequest(
-            model=settings.model, config=config, device=settings.device,
-            trial_dir=os.path.join(settings.study_dir, "trials", f"{trial.number:04d}"),
-            batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
-            timeout_s=min(settings.trial_timeout_s, remaining) if remaining else settings.trial_timeout_s,
-            toolchain_dir=toolchain, header=_header(settings, trial.number), measure=settings.measure or {},
-        )
-        beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None
-        try:
-            record = run_trial(request, on_event=lambda e: progress.phase(trial.number, label, e), heartbeat=beat)
-        except KeyboardInterrupt:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in {url}; "
-                          f"run the same command to resume")
-            raise
-        eager = next((t.user_attrs for t in study.trials if t.user_attrs.get("role") == "eager"
-                      and t.user_attrs.get("status") == "ok"), None)
-        trials_wall += record["wall_s"]
-        record = judge(record, eager, settings.device, settings.max_memory_gb)
-        record["score"] = score(record, settings.horizon)
-        for key, value in record.items():
-            trial.set_user_attr(key, value)
-        if record["status"] == "timeout" and request.timeout_s < settings.trial_timeout_s:
-            # Cut short by the search's own time bound, not by its trial limit: says nothing
-            # of the configuration, so it is not told as infeasible (and may be tried again).
-            trial.set_user_attr("reason", record["reason"] + "; cut by the search --timeout")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        else:
-            trial.set_constraint("failed", violation(record))
-            study.tell(trial, record["score"])
-        progress.done += 1
-        eager = baseline_value(study, "eager", "steps_per_s")
-        best = best_trial(study)
-        progress.line(
-            f"[{progress.done}/{progress.total}] trial {trial.number} {label}: {record['status']}"
-            + (f"  {record['steps_per_s']:.3g} steps/s ({speedup(record['steps_per_s'], eager)} eager),"
-               f" warm-up {record['warmup_s']:.1f} s, score {record['score']:.3g}" if record["status"] == "ok"
-               else f" - {record.get('reason', '')}")
-            + (f"  | best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager" if best else "")
-        )
+        baseline = role in ("eager", "compile-defaults")
+        why_not = None if baseline else space.rejection(config)
+        if why_not:
+            runner.reject(trial, config, role, why_not)
+            continue
+        runner.run(trial, config, role, prunable=not baseline)
+    if settings.finalists > 0:
+        run_finalists(runner, settings.finalists)
     summary = summarize(study, settings.study_dir)
-    if trials_wall:
+    if runner.trials_wall:
         wall = time.time() - search_started
-        summary["harness"] = {"search_wall_s": wall, "trials_wall_s": trials_wall, "ratio": wall / trials_wall}
-        progress.line(f"harness: this search took {wall:.0f} s for {trials_wall:.0f} s of trials ({wall / trials_wall:.2f}x)")
+        summary["harness"] = {"search_wall_s": wall, "trials_wall_s": runner.trials_wall,
+                              "ratio": wall / runner.trials_wall}
+        progress.line(f"harness: this search took {wall:.0f} s for {runner.trials_wall:.0f} s of trials "
+                      f"({wall / runner.trials_wall:.2f}x)")
     if summary["best"]:
         write_outputs(summary, settings.study_dir)
     return summary

@@ -15,12 +15,19 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 # A record's fields, in the order tables and `trial --json` show them.
 RECORD_FIELDS = ("status", "reason", "warmup_s", "steps_per_s", "items_per_s", "recompiles",
                  "graph_breaks", "peak_mem_gb", "score")
+
+
+def default_toolchain_dir() -> str:
+    """Where facts about the machine (the CPU's vector ISA, probed by Inductor) are cached for
+    every trial: $AUTOCOMPILE_TOOLCHAIN_CACHE, else ~/.cache/autocompile/toolchain."""
+    return os.environ.get("AUTOCOMPILE_TOOLCHAIN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autocompile", "toolchain")
 
 
 @dataclass
@@ -33,7 +40,7 @@ class TrialRequest:
     seq_len: int | None = None
     seed: int = 0
     timeout_s: float = 900.0
-    toolchain_dir: str | None = None  # shared CPU-probe cache (see _worker._warm_cpu_toolchain)
+    toolchain_dir: str = field(default_factory=default_toolchain_dir)  # see _worker._warm_cpu_toolchain
     header: str = ""
     measure: dict = field(default_factory=dict)  # overrides of the worker's measurement knobs
 
@@ -76,8 +83,13 @@ def _describe_exit(code: int) -> str:
 
 
 def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = None,
-              heartbeat: Callable[[], None] | None = None, heartbeat_every_s: float = 20.0) -> dict:
-    """Run one configuration in a fresh process; always returns a record (never raises for the trial's own failures)."""
+              heartbeat: Callable[[], None] | None = None, heartbeat_every_s: float = 20.0,
+              should_stop: Callable[[list[dict]], str | None] | None = None, check_every_s: float = 2.0) -> dict:
+    """Run one configuration in a fresh process; always returns a record (never raises for the trial's own failures).
+
+    should_stop(events so far) is asked every `check_every_s` and after new events; a reason
+    it returns ends the trial there with status "pruned" (the caller's pruning decision).
+    """
     os.makedirs(request.trial_dir, exist_ok=True)
     spec_path = os.path.join(request.trial_dir, "spec.json")
     events_path = os.path.join(request.trial_dir, "events.jsonl")
@@ -96,7 +108,9 @@ def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = N
         json.dump(spec, f, indent=1)
 
     started = time.time()
-    last_phase, offset, last_beat = "starting", 0, started
+    last_phase, offset, last_beat, last_check = "starting", 0, started, started
+    seen: list[dict] = []
+    stop_reason = None
     with open(log_path, "w") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "autocompile._worker", spec_path],
@@ -112,6 +126,12 @@ def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = N
                     last_phase = event.get("phase", last_phase)
                     if on_event:
                         on_event(event)
+                seen += events
+                if should_stop and (events or time.time() - last_check >= check_every_s):
+                    last_check = time.time()
+                    stop_reason = should_stop(seen)
+                    if stop_reason:
+                        break
                 if heartbeat and time.time() - last_beat >= heartbeat_every_s:
                     heartbeat()
                     last_beat = time.time()
@@ -130,7 +150,10 @@ def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = N
     for event in events:
         last_phase = event.get("phase", last_phase)
 
-    if timed_out:
+    if stop_reason:
+        record = {"status": "pruned", "reason": stop_reason, "failed_phase": last_phase, "notes": [],
+                  "events": [e for e in seen if e.get("phase") == "measuring" and "window" in e]}
+    elif timed_out:
         record = {"status": "timeout", "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase})",
                   "failed_phase": last_phase, "notes": []}
     elif os.path.exists(result_path):
@@ -139,10 +162,60 @@ def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = N
     else:
         record = {"status": "crashed", "reason": f"{_describe_exit(process.returncode)} (while {last_phase})",
                   "failed_phase": last_phase, "notes": []}
+    if record["status"] in ("timeout", "pruned"):
+        seen += events
+        warm_start = next((e["t"] for e in seen if e.get("phase") in ("compiling", "warming up")), None)
+        if warm_start and not any(e.get("phase") == "measuring" for e in seen):
+            record["warmup_elapsed_s"] = started + wall_s - warm_start  # still warming up when stopped
     record["config"] = request.config
     record["wall_s"] = wall_s
     record["log"] = log_path
     shutil.rmtree(os.path.join(request.trial_dir, "cache"), ignore_errors=True)
     with open(result_path, "w") as f:
         json.dump(record, f, indent=1, default=str)
+    return record
+
+
+# The layers of torch.compile, lowest first, and the backend that stops after each
+# (002_86f4e0ea9600b3b4.txt's ladder): the first backend that fails names the layer at fault.
+TRIAGE_LADDER = (
+    ("eager", "Dynamo (graph capture)"),
+    ("aot_eager", "AOTAutograd (forward and backward graphs)"),
+    ("aot_eager_decomp_partition", "decompositions and the partitioner"),
+)
+TRIAGE_MEASURE = {"min_windows": 1, "max_windows": 1, "min_window_s": 0.0, "settle_steps": 1}
+
+
+def triage(request: TrialRequest, record: dict, time_left: float | None = None) -> dict:
+    """Rerun a configuration that failed to compile down the backend ladder; name the failing layer.
+
+    Each rung is a trial of its own (same configuration, model and batches) with `backend`
+    set, measured briefly. If every rung runs, Inductor itself is at fault. The record gets
+    the rungs under "triage" and the verdict in its reason.
+    """
+    rungs, layer = [], "Inductor (code generation)"
+    budget = min(request.timeout_s, time_left) if time_left is not None else request.timeout_s
+    started = time.time()
+    for backend, name in TRIAGE_LADDER:
+        left = budget - (time.time() - started)
+        if left < 10:
+            record["reason"] += "; triage stopped: no time left"
+            record["triage"] = rungs
+            return record
+        rung = run_trial(replace(request, config={**request.config, "backend": backend}, timeout_s=left,
+                                 trial_dir=os.path.join(request.trial_dir, f"triage-{backend}"),
+                                 measure={**request.measure, **TRIAGE_MEASURE}))
+        rungs.append({"backend": backend, "status": rung["status"], "reason": rung.get("reason", ""),
+                      "wall_s": rung["wall_s"]})
+        if rung["status"] == "timeout":
+            layer = f"an undetermined layer (the {backend} rerun timed out)"
+            break
+        if rung["status"] != "ok":
+            layer = name
+            break
+    passed = [r["backend"] for r in rungs if r["status"] == "ok"]
+    record["triage"] = rungs
+    record["failing_layer"] = layer
+    record["reason"] += (f"; triage: fails in {layer}" + (f" (backends {', '.join(passed)} run)" if passed else
+                                                          " (backend eager fails too)"))
     return record

@@ -14,9 +14,12 @@ case "$1" in
     shift
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$RUNS/device.txt"
     python3 -c 'import torch, transformers, optuna; print("torch", torch.__version__, "transformers", transformers.__version__, "optuna", optuna.__version__)' | tee -a "$RUNS/device.txt"
+    # The searches run from a copy of the package, so a later call's fresh checkout cannot
+    # change the code under a running study.
+    rm -rf "$RUNS/src" && mkdir -p "$RUNS/src" && cp -r autocompile "$RUNS/src/"
     : > "$RUNS/commands.txt"
     for job in "$@"; do echo "python3 -m autocompile search $job --dir $RUNS" >> "$RUNS/commands.txt"; done
-    setsid nohup bash -c "while read -r cmd; do echo \"\$ \$cmd (\$(date -u +%FT%TZ))\"; \$cmd; echo \"exit \$?\"; done < $RUNS/commands.txt" \
+    setsid nohup env PYTHONPATH="$RUNS/src:$PYTHONPATH" bash -c "cd $RUNS/src; while read -r cmd; do echo \"\$ \$cmd (\$(date -u +%FT%TZ))\"; \$cmd; echo \"exit \$?\"; done < $RUNS/commands.txt" \
       > "$RUNS/search.log" 2>&1 < /dev/null &
     echo "started: $(cat "$RUNS/commands.txt" | wc -l) searches, log $RUNS/search.log"
     ;;

@@ -1,5 +1,6 @@
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -18,7 +19,11 @@ def toy(name: str = "toy") -> str:
     return f"{TOY}:{name}"
 
 
+# One CPU-probe cache for the whole test session, searches and commands included (the probe
+# takes ~20 s once).
+os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="autocompile-toolchain-"))
+
+
 @pytest.fixture(scope="session")
-def toolchain_dir(tmp_path_factory):
-    """One shared CPU-probe cache for the whole test session (the probe takes ~20 s once)."""
-    return str(tmp_path_factory.mktemp("toolchain"))
+def toolchain_dir():
+    return os.environ["AUTOCOMPILE_TOOLCHAIN_CACHE"]

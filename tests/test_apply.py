@@ -132,3 +132,54 @@ def test_cuda_graph_modes_mark_each_step_and_options_expand_the_mode():
     kwargs = namespace["COMPILE_KWARGS"]
     assert "mode" not in kwargs  # torch.compile takes mode or options, not both
     assert kwargs["options"]["max_autotune"] is True and kwargs["options"]["shape_padding"] is False
+
+
+def test_compile_loss_compiles_the_criterion_apart_and_trains_a_fresh_model():
+    from torch._dynamo.utils import counters
+
+    assert load_snippet(render_snippet(config(), info()))["compile_loss"](WORKLOAD.criterion) is WORKLOAD.criterion
+    cfg = config(scope="regional", compile_loss=True, dynamic=False)
+    source = render_snippet(cfg, info())
+    assert "LOSS_COMPILE_KWARGS = {'dynamic': False}" in source
+    model, optimizer = WORKLOAD.build(OPTIONS)
+    namespace = load_snippet(source)
+    model, optimizer = namespace["apply_compilation"](model, optimizer)
+    criterion = namespace["compile_loss"](WORKLOAD.criterion)
+    assert criterion._torchdynamo_orig_callable is WORKLOAD.criterion  # a compiled function around the criterion
+    batch = WORKLOAD.batches(OPTIONS, 1)[0]
+    reference = WORKLOAD.loss(WORKLOAD.build(OPTIONS)[0], batch)
+    logits = WORKLOAD.forward(model, namespace["prepare_batch"](dict(batch)))  # the blocks compile here
+    graphs = counters["stats"]["unique_graphs"]
+    loss = criterion(logits, batch)
+    assert counters["stats"]["unique_graphs"] == graphs + 1  # the criterion: one graph of its own
+    assert type(loss.grad_fn).__name__ == "CompiledFunctionBackward"  # its backward is compiled too
+    loss.backward()
+    optimizer.step()
+    assert torch.allclose(loss, reference, rtol=1e-4)
+
+
+@pytest.mark.parametrize("lr_tensor", [False, True])
+def test_a_tensor_lr_keeps_a_scheduled_compiled_step_from_recompiling(lr_tensor):
+    """An LR that changes every step: a float LR is a constant of the compiled step (a new
+    graph for each value with foreach, the CUDA default); as a tensor, one graph serves all."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()  # Adam.step is shared: other tests' compiled steps must not count
+    model = torch.nn.Linear(4, 4, bias=False)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: (step + 1) / 100)  # before compiling
+    namespace = load_snippet(render_snippet(config(compile_optimizer=True, lr_tensor=lr_tensor), ModelInfo()))
+    model, optimizer = namespace["apply_compilation"](model, optimizer)
+    graphs = []
+    for _ in range(3):
+        model.weight.grad = torch.ones_like(model.weight)
+        optimizer.step()
+        scheduler.step()
+        graphs.append(counters["stats"]["unique_graphs"])
+    group = optimizer.param_groups[0]
+    assert float(group["lr"]) == pytest.approx(1e-3 * 4 / 100)  # the scheduler's value reached the optimizer
+    if lr_tensor:
+        assert isinstance(group["lr"], torch.Tensor) and group["foreach"] is False  # CPU: foreach needs capturable
+        assert graphs[-1] == graphs[0], graphs  # no recompile
+    else:
+        assert graphs[-1] >= graphs[0] + 2, graphs  # a recompile at each new LR

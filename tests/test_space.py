@@ -1,4 +1,5 @@
 import json
+import re
 
 import optuna
 import pytest
@@ -67,16 +68,16 @@ def test_validate_rejects_bad_values_with_the_choices():
     space = build_space(toy(), "cpu")
     with pytest.raises(UserError, match="invalid value \"fast\" for mode"):
         space.validate({"mode": "fast"})
-    with pytest.raises(UserError, match="needs a CUDA device"):
-        space.validate({"mode": "reduce-overhead"})
+    assert "need a CUDA device" in space.rejection(space.validate({"mode": "reduce-overhead"}))  # valid, not possible here
+    with pytest.raises(UserError, match="invalid value 1 for fullgraph"):
+        space.validate({"fullgraph": 1})  # 1 == True to Python, not to a configuration
     with pytest.raises(UserError, match="unknown configuration key"):
         space.validate({"scopes": "full"})
     with pytest.raises(UserError, match="no Inductor option 'no_such_option'"):
         space.validate({"inductor": {"no_such_option": True}})
     with pytest.raises(UserError, match="takes a bool"):
         space.validate({"inductor": {"shape_padding": "yes"}})
-    with pytest.raises(UserError, match="needs a workload with natural parts"):
-        space.validate({"scope": "modular"})
+    assert "declares none" in space.rejection(space.validate({"scope": "modular"}))
     with pytest.raises(UserError, match="pad_multiple"):
         space.validate({"padding": "multiple"})
     assert space.validate({"scope": "regional"})["scope"] == "regional"
@@ -111,3 +112,199 @@ def test_an_option_missing_from_the_installed_torch_is_left_out():
     assert any("has no such Inductor option" in why for name, why in space.left_out
                if name == "inductor.coordinate_descent_tuning")
     json.dumps(space.describe())
+
+
+# -- loss, LR schedule and CUDA-graph options --------------------------------------------------
+
+def test_compile_loss_and_lr_tensor_are_offered_only_where_they_mean_something():
+    plain = build_space(toy(), "cpu")  # forward + criterion, a constant LR
+    assert "compile_loss" in names(plain) and "lr_tensor" not in names(plain)
+    assert "no LR schedule" in dict(plain.left_out)["lr_tensor"]
+    loss_only = build_space(toy("toy_loss_only"), "cpu")
+    assert "compile_loss" not in names(loss_only) and "one function" in dict(loss_only.left_out)["compile_loss"]
+    scheduled = build_space(toy("toy_scheduled"), "cpu")
+    lr_tensor = scheduled.dimension("lr_tensor")
+    assert lr_tensor.active({**DEFAULTS, "compile_optimizer": True}) and not lr_tensor.active(DEFAULTS)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    seen = set()
+    for _ in range(30):
+        trial = study.ask()
+        config = scheduled.suggest(trial)
+        study.tell(trial, 0.0)
+        assert ("lr_tensor" in trial.params) == config["compile_optimizer"]
+        seen.add((config["compile_optimizer"], config["lr_tensor"]))
+    assert {(True, True), (True, False), (False, False)} <= seen and (False, True) not in seen
+    # the recipe with the compiled step takes the tensor LR where there is a schedule
+    assert any(p.get("compile_optimizer") and p.get("lr_tensor") for p in scheduled.starting_points())
+
+
+def test_cuda_graph_options_apply_only_with_cuda_graph_modes():
+    cuda = build_space(toy(), "cuda")
+    extra = ["inductor.triton.cudagraph_skip_dynamic_graphs", "inductor.triton.cudagraph_unexpected_rerecord_limit",
+             "inductor.graph_partition"]
+    for name in extra + ["inductor.triton.cudagraph_trees"]:
+        dim = cuda.dimension(name)
+        assert dim.choices[0] == cuda.caps.inductor_defaults[name[len("inductor."):]]  # the installed default first
+        assert dim.active({**DEFAULTS, "mode": "reduce-overhead"}) and not dim.active(DEFAULTS)
+    assert cuda.dimension("inductor.triton.cudagraph_unexpected_rerecord_limit").choices == (128, 16)
+    left_out = dict(build_space(toy(), "cpu").left_out)
+    assert all("needs CUDA" in left_out[name] for name in extra)
+
+
+# -- space files ----------------------------------------------------------------------------------
+
+def space_file(tmp_path, text, name="narrow.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_space_file_excludes_values_from_what_suggest_samples(tmp_path):
+    path = space_file(tmp_path, """
+[exclude]
+padding = ["max", "buckets"]
+dynamic = ["none"]          # TOML has no null
+mode = ["max-autotune-no-cudagraphs", "reduce-overhead"]   # the second is CUDA-only: ignored here
+inductor.shape_padding = [false]
+""")
+    space = build_space(toy(), "cpu", space_file=path)
+    assert space.dimension("padding").choices == ("longest", "multiple")
+    assert space.dimension("mode").choices == ("default",)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(40):
+        trial = study.ask()
+        config = space.suggest(trial)
+        study.tell(trial, 0.0)
+        assert config["padding"] in ("longest", "multiple") and config["dynamic"] is not None
+        assert config["mode"] == "default" and "shape_padding" not in config["inductor"]
+    left_out = {item["name"]: item["why"] for item in space.describe()["left_out"]}
+    assert left_out["padding=\"max\""] == "excluded by narrow.toml"
+    assert left_out["dynamic=null"] == "excluded by narrow.toml"
+    assert space.rejection(DEFAULTS) is None  # the baseline (dynamic=None) is measured all the same
+    assert space.rejection({**DEFAULTS, "dynamic": True, "padding": "max"}) == 'padding="max" is excluded by narrow.toml'
+
+
+def test_a_space_file_pins_values_and_set_overrides_it(tmp_path):
+    path = space_file(tmp_path, '{"fix": {"scope": "regional", "fullgraph": true}}', name="pins.json")
+    space = build_space(toy(), "cpu", fixed={"fullgraph": False}, space_file=path)
+    assert space.fixed == {"scope": "regional", "fullgraph": False}
+    assert "pinned to \"regional\" (pins.json)" in space.rejection({**DEFAULTS, "scope": "full", "dynamic": True})
+
+
+def test_an_extra_inductor_option_is_sampled_and_reaches_the_snippet(tmp_path):
+    from autocompile.apply import ModelInfo, load_snippet, render_snippet
+
+    path = space_file(tmp_path, "[inductor]\nmax_fusion_size = [16]\n\"triton.unique_kernel_names\" = [true]\n")
+    space = build_space(toy(), "cpu", space_file=path)
+    assert space.dimension("inductor.max_fusion_size").choices == (64, 16)  # the installed default first
+    sampled = set()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(12):
+        trial = study.ask()
+        sampled.add(space.suggest(trial)["inductor"].get("max_fusion_size", 64))
+        study.tell(trial, 0.0)
+    assert sampled == {64, 16}
+    config = space.suggest(optuna.trial.FixedTrial(space.params_for({"inductor.max_fusion_size": 16})))
+    assert config["inductor"] == {"max_fusion_size": 16}  # defaults dropped
+    kwargs = load_snippet(render_snippet(config, ModelInfo()))["COMPILE_KWARGS"]
+    assert kwargs["options"]["max_fusion_size"] == 16
+
+
+@pytest.mark.parametrize("text, error", [
+    ("[fix\nscope = 1", "not a valid space file"),
+    ("[colours]\nred = 1", "unknown section"),
+    ("[exclude]\nflavour = [\"x\"]", "no such dimension"),
+    ("[exclude]\nscope = [\"everything\"]", "\"everything\" is not one of its values"),
+    ("[exclude]\nscope = [\"full\", \"regional\"]", "leaves the dimension with no value"),
+    ("[exclude]\nscope = []", "lists no value"),
+    ("[fix]\nscope = \"modular\"", "[fix] scope=\"modular\" is not offered here"),
+    ("[exclude]\nrecompile_limit = [8]", "nothing to exclude"),
+    ("[fix]\npadding = \"max\"\n[exclude]\npadding = [\"max\"]", "excluded by"),
+    ("[inductor]\nno_such_option = [true]", "has no such Inductor option"),
+    ("[inductor]\nmax_fusion_size = [true]", "does not fit the installed option (a int"),
+    ("[inductor]\ntriton = [true]", "not an option a configuration can set"),
+])
+def test_a_bad_space_file_is_one_clear_error(tmp_path, text, error):
+    with pytest.raises(UserError, match=re.escape(error)):
+        build_space(toy(), "cpu", space_file=space_file(tmp_path, text))
+
+
+def test_a_missing_space_file_and_the_cli(tmp_path, capsys):
+    from autocompile.cli import main
+
+    with pytest.raises(UserError, match="space file not found"):
+        build_space(toy(), "cpu", space_file=str(tmp_path / "nope.toml"))
+    path = space_file(tmp_path, "[exclude]\ncompile_optimizer = [true]\n")
+    assert main(["space", "--model", toy(), "--device", "cpu", "--space", path]) == 0
+    out = capsys.readouterr().out
+    assert "narrowed by" in out and re.search(r"compile_optimizer=true\s+excluded by narrow.toml", out)
+    assert main(["space", "--model", toy(), "--device", "cpu", "--space", str(tmp_path / "nope.toml")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_study_resumed_with_other_values_says_so():
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(multivariate=True, n_startup_trials=1, seed=0))
+    wide = build_space(toy(), "cpu")
+    for _ in range(2):
+        trial = study.ask()
+        wide.suggest(trial)
+        study.tell(trial, 1.0)
+    narrow = build_space(toy(), "cpu")
+    narrow.dimension("padding").choices = ("longest", "multiple")
+    with pytest.raises(UserError, match="other values.*new --study"):
+        narrow.suggest(study.ask())
+
+
+# -- rejection ------------------------------------------------------------------------------------
+
+CPU_TOY = dict(varying={"input_ids": (1, 0)}, regions=["blocks"], fusable_optimizer=True, criterion=True, schedule=True)
+
+
+@pytest.mark.parametrize("device, traits, config, reason", [
+    ("cpu", {}, {"mode": "reduce-overhead"}, "uses CUDA graphs, which need a CUDA device"),
+    ("cpu", {}, {"inductor": {"triton.cudagraphs": True}}, "CUDA graphs need a CUDA device"),
+    ("cpu", {}, {"scope": "modular"}, "declares none"),
+    ("cpu", {"parts": ("a", "b")}, {"scope": "modular", "part_modes": {"a": "default", "c": "default"}}, "part(s) ['c']"),
+    ("cpu", {"regions": []}, {"scope": "regional"}, "this model has none"),
+    ("cpu", {"varying": {}}, {"mark_dynamic": "mark"}, "no varying dimension"),
+    ("cpu", {}, {"mark_dynamic": "mark", "padding": "max"}, "nothing varies"),
+    ("cpu", {}, {"mark_dynamic": "maybe", "dynamic": True}, "the marks change nothing"),
+    ("cpu", {}, {"mark_dynamic": "mark", "dynamic": False}, "the marks win"),
+    ("cpu", {}, {"compile_optimizer": True, "fused_optimizer": True}, "don't trace into fused optimizer"),
+    ("cpu", {"fusable_optimizer": False}, {"fused_optimizer": True}, "no fused implementation"),
+    ("cpu", {}, {"lr_tensor": True}, "the step is not compiled"),
+    ("cpu", {"schedule": False}, {"compile_optimizer": True, "lr_tensor": True}, "no LR schedule"),
+    ("cpu", {"criterion": False}, {"compile_loss": True}, "no criterion"),
+    ("cpu", {}, {"inductor": {"coordinate_descent_tuning": True}}, "needs CUDA"),
+    ("cuda", {}, {"inductor": {"triton.cudagraph_trees": False}}, "only matters with CUDA graphs"),
+    ("cuda", {}, {"inductor": {"max_autotune_gemm_backends": "TRITON"}}, "only matters with max-autotune"),
+])
+def test_each_impossible_or_meaningless_combination_is_named(device, traits, config, reason):
+    space = SearchSpace(Capabilities.detect(device), WorkloadTraits(**{**CPU_TOY, **traits}))
+    full = space.validate(config)
+    assert reason in space.rejection(full)
+
+
+def test_possible_combinations_pass_and_cuda_graph_options_with_cuda_graphs():
+    cpu = SearchSpace(Capabilities.detect("cpu"), WorkloadTraits(**CPU_TOY))
+    for config in ({}, {"compile": False, "padding": "max"}, {"scope": "regional", "compile_optimizer": True,
+                   "lr_tensor": True, "compile_loss": True, "mark_dynamic": "mark", "padding": "multiple",
+                   "pad_multiple": 8}, {"fused_optimizer": True, "dynamic": False, "padding": "buckets"}):
+        assert cpu.rejection(cpu.validate(config)) is None, config
+    cuda = SearchSpace(Capabilities.detect("cuda"), WorkloadTraits(**CPU_TOY))
+    assert cuda.rejection(cuda.validate({"mode": "reduce-overhead", "inductor": {"triton.cudagraph_trees": False}})) is None
+    # a suggested configuration never needs rejecting for what the conditions already prevent
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
+    for _ in range(60):
+        trial = study.ask()
+        config = cuda.suggest(trial)
+        study.tell(trial, 0.0)
+        assert cuda.rejection(config) is None, config
+
+
+def test_trial_turns_an_impossible_config_away_in_one_line(capsys):
+    from autocompile.cli import main
+
+    code = main(["trial", "--model", toy(), "--device", "cpu", "--config", '{"mark_dynamic": "mark", "padding": "max"}'])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "cannot run here: mark_dynamic with padding 'max'" in err

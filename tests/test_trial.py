@@ -6,7 +6,7 @@ import os
 import pytest
 
 from autocompile.space import DEFAULTS, EAGER
-from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial
+from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
 from conftest import FAST, toy
 
 
@@ -52,6 +52,29 @@ def test_fullgraph_turns_a_graph_break_into_a_compile_error(tmp_path, toolchain_
     record, _ = trial(tmp_path, toolchain_dir, toy("toy_graph_break"), {"scope": "full", "fullgraph": True})
     assert record["status"] == "compile_error"
     assert record["failed_phase"] == "compiling"
+    # Triage: the graph break is Dynamo's, so even the eager backend fails, and the ladder stops there.
+    request = TrialRequest(model=toy("toy_graph_break"), config=record["config"], device="cpu",
+                           trial_dir=str(tmp_path / "t"), timeout_s=300, toolchain_dir=toolchain_dir, measure=FAST)
+    record = triage(request, record)
+    assert [(r["backend"], r["status"]) for r in record["triage"]] == [("eager", "compile_error")]
+    assert record["failing_layer"].startswith("Dynamo") and "triage: fails in Dynamo" in record["reason"]
+
+
+def test_triage_names_inductor_when_only_inductor_fails(tmp_path, toolchain_dir):
+    """Inductor's own test hook makes its C++ code generation fail on ReLU: every backend of the
+    ladder below it runs, so the failure is Inductor's."""
+    config = {"scope": "full", "inductor": {"cpp.inject_relu_bug_TESTING_ONLY": "compile_error"}}
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_relu"), config)
+    assert record["status"] == "compile_error", record["reason"]
+    request = TrialRequest(model=toy("toy_relu"), config=record["config"], device="cpu",
+                           trial_dir=str(tmp_path / "t"), timeout_s=300, toolchain_dir=toolchain_dir, measure=FAST)
+    record = triage(request, record)
+    assert [(r["backend"], r["status"]) for r in record["triage"]] == [
+        ("eager", "ok"), ("aot_eager", "ok"), ("aot_eager_decomp_partition", "ok")]
+    assert record["failing_layer"].startswith("Inductor")
+    assert "triage: fails in Inductor" in record["reason"]
+    snippet = (tmp_path / "t" / "triage-aot_eager" / "apply_compilation.py").read_text()
+    assert "'backend': 'aot_eager'" in snippet or '"backend": "aot_eager"' in snippet
 
 
 def test_recompiles_on_every_length_hit_the_limit(tmp_path, toolchain_dir):

@@ -89,3 +89,37 @@ def test_entry_point_plugin_is_found(tmp_path):
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_forward_and_criterion_make_the_loss_and_old_plugins_keep_working():
+    from autocompile.workloads import Workload
+
+    common = dict(name="w", description="", build=None, batches=None, count=len)
+    split = Workload(**common, forward=lambda model, batch: model * 2, criterion=lambda out, batch: out + batch)
+    assert split.split_loss and split.loss(3, 1) == 7
+    old = Workload("old", "", None, None, lambda model, batch: 5, len)  # positional, as before forward existed
+    assert old.loss(None, None) == 5 and not old.split_loss and old.schedule is None
+    with pytest.raises(TypeError, match="forward and criterion together"):
+        Workload(**common, forward=lambda model, batch: model)
+    with pytest.raises(TypeError, match="needs loss, or forward and criterion"):
+        Workload(**common)
+    with pytest.raises(TypeError, match="needs count"):
+        Workload(name="w", description="", build=None, batches=None, loss=lambda m, b: 0)
+
+
+def test_builtins_split_their_loss_and_the_llamas_follow_an_lr_schedule():
+    for name in ("llama-8b", "tiny-llama", "captioner", "tiny-captioner"):
+        assert get_workload(name).split_loss, name
+    assert get_workload("captioner").schedule is None
+    workload = get_workload("tiny-llama")
+    options = WorkloadOptions(device="cpu", seed=0)
+    model, optimizer = workload.build(options)
+    scheduler = workload.schedule(optimizer)
+    factor = scheduler.lr_lambdas[0]
+    assert factor(0) == pytest.approx(0.01) and factor(99) == pytest.approx(1.0)  # linear warm-up over 100 steps
+    assert factor(100 + 5000) == pytest.approx(0.55) and factor(100 + 10000) == pytest.approx(0.1)  # cosine to 10%
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-5 * 0.01)
+    batch = workload.batches(options, 1)[0]
+    logits = workload.forward(model, batch)
+    assert logits.shape[:2] == batch["input_ids"].shape
+    assert torch.equal(workload.criterion(logits, batch), workload.loss(model, batch))

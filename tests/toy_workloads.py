@@ -50,7 +50,8 @@ class Toy(torch.nn.Module):
         return self.head(x)
 
 
-def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN), differs=False) -> Workload:
+def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN), differs=False,
+              split_loss=True, schedule=None) -> Workload:
     def build(options: WorkloadOptions):
         torch.manual_seed(options.seed)
         model = Toy(graph_break, differs).to(options.device)
@@ -66,16 +67,22 @@ def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN)
             out.append({"input_ids": ids[:, :-1].to(options.device), "labels": ids[:, 1:].to(options.device)})
         return out
 
-    def loss(model, batch):
+    def forward(model, batch):
         if loss_hook:
             loss_hook()
-        logits = model(batch["input_ids"])
+        return model(batch["input_ids"])
+
+    def criterion(logits, batch):
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
 
+    def loss(model, batch):
+        return criterion(forward(model, batch), batch)
+
     return Workload(
-        name=name, description=f"test workload {name}", build=build, batches=batches, loss=loss,
+        name=name, description=f"test workload {name}", build=build, batches=batches,
         count=lambda batch: int((batch["labels"] != -100).sum()), unit="tokens",
         varying={"input_ids": (1, 0), "labels": (1, -100)}, max_len=lambda options: MAX_LEN, batch_pool=4,
+        **({"forward": forward, "criterion": criterion} if split_loss else {"loss": loss}), schedule=schedule,
     )
 
 
@@ -109,4 +116,34 @@ def toy_oom() -> Workload:
     return _workload("toy-oom", loss_hook=lambda: torch.empty(2**44))
 
 
+def toy_loss_only() -> Workload:
+    """The loss as one function, as plugins written before forward/criterion give it."""
+    return _workload("toy-loss-only", split_loss=False)
+
+
+def toy_scheduled() -> Workload:
+    """The learning rate changes every step (LambdaLR), as under a warm-up schedule."""
+    return _workload("toy-scheduled", schedule=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: (step + 1) / 100))
+
+
 not_a_workload = 42
+
+
+class ReluBlock(Block):
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(self.norm(x))))
+
+
+def toy_relu() -> Workload:
+    """ReLU blocks: Inductor's test hook `cpp.inject_relu_bug_TESTING_ONLY` breaks exactly these."""
+    workload = _workload("toy-relu")
+    plain_build = workload.build
+
+    def build(options: WorkloadOptions):
+        model, optimizer = plain_build(options)
+        model.blocks = torch.nn.ModuleList([ReluBlock(), ReluBlock()]).to(options.device)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    workload.build = build
+    return workload

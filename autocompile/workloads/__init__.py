@@ -40,7 +40,15 @@ class Workload:
     build(options) -> (model, optimizer), on options.device.
     batches(options, n) -> n batches (dicts of tensors on the device), each padded to its
         longest sequence, the way a typical collate function leaves them.
-    loss(model, batch) -> scalar loss tensor (explicit, so it never breaks the graph).
+    loss(model, batch) -> scalar loss tensor (explicit, so it never breaks the graph). May be
+        left out when forward and criterion are given: it is then criterion(forward(...)).
+    forward(model, batch) -> the model's outputs (e.g. logits), and criterion(outputs, batch)
+        -> scalar loss: optional, the loss split in two so the search can compile the
+        criterion apart (`compile_loss`). Give both or neither.
+    schedule(optimizer) -> a torch.optim.lr_scheduler.LRScheduler, stepped after every
+        optimizer step; optional (None: a constant learning rate). It is built before the
+        snippet's apply_compilation runs (torch's LRScheduler wraps optimizer.step and
+        cannot wrap a compiled one).
     varying: batch keys whose length varies between batches -> (dim, pad value); the
         search pads and marks exactly these.
     parts: the model's natural submodules (e.g. encoder, decoder) for modular compilation.
@@ -52,14 +60,49 @@ class Workload:
     description: str
     build: Callable[[WorkloadOptions], tuple[Any, Any]]
     batches: Callable[[WorkloadOptions, int], list[dict]]
-    loss: Callable[[Any, dict], Any]
-    count: Callable[[dict], int]
+    loss: Callable[[Any, dict], Any] | None = None  # None: criterion(forward(model, batch), batch)
+    count: Callable[[dict], int] | None = None  # required: checked in __post_init__
     unit: str = "samples"
     varying: dict[str, tuple[int, int]] = field(default_factory=dict)
     max_len: Callable[[WorkloadOptions], int] = lambda options: 0
     parts: tuple[str, ...] = ()
     batch_pool: int = 8  # distinct batches cycled through during a trial
     gpu_only: bool = False
+    forward: Callable[[Any, dict], Any] | None = None
+    criterion: Callable[[Any, dict], Any] | None = None
+    schedule: Callable[[Any], Any] | None = None
+
+    def __post_init__(self):
+        if (self.forward is None) != (self.criterion is None):
+            raise TypeError(f"workload {self.name!r}: give forward and criterion together, or neither")
+        if self.loss is None:
+            if self.forward is None:
+                raise TypeError(f"workload {self.name!r} needs loss, or forward and criterion")
+            forward, criterion = self.forward, self.criterion
+            self.loss = lambda model, batch: criterion(forward(model, batch), batch)
+        if self.count is None:
+            raise TypeError(f"workload {self.name!r} needs count(batch): the real items in a batch")
+
+    @property
+    def split_loss(self) -> bool:
+        """The loss comes as forward + criterion, so the criterion can be compiled apart."""
+        return self.forward is not None and self.criterion is not None
+
+
+def warmup_cosine(optimizer, warmup_steps: int = 100, decay_steps: int = 10000, final_ratio: float = 0.1):
+    """The usual LLM schedule: linear warm-up over `warmup_steps`, then cosine decay over
+    `decay_steps` down to `final_ratio` of the peak learning rate (a LambdaLR)."""
+    import math
+
+    import torch
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, decay_steps))
+        return final_ratio + (1.0 - final_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 _BUILTIN: dict[str, str] = {

@@ -55,15 +55,17 @@ def _make(name, description, vit, gpt2, vocab, image_size, batch_size, bins, poo
             })
         return out
 
-    def loss(model, batch):
+    def forward(model, batch):
         cuda = batch["pixel_values"].is_cuda
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
         with autocast:
-            logits = model(
+            return model(
                 pixel_values=batch["pixel_values"],
                 decoder_input_ids=batch["decoder_input_ids"],
                 decoder_attention_mask=batch["decoder_attention_mask"],
             ).logits
+
+    def criterion(logits, batch):  # outside autocast: the cross-entropy runs in float32
         return causal_lm_loss(logits, batch["labels"])
 
     return Workload(
@@ -71,7 +73,8 @@ def _make(name, description, vit, gpt2, vocab, image_size, batch_size, bins, poo
         description=description,
         build=build,
         batches=batches,
-        loss=loss,
+        forward=forward,
+        criterion=criterion,
         count=count_labels,
         unit="tokens",
         varying={"decoder_input_ids": (1, PAD_ID), "labels": (1, -100), "decoder_attention_mask": (1, 0)},

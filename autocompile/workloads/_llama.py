@@ -6,7 +6,7 @@ import random
 
 import torch
 
-from autocompile.workloads import Workload, WorkloadOptions
+from autocompile.workloads import Workload, WorkloadOptions, warmup_cosine
 from autocompile.workloads._batching import causal_lm_loss, count_labels, sample_length, token_batch
 
 # Fine-tuning data: most sequences well below the maximum, a tail up to it (fractions of max).
@@ -51,15 +51,21 @@ def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, 
             out.append({"input_ids": input_ids.to(options.device), "labels": labels.to(options.device)})
         return out
 
-    def loss(model, batch):
-        return causal_lm_loss(model(input_ids=batch["input_ids"]).logits, batch["labels"])
+    def forward(model, batch):
+        return model(input_ids=batch["input_ids"]).logits
+
+    def criterion(logits, batch):
+        return causal_lm_loss(logits, batch["labels"])
 
     return Workload(
         name=name,
         description=description,
         build=build,
         batches=batches,
-        loss=loss,
+        forward=forward,
+        criterion=criterion,
+        # What LLM training does: linear warm-up over 100 steps, cosine decay over 10000.
+        schedule=warmup_cosine,
         count=count_labels,
         unit="tokens",
         varying={"input_ids": (1, PAD_ID), "labels": (1, -100)},
@@ -73,7 +79,7 @@ def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, 
 def llama_8b() -> Workload:
     return _make(
         "llama-8b",
-        "Llama 3.1 8B architecture, random bf16 weights, AdamW, batch 2 x up to 2048 tokens (GPU)",
+        "Llama 3.1 8B architecture, random bf16 weights, AdamW with warm-up + cosine LR, batch 2 x up to 2048 tokens (GPU)",
         dict(
             vocab_size=128256,
             hidden_size=4096,
@@ -97,7 +103,7 @@ def llama_8b() -> Workload:
 def tiny_llama() -> Workload:
     return _make(
         "tiny-llama",
-        "Llama architecture at toy size (2 layers, hidden 64), AdamW, batch 4 x up to 128 tokens",
+        "Llama architecture at toy size (2 layers, hidden 64), AdamW with warm-up + cosine LR, batch 4 x up to 128 tokens",
         dict(
             vocab_size=256,
             hidden_size=64,
