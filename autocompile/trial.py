@@ -108,7 +108,8 @@ def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = N
         json.dump(spec, f, indent=1)
 
     started = time.time()
-    last_phase, offset, last_beat, last_check = "starting", 0, started, started
+    last_phase, offset, last_check = "starting", 0, started
+    last_beat = started - heartbeat_every_s  # a first heartbeat at once: a trial without one is never found stale
     seen: list[dict] = []
     stop_reason = None
     with open(log_path, "w") as log:
