@@ -433,6 +433,33 @@ def _finalist_reserve(study, k: int, timeout_s: float) -> float:
     return needed if needed <= timeout_s / 3 else 0.0
 
 
+def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int) -> dict:
+    """The finalist round's verdict from its rows (trial, status, score, noise, warmup_s):
+    the best score, unless the top two are within their summed noise (then the shorter
+    warm-up), or eager scores above the chosen one. Returns winner, why, and the margin."""
+    ranked = sorted((row for row in rows if row["status"] == "ok"), key=lambda row: row["score"], reverse=True)
+    if not ranked:
+        return {"winner": None}
+    verdict = {}
+    winner, why = ranked[0], f"trial {ranked[0]['trial']} has the best score in the finalist round"
+    if len(ranked) > 1:
+        second = ranked[1]
+        margin, noise = winner["score"] / second["score"] - 1, winner["noise"] + second["noise"]
+        verdict.update(margin=margin, noise=noise, within_noise=margin <= noise)
+        if margin <= noise:
+            quicker = min(winner, second, key=lambda row: row["warmup_s"])
+            why = (f"trials {winner['trial']} and {second['trial']} are within noise ({margin:.1%} apart, "
+                   f"noise {noise:.1%}): trial {quicker['trial']} wins with the shorter warm-up")
+            winner = quicker
+        else:
+            why += f", {margin:.1%} ahead of trial {second['trial']} (noise {noise:.1%})"
+    if eager_score > winner["score"]:
+        why = (f"eager scores {eager_score:.3g} in the finalist round, above trial {winner['trial']}'s "
+               f"{winner['score']:.3g}: at horizon {horizon} no compiled setting pays for its warm-up")
+        winner = {"trial": eager_number}
+    return {**verdict, "winner": winner["trial"], "why": why}
+
+
 def run_finalists(runner: _Runner, k: int, rounds: int = 1) -> dict | None:
     """Measure the top k configurations again, alternating with eager, and choose the winner.
 
@@ -497,30 +524,11 @@ def run_finalists(runner: _Runner, k: int, rounds: int = 1) -> dict | None:
             "vs_eager": (statistics.mean(x["steps_per_s"] for x in ok) / eager_pace) if eager_pace else None,
             "agreement": agreement, "noise": noise,
         })
-    ranked = sorted((row for row in rows if row["status"] == "ok"), key=lambda row: row["score"], reverse=True)
     verdict = {"finalists": numbers, "rounds": rounds, "eager_steps_per_s": eager_pace, "candidates": rows,
-               "winner": None}
-    if ranked:
-        winner, note = ranked[0], f"trial {ranked[0]['trial']} has the best score in the finalist round"
-        if len(ranked) > 1:
-            second = ranked[1]
-            margin = winner["score"] / second["score"] - 1
-            noise = winner["noise"] + second["noise"]
-            verdict.update(margin=margin, noise=noise, within_noise=margin <= noise)
-            if margin <= noise:
-                quicker = min(winner, second, key=lambda row: row["warmup_s"])
-                note = (f"trials {winner['trial']} and {second['trial']} are within noise ({margin:.1%} apart, "
-                        f"noise {noise:.1%}): trial {quicker['trial']} wins with the shorter warm-up")
-                winner = quicker
-            else:
-                note += f", {margin:.1%} ahead of trial {second['trial']} (noise {noise:.1%})"
-        eager_score = statistics.mean(x["score"] for x in eager_runs) if eager_runs else 0.0
-        if eager_score > winner["score"]:
-            note = (f"eager scores {eager_score:.3g} in the finalist round, above trial {winner['trial']}'s "
-                    f"{winner['score']:.3g}: at horizon {runner.settings.horizon} no compiled setting pays for its warm-up")
-            winner = {"trial": eager.number}
-        verdict.update(winner=winner["trial"], why=note)
-        progress.line("finalists: " + note)
+               **choose_winner(rows, eager.number, statistics.mean(x["score"] for x in eager_runs) if eager_runs else 0.0,
+                               runner.settings.horizon)}
+    if verdict["winner"] is not None:
+        progress.line("finalists: " + verdict["why"])
     study.set_user_attr("finalists", verdict)
     return verdict
 

@@ -11,5 +11,5 @@ if python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)
 else
   # About 3 minutes on 2 CPU cores. The horizon is long because on a toy model compiling
   # only pays off over many steps (see "Scoring" in README.md).
-  autocompile search --model tiny-llama --trials 4 --timeout 170 --horizon-steps 20000 "$@"
+  autocompile search --model tiny-llama --trials 4 --timeout 160 --horizon-steps 20000 "$@"
 fi

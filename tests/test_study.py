@@ -33,8 +33,8 @@ def test_score_amortises_warmup_and_penalises_recompiles():
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("studies"))
-    settings = SearchSettings(model=toy(), device="cpu", study="toy", directory=directory, trials=4,
-                              trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=2,
+    settings = SearchSettings(model=toy(), device="cpu", study="toy", directory=directory, trials=3,
+                              trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1,
                               prune=False)  # pruning has a test of its own
     return settings, run_search(settings)
 
@@ -42,28 +42,28 @@ def searched(tmp_path_factory):
 def test_search_measures_baselines_then_recipes(searched):
     settings, summary = searched
     rows = summary["rows"]
-    assert [r["role"] for r in rows[:4]] == ["eager", "compile-defaults", "recipe", "recipe"]
+    assert [r["role"] for r in rows[:3]] == ["eager", "compile-defaults", "recipe"]
     assert all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
     assert rows[0]["vs_eager"] == 1.0 and rows[1]["vs_default"] == 1.0
     best = summary["best"]
     assert best["vs_eager"] == pytest.approx(best["steps_per_s"] / rows[0]["steps_per_s"])
     for name in ("study.db", "apply_compilation.py", "trials.txt", "results.json"):
         assert os.path.exists(os.path.join(settings.study_dir, name)), name
-    assert len(os.listdir(os.path.join(settings.study_dir, "trials"))) == 7  # 4 + the finalist round
+    assert len(os.listdir(os.path.join(settings.study_dir, "trials"))) == 5  # 3 + the finalist round
 
 
 def test_finalists_are_measured_again_alternating_with_eager(searched):
     settings, summary = searched
     rows = summary["rows"]
     top_numbers, seen = [], set()
-    for r in sorted(rows[1:4], key=lambda r: r["score"], reverse=True):  # distinct compiled configurations
+    for r in sorted(rows[1:3], key=lambda r: r["score"], reverse=True):  # distinct compiled configurations
         if r["config"] not in seen:
             seen.add(r["config"])
             top_numbers.append(r["number"])
     verdict = summary["finalists"]
-    assert verdict["finalists"] == top_numbers[:2]
+    assert verdict["finalists"] == top_numbers[:1]
     # The round: eager first, then each finalist, each a trial of its own.
-    assert [r["role"] for r in rows[4:]] == ["finalist of 0"] + [f"finalist of {n}" for n in verdict["finalists"]]
+    assert [r["role"] for r in rows[3:]] == ["finalist of 0"] + [f"finalist of {n}" for n in verdict["finalists"]]
     for candidate in verdict["candidates"]:
         assert candidate["status"] == "ok"
         original = rows[candidate["trial"]]
@@ -72,15 +72,10 @@ def test_finalists_are_measured_again_alternating_with_eager(searched):
         assert rerun["config"] == original["config"] and candidate["steps_per_s"] == rerun["steps_per_s"]
         paces = (original["steps_per_s"], rerun["steps_per_s"])
         assert candidate["agreement"] == pytest.approx((max(paces) - min(paces)) / (sum(paces) / 2))
-    # The winner comes from the round: its best score, unless the top two are within noise
-    # (then the shorter warm-up), or eager beats both.
-    ranked = sorted(verdict["candidates"], key=lambda c: c["score"], reverse=True)
-    if verdict["winner"] != 0:
-        expected = ranked[0]["trial"]
-        if verdict["within_noise"]:
-            expected = min(ranked[:2], key=lambda c: c["warmup_s"])["trial"]
-        assert verdict["winner"] == expected
-    assert summary["best"]["number"] == verdict["winner"]
+    # The winner comes from the round: the finalist, unless eager scored above it there.
+    rerun_eager = rows[3]
+    expected = 0 if rerun_eager["score"] > verdict["candidates"][0]["score"] else verdict["finalists"][0]
+    assert verdict["winner"] == expected and summary["best"]["number"] == expected
     with open(os.path.join(settings.study_dir, "trials.txt")) as f:
         text = f.read()
     assert "finalist round" in text and verdict["why"] in text
@@ -115,8 +110,8 @@ def test_running_again_resumes_the_study(searched, capsys):
     settings, _ = searched
     again = SearchSettings(**{**settings.__dict__, "trials": 1, "finalists": 0})
     summary = run_search(again)
-    assert "resuming study 'toy': 7 trials already finished" in capsys.readouterr().err
-    assert len(summary["rows"]) == 8 and summary["rows"][-1]["role"] in ("recipe", "search")
+    assert "resuming study 'toy': 5 trials already finished" in capsys.readouterr().err
+    assert len(summary["rows"]) == 6 and summary["rows"][-1]["role"] in ("recipe", "search")
     with pytest.raises(UserError, match="was made with batch_size=None, not 2"):
         run_search(SearchSettings(**{**settings.__dict__, "batch_size": 2}))
 
@@ -134,14 +129,14 @@ def test_best_prints_the_snippet_and_json(searched):
 
 
 def test_a_search_whose_trials_all_crash_keeps_every_record(tmp_path):
-    settings = SearchSettings(model=toy("toy_crash"), device="cpu", study="crash", directory=str(tmp_path), trials=3,
+    settings = SearchSettings(model=toy("toy_crash"), device="cpu", study="crash", directory=str(tmp_path), trials=2,
                               trial_timeout_s=120, measure=FAST)
     summary = run_search(settings)
     assert summary["best"] is None
-    assert [r["status"] for r in summary["rows"]] == ["crashed"] * 3
+    assert [r["status"] for r in summary["rows"]] == ["crashed"] * 2
     study = load_study("crash", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     finished = [t for t in study.trials if t.state.is_finished()]
-    assert len(finished) == 3
+    assert len(finished) == 2
     assert all(t.user_attrs["status"] == "crashed" and t.constraints["failed"] > 0 for t in finished)
 
 
@@ -233,6 +228,20 @@ def test_the_search_timeout_bounds_the_search(tmp_path, capsys):
     study = load_study("hang", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
     assert "search timeout of 35 s reached" in capsys.readouterr().err
+
+
+def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
+    from autocompile.study import choose_winner
+
+    def row(trial, score, noise, warmup_s):
+        return {"trial": trial, "status": "ok", "score": score, "noise": noise, "warmup_s": warmup_s}
+
+    clear = choose_winner([row(3, 10.0, 0.01, 90.0), row(5, 9.0, 0.01, 20.0)], 0, 5.0, 1000)
+    assert clear["winner"] == 3 and not clear["within_noise"] and clear["margin"] == pytest.approx(1 / 9)
+    close = choose_winner([row(3, 10.0, 0.02, 90.0), row(5, 9.8, 0.02, 20.0)], 0, 5.0, 1000)
+    assert close["winner"] == 5 and close["within_noise"] and "shorter warm-up" in close["why"]
+    assert choose_winner([row(3, 10.0, 0.02, 90.0)], 0, 12.0, 1000)["winner"] == 0  # eager above all
+    assert choose_winner([{"trial": 3, "status": "failed again"}], 0, 12.0, 1000) == {"winner": None}
 
 
 def test_optimistic_score_bounds_what_a_running_trial_can_reach():

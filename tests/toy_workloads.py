@@ -96,11 +96,12 @@ def toy_fixed() -> Workload:
 
 
 def toy_graph_break() -> Workload:
-    return _workload("toy-graph-break", graph_break=True)
+    # One length: each piece around the break compiles once (the test is about the break).
+    return _workload("toy-graph-break", graph_break=True, lengths=(MAX_LEN, MAX_LEN))
 
 
 def toy_differs() -> Workload:
-    return _workload("toy-differs", differs=True)
+    return _workload("toy-differs", differs=True, lengths=(MAX_LEN, MAX_LEN))
 
 
 def toy_crash() -> Workload:
