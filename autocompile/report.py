@@ -8,11 +8,15 @@ import os
 from autocompile.apply import describe_config
 
 
+def baseline_trial(study, role: str):
+    """The first trial of a baseline role ("eager", "compile-defaults") that ran cleanly."""
+    return next((t for t in study.trials if t.user_attrs.get("role") == role and t.user_attrs.get("status") == "ok"),
+                None)
+
+
 def baseline_value(study, role: str, key: str):
-    for t in study.trials:
-        if t.user_attrs.get("role") == role and t.user_attrs.get("status") == "ok":
-            return t.user_attrs.get(key)
-    return None
+    trial = baseline_trial(study, role)
+    return trial.user_attrs.get(key) if trial else None
 
 
 def speedup(value: float | None, base: float | None) -> str:
@@ -28,8 +32,8 @@ def best_trial(study):
     verdict = study.user_attrs.get("finalists") or {}
     if verdict.get("winner") is not None and verdict["finalists"] == [t.number for t in candidates[:len(verdict["finalists"])]]:
         return study.trials[verdict["winner"]]
-    eager = [t for t in study.trials if t.user_attrs.get("role") == "eager" and t.user_attrs.get("status") == "ok"]
-    return max(candidates + eager, key=lambda t: t.value, default=None)
+    eager = baseline_trial(study, "eager")
+    return max(candidates + ([eager] if eager else []), key=lambda t: t.value, default=None)
 
 
 def default_score_bound(study, horizon: int) -> float | None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import optuna
 
 from autocompile.apply import describe_config
-from autocompile.report import baseline_value, best_trial, speedup, summarize, write_outputs
+from autocompile.report import baseline_trial, baseline_value, best_trial, speedup, summarize, write_outputs
 from autocompile.errors import UserError
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
 from autocompile.trial import TrialRequest, run_trial, triage
@@ -298,8 +298,8 @@ def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
 
 
 def _eager_record(study) -> dict | None:
-    return next((t.user_attrs for t in study.trials if t.user_attrs.get("role") == "eager"
-                 and t.user_attrs.get("status") == "ok"), None)
+    eager = baseline_trial(study, "eager")
+    return eager.user_attrs if eager else None
 
 
 class _Runner:
@@ -469,8 +469,7 @@ def run_finalists(runner: _Runner, k: int, rounds: int = 1) -> dict | None:
     difference between its two measurements), the one with the shorter warm-up wins.
     """
     study, progress = runner.study, runner.progress
-    eager = next((t for t in study.trials if t.user_attrs.get("role") == "eager"
-                  and t.user_attrs.get("status") == "ok"), None)
+    eager = baseline_trial(study, "eager")
     if eager is None:
         return None
     finalists, remaining = [], runner.remaining()
