@@ -109,9 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(p)
     _storage_args(p)
     p.add_argument("--study", help="study name (default: the model name)")
-    p.add_argument("--trials", type=_positive_int, default=10, help="trials to run now, baselines included (default 10)")
+    p.add_argument("--trials", type=_non_negative_int, default=10,
+                   help="trials to run now, baselines included (default 10; 0: only the finalist round)")
     p.add_argument("--timeout", type=_positive_float, help="bound on this search's wall time, seconds")
     p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for one trial, seconds (default 900)")
+    p.add_argument("--baseline-timeout", type=_positive_float,
+                   help="limit for the baselines (eager, plain torch.compile), seconds (default: --trial-timeout); "
+                        "a baseline that timed out under a shorter limit is measured again on resume")
     p.add_argument("--horizon-steps", type=_positive_int, default=None, help="steps the warm-up is amortised over (default 1000)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="pin a search dimension, e.g. --set scope=regional")
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
@@ -159,7 +163,7 @@ def cmd_search(args) -> int:
     settings = SearchSettings(
         model=args.model, device=resolve_device(args.device), study=args.study or _study_name(args.model),
         directory=args.dir, storage=args.storage, trials=args.trials, timeout_s=args.timeout,
-        trial_timeout_s=args.trial_timeout, horizon=args.horizon_steps or DEFAULT_HORIZON,
+        trial_timeout_s=args.trial_timeout, baseline_timeout_s=args.baseline_timeout, horizon=args.horizon_steps or DEFAULT_HORIZON,
         batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
         space_file=args.space, max_memory_gb=args.max_memory_gb, finalists=args.finalists,
         prune=not args.no_prune, triage=not args.no_triage,

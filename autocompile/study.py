@@ -151,6 +151,7 @@ class SearchSettings:
     trials: int = 10
     timeout_s: float | None = None
     trial_timeout_s: float = 900.0
+    baseline_timeout_s: float | None = None  # the baselines' own limit (default: trial_timeout_s)
     horizon: int = DEFAULT_HORIZON
     batch_size: int | None = None
     seq_len: int | None = None
@@ -162,6 +163,11 @@ class SearchSettings:
     finalists: int = DEFAULT_FINALISTS  # re-measured at the end, alternating with eager (0: none)
     prune: bool = True  # stop trials that can no longer win
     triage: bool = True  # rerun compile failures with simpler backends to name the failing layer
+
+    @property
+    def baseline_limit_s(self) -> float:
+        """The baselines are what every trial is compared to: they may be given longer."""
+        return self.baseline_timeout_s or self.trial_timeout_s
 
     @property
     def study_dir(self) -> str:
@@ -289,12 +295,22 @@ def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
             if t.system_attrs.get("fixed_params") == params:
                 return True
             continue
+        if t.state == optuna.trial.TrialState.PRUNED and {**DEFAULTS, **t.user_attrs.get("config", {})} == config:
+            return True  # it could not win when it ran
         if t.state != optuna.trial.TrialState.COMPLETE or {**DEFAULTS, **t.user_attrs.get("config", {})} != config:
             continue
         a = t.user_attrs
         if a.get("status") != "timeout" or a.get("wall_s", 0) >= 0.9 * trial_timeout_s:
             return True
     return False
+
+
+def baselines_to_run(finished: list, limit_s: float) -> list[tuple[str, dict]]:
+    """The baselines (role, config) a search still owes its study: those never measured, and
+    one that timed out under a shorter limit than `limit_s` (it is measured again)."""
+    done = {t.user_attrs.get("role") for t in finished if t.state == optuna.trial.TrialState.COMPLETE
+            and (t.user_attrs.get("status") != "timeout" or t.user_attrs.get("wall_s", 0) >= 0.9 * limit_s)}
+    return [(role, config) for role, config in BASELINES if role not in done]
 
 
 def _eager_record(study) -> dict | None:
@@ -313,9 +329,11 @@ class _Runner:
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.time()
 
-    def run(self, trial, config: dict, role: str, prunable: bool) -> dict:
-        """Measure `config` as `trial`, then tell the study; returns the record."""
+    def run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None = None) -> dict:
+        """Measure `config` as `trial` within `limit_s` (default: the trial limit), then tell
+        the study; returns the record."""
         settings = self.settings
+        limit_s = limit_s or settings.trial_timeout_s
         trial.set_user_attr("role", role)
         trial.set_user_attr("config", config)  # known even if the search dies during the trial
         label = describe_config(config)
@@ -325,7 +343,7 @@ class _Runner:
             model=settings.model, config=config, device=settings.device,
             trial_dir=os.path.join(settings.study_dir, "trials", f"{trial.number:04d}"),
             batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
-            timeout_s=min(settings.trial_timeout_s, remaining) if remaining else settings.trial_timeout_s,
+            timeout_s=min(limit_s, remaining) if remaining else limit_s,
             header=_header(settings, trial.number), measure=settings.measure or {},
         )
         storage = self.storage
@@ -350,7 +368,7 @@ class _Runner:
             trial.set_user_attr(key, value)
         if record["status"] == "pruned":
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        elif record["status"] == "timeout" and request.timeout_s < settings.trial_timeout_s:
+        elif record["status"] == "timeout" and request.timeout_s < limit_s:
             # Cut short by the search's own time bound, not by its trial limit: says nothing
             # of the configuration, so it is not told as infeasible (and may be tried again).
             trial.set_user_attr("reason", record["reason"] + "; cut by the search --timeout")
@@ -555,8 +573,7 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
     if finished:
         progress.line(f"resuming study {settings.study!r}: {len(finished)} trials already finished"
                       + (f", {stale} interrupted ones marked failed" if stale else ""))
-    roles_done = {t.user_attrs.get("role") for t in finished if t.state == optuna.trial.TrialState.COMPLETE}
-    pending_roles = [(role, cfg) for role, cfg in BASELINES if role not in roles_done]
+    pending_roles = baselines_to_run(finished, settings.baseline_limit_s)
 
     started = time.time()
     runner = _Runner(study, storage, url, settings, progress,
@@ -583,7 +600,11 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
             role, config = pending_roles.pop(0)
             config = json.loads(json.dumps(config))
         else:
-            config = space.suggest(trial)
+            try:
+                config = space.suggest(trial)
+            except UserError:  # e.g. a space that differs from the study's: nothing ran
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                raise
             role = trial.user_attrs.get("role", "search")
         if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
             config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
@@ -592,7 +613,7 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
         if why_not:
             runner.reject(trial, config, role, why_not)
             continue
-        runner.run(trial, config, role, prunable=not baseline)
+        runner.run(trial, config, role, prunable=not baseline, limit_s=settings.baseline_limit_s if baseline else None)
     if settings.finalists > 0:
         run_finalists(runner, settings.finalists)
     summary = summarize(study, settings.study_dir)

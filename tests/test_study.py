@@ -47,6 +47,9 @@ def test_search_measures_baselines_then_recipes(searched):
     assert rows[0]["vs_eager"] == 1.0 and rows[1]["vs_default"] == 1.0
     best = summary["best"]
     assert best["vs_eager"] == pytest.approx(best["steps_per_s"] / rows[0]["steps_per_s"])
+    if best["role"] != "compile-defaults":  # measured: the scores compare directly, no bound
+        assert best["score_vs_default"] == pytest.approx(best["score"] / rows[1]["score"])
+        assert "score_vs_default_at_least" not in best
     for name in ("study.db", "apply_compilation.py", "trials.txt", "results.json"):
         assert os.path.exists(os.path.join(settings.study_dir, name)), name
     assert len(os.listdir(os.path.join(settings.study_dir, "trials"))) == 5  # 3 + the finalist round
@@ -172,7 +175,7 @@ def test_numerics_of_a_faithful_compile_pass_and_memory_limits_bind(searched):
     (["search", "--model", "tiny-llama", "--device", "tpu"], "--device must be cuda or cpu"),
     (["search", "--model", "tiny-llama", "--device", "cuda"], "no CUDA GPU"),
     (["search", "--model", "llama-8b", "--device", "cpu"], "needs a GPU"),
-    (["search", "--model", "tiny-llama", "--trials", "0"], "must be at least 1"),
+    (["search", "--model", "tiny-llama", "--trials", "-1"], "must be at least 0"),
     (["search", "--model", "tiny-llama", "--device", "cpu", "--set", "mode=fast"], "mode=\"fast\" is not offered"),
     (["search", "--model", "tiny-llama", "--device", "cpu", "--storage", "sqlite:////no/such/dir/x.db"], "cannot open storage"),
     (["search", "--model", "tiny-llama", "--device", "cpu", "--storage", "postgresql://u@127.0.0.1:1/db"], "cannot open storage"),
@@ -242,6 +245,21 @@ def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
     assert close["winner"] == 5 and close["within_noise"] and "shorter warm-up" in close["why"]
     assert choose_winner([row(3, 10.0, 0.02, 90.0)], 0, 12.0, 1000)["winner"] == 0  # eager above all
     assert choose_winner([{"trial": 3, "status": "failed again"}], 0, 12.0, 1000) == {"winner": None}
+
+
+def test_a_baseline_that_timed_out_under_a_shorter_limit_is_measured_again():
+    import optuna
+
+    from autocompile.study import baselines_to_run
+
+    def finished(role, status, wall_s):
+        return optuna.trial.create_trial(value=0.0, user_attrs={"role": role, "status": status, "wall_s": wall_s})
+
+    study = [finished("eager", "ok", 40.0), finished("compile-defaults", "timeout", 300.0)]
+    assert baselines_to_run([], 300.0)[0][0] == "eager"
+    assert baselines_to_run(study, 300.0) == []  # it had the whole limit: timing out is its result
+    assert [role for role, _ in baselines_to_run(study, 600.0)] == ["compile-defaults"]
+    assert baselines_to_run(study + [finished("compile-defaults", "ok", 500.0)], 600.0) == []
 
 
 def test_optimistic_score_bounds_what_a_running_trial_can_reach():

@@ -77,6 +77,21 @@ def test_triage_names_inductor_when_only_inductor_fails(tmp_path, toolchain_dir)
     assert "'backend': 'aot_eager'" in snippet or '"backend": "aot_eager"' in snippet
 
 
+def test_a_hard_mark_the_model_refuses_falls_back_to_maybe_mark_dynamic(tmp_path, toolchain_dir):
+    # As on llama-8b (GPU, session 4): with the loss compiled apart, the labels' length is
+    # marked dynamic but must equal the length of logits nobody marked, so Dynamo raises
+    # ConstraintViolationError; the trial measures maybe_mark_dynamic instead and says so.
+    asked = {"scope": "regional", "compile_loss": True, "mark_dynamic": "mark"}
+    record, _ = trial(tmp_path, toolchain_dir, toy(), asked)
+    assert record["status"] == "ok", record["reason"]
+    fallback = record["mark_dynamic_fallback"]
+    assert fallback["asked"] == "mark" and fallback["used"] == "maybe" and "ConstraintViolation" in fallback["why"]
+    assert record["config"]["mark_dynamic"] == "maybe" and "torch._dynamo.maybe_mark_dynamic" in record["snippet"]
+    assert any("hard mark failed" in note for note in record["notes"])
+    assert "ConstraintViolationError" in (tmp_path / "t" / "log-hard-mark.txt").read_text()
+    assert record["wall_s"] > fallback["first_wall_s"]
+
+
 def test_recompiles_on_every_length_hit_the_limit(tmp_path, toolchain_dir):
     record, _ = trial(tmp_path, toolchain_dir, toy(), {"scope": "full", "dynamic": False, "recompile_limit": 2})
     assert record["recompiles"] >= 2

@@ -138,7 +138,7 @@ class ReluBlock(Block):
 
 def toy_relu() -> Workload:
     """ReLU blocks: Inductor's test hook `cpp.inject_relu_bug_TESTING_ONLY` breaks exactly these."""
-    workload = _workload("toy-relu")
+    workload = _workload("toy-relu", lengths=(MAX_LEN, MAX_LEN))  # one graph per rung
     plain_build = workload.build
 
     def build(options: WorkloadOptions):

@@ -1,6 +1,6 @@
 """Compile settings for llama-8b (study 'llama-8b', trial 3), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 5.05 steps/s steady (1.46x eager, - torch.compile defaults), warm-up 32.4 s.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 5.05 steps/s steady (1.46x eager, 1.36x torch.compile defaults), warm-up 32.4 s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,0 +1,51 @@
+"""Compile settings for llama-8b (study 'llama-8b', trial 15), found by autocompile.
+
+Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
+if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and
+prepare_batch(batch) on every batch, right before the forward pass. Wrap your loss
+function (model outputs, batch) -> loss once with compile_loss(loss_fn).
+"""
+import torch
+
+COMPILE_KWARGS = {'options': {'max_autotune': True,
+             'triton.cudagraphs': True,
+             'coordinate_descent_tuning': True,
+             'shape_padding': False,
+             'max_autotune_gemm_backends': 'ATEN,TRITON',
+             'triton.cudagraph_trees': False,
+             'triton.cudagraph_skip_dynamic_graphs': True},
+ 'dynamic': True}
+LOSS_COMPILE_KWARGS = {'dynamic': True}  # the loss: one graph of its own
+
+VARYING = {'input_ids': (1, 0), 'labels': (1, -100)}  # key: (dim, pad value)
+PAD_TO = 2048  # every batch padded to the longest possible
+
+
+def apply_compilation(model, optimizer):
+    """Compile in place; returns the same model and optimizer."""
+    model.compile(**COMPILE_KWARGS)  # in place: state_dict keys are unchanged
+    for group in optimizer.param_groups:  # one fused kernel per step instead of foreach
+        group["foreach"], group["fused"] = False, True
+    return model, optimizer
+
+
+def compile_loss(loss_fn):
+    """Compile the loss function apart from the model, or not: use it once on the function
+    that turns the model's outputs and the batch into the loss, then call what it returns:
+    loss_fn = compile_loss(loss_fn); loss = loss_fn(model(...), batch).
+    """
+    return torch.compile(loss_fn, fullgraph=True, **LOSS_COMPILE_KWARGS)
+
+
+def prepare_batch(batch):
+    """Pads and marks the batch for the compiled model (call it where the collate ends)."""
+    for key, (dim, pad_value) in VARYING.items():
+        tensor = batch[key]
+        length = tensor.shape[dim]
+        target = PAD_TO
+        if target > length:
+            widths = [0, 0] * (tensor.dim() - 1 - dim) + [0, target - length]
+            batch[key] = torch.nn.functional.pad(tensor, widths, value=pad_value)
+    # CUDA graphs reuse their output buffers: tell them a new training step begins
+    torch.compiler.cudagraph_mark_step_begin()
+    return batch
