@@ -288,16 +288,18 @@ def _check_resume(study, settings: SearchSettings) -> None:
 
 
 def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
-    """Whether a configuration was measured already, or is queued: a trial cut short by a
-    search's time bound (not by the trial limit) does not count."""
+    """Whether a configuration was measured already (or pruned), or is queued: a trial cut
+    short by a search's time bound (not by the trial limit) does not count."""
     for t in study.trials:
         if t.state == optuna.trial.TrialState.WAITING:
             if t.system_attrs.get("fixed_params") == params:
                 return True
             continue
-        if t.state == optuna.trial.TrialState.PRUNED and {**DEFAULTS, **t.user_attrs.get("config", {})} == config:
+        if {**DEFAULTS, **t.user_attrs.get("config", {})} != config:
+            continue
+        if t.state == optuna.trial.TrialState.PRUNED:
             return True  # it could not win when it ran
-        if t.state != optuna.trial.TrialState.COMPLETE or {**DEFAULTS, **t.user_attrs.get("config", {})} != config:
+        if t.state != optuna.trial.TrialState.COMPLETE:
             continue
         a = t.user_attrs
         if a.get("status") != "timeout" or a.get("wall_s", 0) >= 0.9 * trial_timeout_s:
