@@ -93,11 +93,9 @@ def summarize(study, study_dir: str | None, write: bool = False) -> dict:
         "snippet": winner_snippet(study, best),
     }
     default = baseline_trial(study, "compile-defaults")
-    if default is not None and default.number == best.number:
-        pass  # plain torch.compile won: nothing to compare it with
-    elif default is not None and default.value:
-        # Scores weigh warm-up in: the winner against plain torch.compile over the horizon.
-        summary["best"]["score_vs_default"] = best.value / default.value
+    if default is not None:  # measured: scores weigh warm-up in, over the horizon
+        if default.number != best.number and default.value:
+            summary["best"]["score_vs_default"] = best.value / default.value
     elif bound and best.value > bound:
         # Plain torch.compile never finished warming up: its score is at most `bound`.
         summary["best"]["score_vs_default_at_least"] = best.value / bound

@@ -287,6 +287,12 @@ def _check_resume(study, settings: SearchSettings) -> None:
             )
 
 
+def _ran_its_course(attrs: dict, limit_s: float) -> bool:
+    """Whether a finished trial's result stands: anything but a timeout, or a timeout that had
+    (nearly) the whole of `limit_s` (one cut short sooner may be measured again)."""
+    return attrs.get("status") != "timeout" or attrs.get("wall_s", 0) >= 0.9 * limit_s
+
+
 def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
     """Whether a configuration was measured already (or pruned), or is queued: a trial cut
     short by a search's time bound (not by the trial limit) does not count."""
@@ -299,10 +305,7 @@ def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
             continue
         if t.state == optuna.trial.TrialState.PRUNED:
             return True  # it could not win when it ran
-        if t.state != optuna.trial.TrialState.COMPLETE:
-            continue
-        a = t.user_attrs
-        if a.get("status") != "timeout" or a.get("wall_s", 0) >= 0.9 * trial_timeout_s:
+        if t.state == optuna.trial.TrialState.COMPLETE and _ran_its_course(t.user_attrs, trial_timeout_s):
             return True
     return False
 
@@ -310,8 +313,8 @@ def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
 def baselines_to_run(finished: list, limit_s: float) -> list[tuple[str, dict]]:
     """The baselines (role, config) a search still owes its study: those never measured, and
     one that timed out under a shorter limit than `limit_s` (it is measured again)."""
-    done = {t.user_attrs.get("role") for t in finished if t.state == optuna.trial.TrialState.COMPLETE
-            and (t.user_attrs.get("status") != "timeout" or t.user_attrs.get("wall_s", 0) >= 0.9 * limit_s)}
+    done = {t.user_attrs.get("role") for t in finished
+            if t.state == optuna.trial.TrialState.COMPLETE and _ran_its_course(t.user_attrs, limit_s)}
     return [(role, config) for role, config in BASELINES if role not in done]
 
 
