@@ -19,6 +19,11 @@ def toy(name: str = "toy") -> str:
     return f"{TOY}:{name}"
 
 
+# One thread per trial: the suite runs on two xdist workers over two cores, and OpenMP threads
+# that spin-wait on cores the other worker is compiling on made an eager toy run 50x slower in
+# CI (4.5 steps/s against 200), which turned the tests' speed relations upside down.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # One CPU-probe cache for the whole test session, searches and commands included (the probe
 # takes ~20 s once).
 os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="autocompile-toolchain-"))
