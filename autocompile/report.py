@@ -80,7 +80,6 @@ def summarize(study, study_dir: str | None, write: bool = False) -> dict:
                "finalists": study.user_attrs.get("finalists")}
     if best is None:
         return summary
-    bound = default_score_bound(study, horizon)
     eager_sps = baseline_value(study, "eager", "steps_per_s")
     default_sps = baseline_value(study, "compile-defaults", "steps_per_s")
     a = best.user_attrs
@@ -96,7 +95,7 @@ def summarize(study, study_dir: str | None, write: bool = False) -> dict:
     if default is not None:  # measured: scores weigh warm-up in, over the horizon
         if default.number != best.number and default.value:
             summary["best"]["score_vs_default"] = best.value / default.value
-    elif bound and best.value > bound:
+    elif (bound := default_score_bound(study, horizon)) and best.value > bound:
         # Plain torch.compile never finished warming up: its score is at most `bound`.
         summary["best"]["score_vs_default_at_least"] = best.value / bound
     if write and study_dir:

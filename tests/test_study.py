@@ -262,6 +262,36 @@ def test_a_baseline_that_timed_out_under_a_shorter_limit_is_measured_again():
     assert baselines_to_run(study + [finished("compile-defaults", "ok", 500.0)], 600.0) == []
 
 
+def test_the_winner_is_compared_with_plain_torch_compile_by_score_or_by_a_bound():
+    """While plain torch.compile never finished warming up, the winner's score is compared with a
+    bound (horizon / its longest warm-up); once it is measured, with its score."""
+    import optuna
+
+    from autocompile.report import summarize
+
+    def finished(number, role, status, value, **attrs):
+        trial = optuna.trial.create_trial(value=value, user_attrs={"role": role, "status": status,
+                                                                   "config": {"compile": role != "eager"},
+                                                                   "steps_per_s": 6.0, **attrs})
+        trial.number = number
+        return trial
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("horizon", 1000)
+    for trial in [finished(0, "eager", "ok", 3.0), finished(1, "compile-defaults", "timeout", 0.0, warmup_elapsed_s=100.0),
+                  finished(2, "recipe", "ok", 5.0), finished(3, "compile-defaults", "timeout", 0.0, warmup_elapsed_s=400.0)]:
+        study.add_trial(trial)
+    best = summarize(study, None)["best"]
+    assert best["number"] == 2
+    assert best["score_vs_default_at_least"] == pytest.approx(5.0 / (1000 / 400))  # the longest attempt bounds closest
+    assert "score_vs_default" not in best
+
+    study.add_trial(finished(4, "compile-defaults", "ok", 2.0, steps_per_s=4.0))
+    best = summarize(study, None)["best"]
+    assert best["score_vs_default"] == pytest.approx(2.5) and best["vs_default"] == pytest.approx(1.5)
+    assert "score_vs_default_at_least" not in best
+
+
 def test_optimistic_score_bounds_what_a_running_trial_can_reach():
     from autocompile.study import optimistic_score
 
