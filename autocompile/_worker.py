@@ -9,6 +9,7 @@ hang or a kill into a record of its own.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import math
@@ -18,6 +19,8 @@ import statistics
 import sys
 import time
 import traceback
+
+from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet
 
 
 class Events:
@@ -124,46 +127,61 @@ def _peak_memory_gb(torch, device: str) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "process max RSS"
 
 
+REPLAY_STEPS = 3  # optimizer steps compared in the numerics replay
+REPLAY_SEED = 1234  # the random stream both sides of the replay start from
+
+
+class Training:
+    """A freshly built model and optimizer with a snippet applied: one training step at a time."""
+
+    def __init__(self, workload, built: tuple, batches: list, snippet: str, path: str):
+        namespace = load_snippet(snippet, path)
+        model, optimizer = built
+        # Before apply_compilation: torch's LRScheduler wraps optimizer.step, and cannot wrap a compiled one.
+        self.scheduler = workload.schedule(optimizer) if workload.schedule else None
+        self.model, self.optimizer = namespace["apply_compilation"](model, optimizer)
+        self.prepare_batch, self.batches = namespace["prepare_batch"], batches
+        if workload.split_loss:  # the criterion apart from the model, compiled where the config says so
+            criterion = namespace["compile_loss"](workload.criterion)
+            self.compute_loss = lambda batch: criterion(workload.forward(self.model, batch), batch)
+        else:
+            self.compute_loss = lambda batch: workload.loss(self.model, batch)
+
+    def step(self, index: int):
+        batch = self.prepare_batch(dict(self.batches[index % len(self.batches)]))
+        loss = self.compute_loss(batch)
+        loss.backward()
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+
 def run(spec: dict, events: Events, result: dict) -> None:
     events.emit(phase="building")
     import torch
 
-    from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet
     from autocompile.workloads import WorkloadOptions, get_workload
 
     notes: list[str] = result["notes"]
-    device = spec["device"]
+    device, config = spec["device"], spec["config"]
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("CUDA was asked for but torch sees no GPU")
-    if not device.startswith("cuda") and spec["config"]["compile"]:
+    if not device.startswith("cuda") and config["compile"]:
         _warm_cpu_toolchain(spec.get("toolchain_dir"), notes)
     watcher = CompileWatcher()
     notes += watcher.install(torch)
-    result["torch"] = torch.__version__
-    try:
-        import transformers
+    _versions(torch, device, result)
 
-        result["transformers"] = transformers.__version__
-    except ImportError:
-        pass
-    result["device_name"] = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
-
-    config = spec["config"]
     workload = get_workload(spec["model"])
     options = WorkloadOptions(device=device, batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"),
                               seed=spec.get("seed", 0))
+    pool = spec.get("batch_pool") or workload.batch_pool
+    batches = workload.batches(options, pool)
+    counts = [workload.count(b) for b in batches]
     model, optimizer = workload.build(options)
-    import torch._dynamo.config as dynamo_config
-
-    info = ModelInfo(
-        regions=find_repeated_blocks(model),
-        parts=workload.parts,
-        varying=dict(workload.varying),
-        max_len=workload.max_len(options),
-        device_type="cuda" if device.startswith("cuda") else "cpu",
-        recompile_limit_key=next((k for k in ("recompile_limit", "cache_size_limit") if hasattr(dynamo_config, k)), None),
-    )
-    result["regions"] = info.regions
+    info = _model_info(workload, options, model, result)
     if config["compile"] and config["scope"] == "regional" and not info.regions:
         raise ValueError("scope 'regional': no repeated blocks found in the model")
     snippet = render_snippet(config, info, header=spec.get("header", ""))
@@ -172,52 +190,82 @@ def run(spec: dict, events: Events, result: dict) -> None:
         f.write(snippet)
     result["snippet"] = snippet
 
-    pool = spec.get("batch_pool") or workload.batch_pool
-    batches = workload.batches(options, pool)
-    counts = [workload.count(b) for b in batches]
-    namespace = load_snippet(snippet, snippet_path)
-    # Before apply_compilation: torch's LRScheduler wraps optimizer.step, and cannot wrap a compiled one.
-    scheduler = workload.schedule(optimizer) if workload.schedule else None
-    model, optimizer = namespace["apply_compilation"](model, optimizer)
-    prepare_batch = namespace["prepare_batch"]
-    if workload.split_loss:  # the criterion apart from the model, compiled where the config says so
-        criterion = namespace["compile_loss"](workload.criterion)
-
-        def compute_loss(batch):
-            return criterion(workload.forward(model, batch), batch)
-    else:
-        def compute_loss(batch):
-            return workload.loss(model, batch)
-    cuda = device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    if cuda:
+    # Whether the loss depends on the random stream (dropout): then the first losses of a compiled
+    # run differ from eager's by the noise of the masks, and the numerics are judged by a replay.
+    result["rng_dependent"] = _rng_dependent(torch, workload, model, batches[0])
+    training = Training(workload, (model, optimizer), batches, snippet, snippet_path)
+    del model, optimizer
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
+    warm = _warm_up(training, watcher, spec, events, result, sync, pool)
+    _measure(torch, training, watcher, warm, spec, events, result, sync, counts, workload.unit)
+    replay = config["compile"] and result["rng_dependent"] and spec.get("numerics_replay", True)
+    if replay and result["status"] == "ok":
+        del training
+        _write_result(spec, result)  # the measurement stands even if the replay runs out of time
+        events.emit(phase="checking numerics")
+        try:
+            result["replay"] = _replay(torch, spec, workload, options, batches, info, snippet, sync)
+        except Exception as exc:  # the measurement stands; the verdict says it could not be reached
+            traceback.print_exc()
+            result["replay"] = {"error": _shorten(f"{type(exc).__name__}: {_first_line(exc)}", 400)}
 
-    losses: list[float] = []
 
-    def step(index: int):
-        batch = prepare_batch(dict(batches[index % pool]))
-        loss = compute_loss(batch)
-        loss.backward()
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
+def _versions(torch, device: str, result: dict) -> None:
+    result["torch"] = torch.__version__
+    try:  # from the package metadata: importing transformers takes seconds a model may not need
+        result["transformers"] = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    result["device_name"] = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
 
-    # Warm-up: until a whole pass over the batch pool is done and `settle` steps in a row
-    # started no compile. Each step is synchronised so its compile events are its own.
-    warming = "compiling" if config["compile"] else "warming up"
+
+def _model_info(workload, options, model, result: dict) -> ModelInfo:
+    """What the snippet needs to know of the model."""
+    import torch._dynamo.config as dynamo_config
+
+    regions = find_repeated_blocks(model)
+    result["regions"] = regions
+    return ModelInfo(
+        regions=regions,
+        parts=workload.parts,
+        varying=dict(workload.varying),
+        max_len=workload.max_len(options),
+        device_type="cuda" if options.device.startswith("cuda") else "cpu",
+        recompile_limit_key=next((k for k in ("recompile_limit", "cache_size_limit") if hasattr(dynamo_config, k)), None),
+    )
+
+
+def _rng_dependent(torch, workload, model, batch: dict) -> bool:
+    """Whether the first batch's loss (eager, forward only, before anything is compiled) changes
+    with the seed more than it changes between two runs under one seed."""
+    losses = []
+    devices = [torch.cuda.current_device()] if next(model.parameters()).is_cuda else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        for seed in (1, 1, 2):
+            torch.manual_seed(seed)
+            losses.append(float(workload.loss(model, dict(batch)).float()))
+    same, other = abs(losses[0] - losses[1]), abs(losses[0] - losses[2])
+    return other > max(10 * same, 1e-9 * abs(losses[0]))
+
+
+def _warm_up(training: Training, watcher, spec: dict, events: Events, result: dict, sync, pool: int) -> dict:
+    """Until a whole pass over the batch pool is done and `settle` steps in a row started no
+    compile. Each step is synchronised so its compile events are its own. Returns where it ended:
+    steps run, a typical quiet step's time, compile events so far."""
+    warming = "compiling" if spec["config"]["compile"] else "warming up"
     events.emit(phase=warming)
     settle = spec.get("settle_steps", 3)
     max_warmup = spec.get("max_warmup_steps", 20 * pool)
+    losses: list[float] = []
     start = time.perf_counter()
     index = quiet = 0
     quiet_times: list[float] = []
     while True:
         before = watcher.events
         t0 = time.perf_counter()
-        loss = step(index)
+        loss = training.step(index)
         sync()
         dt = time.perf_counter() - t0
         if len(losses) < 5:
@@ -234,15 +282,19 @@ def run(spec: dict, events: Events, result: dict) -> None:
             events.emit(phase=warming, step=index)
     warmup_s = time.perf_counter() - start
     if index >= max_warmup and quiet < settle:
-        notes.append(f"compiles did not stop within {max_warmup} warm-up steps")
-    warm_events = watcher.events
+        result["notes"].append(f"compiles did not stop within {max_warmup} warm-up steps")
     result.update(warmup_s=warmup_s, warmup_steps=index, losses=losses)
+    return {"steps": index, "typical_step_s": statistics.median(quiet_times) if quiet_times else warmup_s / index,
+            "events": watcher.events}
 
-    # Steady state: windows of whole passes over the pool (so every window sees the same
-    # lengths), at least `min_window_s` long; more windows while their spread is high.
-    events.emit(phase="measuring", warmup_s=warmup_s, warmup_steps=index)  # the parent's pruning reads these
-    typical = statistics.median(quiet_times) if quiet_times else warmup_s / index
-    passes = max(1, math.ceil(spec.get("min_window_s", 0.5) / max(typical * pool, 1e-6)))
+
+def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events: Events, result: dict, sync,
+             counts: list[int], unit: str) -> None:
+    """Steady state: windows of whole passes over the pool (so every window sees the same
+    lengths), at least `min_window_s` long; more windows while their spread is high."""
+    index, pool = warm["steps"], len(counts)
+    events.emit(phase="measuring", warmup_s=result["warmup_s"], warmup_steps=index)  # the parent's pruning reads these
+    passes = max(1, math.ceil(spec.get("min_window_s", 0.5) / max(warm["typical_step_s"] * pool, 1e-6)))
     window_steps = passes * pool
     min_windows, max_windows = spec.get("min_windows", 3), spec.get("max_windows", 6)
     target_cv = spec.get("target_cv", 0.02)
@@ -253,7 +305,7 @@ def run(spec: dict, events: Events, result: dict) -> None:
         sync()
         t0 = time.perf_counter()
         for _ in range(window_steps):
-            step(index)
+            training.step(index)
             total_items += counts[index % pool]
             index += 1
         sync()
@@ -265,20 +317,20 @@ def run(spec: dict, events: Events, result: dict) -> None:
         if len(rates) >= min_windows and statistics.pstdev(rates) / statistics.mean(rates) <= target_cv:
             break
     cv = statistics.pstdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
-    peak, peak_kind = _peak_memory_gb(torch, device)
+    peak, peak_kind = _peak_memory_gb(torch, spec["device"])
     result.update(
         status="ok",
         reason="",
         steps_per_s=total_steps / total_time,
         items_per_s=total_items / total_time,
-        unit=workload.unit,
+        unit=unit,
         window_steps=window_steps,
         window_rates=rates,
         cv=cv,
         measured_steps=total_steps,
         compiles=watcher.compiles_started,
         recompiles=len(watcher.recompile_reasons),
-        recompiles_after_warmup=watcher.events - warm_events,
+        recompiles_after_warmup=watcher.events - warm["events"],
         recompile_reasons=watcher.recompile_reasons[:20],
         graph_breaks=sum(watcher.graph_breaks.values()),
         graph_break_reasons=[{"reason": r, "count": n} for r, n in list(watcher.graph_breaks.items())[:20]],
@@ -287,10 +339,43 @@ def run(spec: dict, events: Events, result: dict) -> None:
         peak_mem_kind=peak_kind,
     )
     if cv > target_cv:
-        notes.append(f"throughput spread {cv:.1%} stayed above {target_cv:.0%} after {len(rates)} windows")
+        result["notes"].append(f"throughput spread {cv:.1%} stayed above {target_cv:.0%} after {len(rates)} windows")
     if watcher.limit_hits:
         result["status"] = "infeasible"
         result["reason"] = "hit the recompile limit, so part of the model fell back to eager: " + watcher.limit_hits[0]
+
+
+def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo, snippet: str, sync) -> dict:
+    """The numerics of a model whose loss depends on the random stream (dropout), judged without
+    the noise of the masks: the same first steps run twice from fresh weights and one seed, eager
+    (with the configuration's padding, so the masks fall on the same positions) and as
+    configured, with Inductor's `fallback_random` so that compiled code draws its random numbers
+    from torch's own stream in eager's order instead of from Inductor's generator. The batch is
+    the first one each time, so a replay compiles one shape."""
+    import gc
+
+    import torch._inductor.config as inductor_config
+
+    from autocompile.space import EAGER
+
+    started = time.perf_counter()
+    config = spec["config"]
+    reference = render_snippet({**EAGER, "padding": config["padding"], "pad_multiple": config["pad_multiple"]}, info)
+    sides = {}
+    for side, code in (("eager", reference), ("trial", snippet)):
+        torch._dynamo.reset()
+        with inductor_config.patch(fallback_random=True):
+            training = Training(workload, workload.build(options), batches[:1], code, f"<replay {side}>")
+            torch.manual_seed(REPLAY_SEED)
+            sides[side] = [float(training.step(0).detach().float().item()) for _ in range(REPLAY_STEPS)]
+            sync()
+        del training
+        gc.collect()
+        if spec["device"].startswith("cuda"):
+            torch.cuda.empty_cache()
+    return {**sides, "steps": REPLAY_STEPS, "seconds": time.perf_counter() - started,
+            "method": "replay: eager and the configuration, fresh weights, one seed, the first batch, "
+                      "Inductor fallback_random (compiled code draws from torch's stream in eager's order)"}
 
 
 def classify(exc: BaseException) -> str:
@@ -317,18 +402,25 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:  # every failure becomes a record; the parent decides what next
         traceback.print_exc()
         result["status"] = classify(exc)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        result["reason"] = _shorten(f"{type(exc).__name__}: {first}", 600)
+        result["reason"] = _shorten(f"{type(exc).__name__}: {_first_line(exc)}", 600)
         result["failed_phase"] = _last_phase(spec["events"])
     finally:
-        tmp = spec["result"] + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1, default=str)
-        os.replace(tmp, spec["result"])
+        _write_result(spec, result)
         events.emit(phase="done", status=result["status"])
         sys.stdout.flush()
         sys.stderr.flush()
     return 0
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+
+
+def _write_result(spec: dict, result: dict) -> None:
+    tmp = spec["result"] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    os.replace(tmp, spec["result"])
 
 
 def _last_phase(path: str) -> str:

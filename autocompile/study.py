@@ -71,30 +71,68 @@ def numerics_tolerance(device: str) -> float:
     return 2e-2 if device.startswith("cuda") else 1e-3
 
 
-def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | None) -> dict:
-    """Make a trial that ran infeasible if it computes something else than eager, or needs
-    more memory than allowed. Same seed, weights and batches: the first losses must agree.
+NUMERICS_STEPS = 3  # first losses compared
+
+
+def compare_losses(trial: list[float], reference: list[float], device: str) -> dict:
+    """The first losses of a compiled run against eager's, step by step.
 
     The loss of step k comes after k optimizer updates, and an Adam-like update amplifies
     rounding differences of small gradients (it divides by their root mean square), so the
     tolerance of step k is (k + 1) times that of the first loss (seen on the GPU: a regional
     compile of the bf16 captioner agreed within 0.4% on the first loss, 3.3% on the second).
     """
+    n = min(len(reference), len(trial), NUMERICS_STEPS)
+    base = numerics_tolerance(device)
+    tolerances = [base * (k + 1) for k in range(n)]
+    diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(trial[:n], reference[:n])]
+    worst = max(range(n), key=lambda k: diffs[k] / tolerances[k])
+    return {"eager": reference[:n], "trial": trial[:n], "rel_diffs": diffs, "tolerances": tolerances,
+            "max_rel_diff": diffs[worst], "tolerance": tolerances[worst], "worst_step": worst + 1,
+            "differs": diffs[worst] > tolerances[worst]}
+
+
+def numerics_verdict(record: dict, eager: dict | None, device: str) -> dict | None:
+    """How a compiled trial's numerics compare with eager's, and how that was found out.
+
+    A loss that does not depend on the random stream is compared as measured: the trial's first
+    losses against the eager baseline's (same seed, weights and batches). One that does
+    (dropout) differs from eager's by the noise of the masks whatever the compile does, so it is
+    compared in the trial's replay instead (see autocompile._worker._replay): eager and the
+    configuration from fresh weights and one seed, with compiled code drawing its random numbers
+    from torch's stream in eager's order. None: nothing to compare.
+    """
+    replay = record.get("replay")
+    if replay and "error" not in replay:
+        return {"method": "replay", "how": replay["method"], "replay_s": replay["seconds"],
+                **compare_losses(replay["trial"], replay["eager"], device)}
+    if record.get("rng_dependent"):
+        why = replay["error"] if replay else "no replay was run"
+        return {"method": "not judged", "differs": False,
+                "how": f"the loss depends on the random stream (dropout) and the replay did not finish: {why}"}
+    if eager and eager.get("losses") and record.get("losses"):
+        return {"method": "first losses", "how": "the measured run's first losses against the eager baseline's",
+                **compare_losses(record["losses"], eager["losses"], device)}
+    return None
+
+
+def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | None) -> dict:
+    """Make a trial that ran infeasible if it computes something else than eager
+    (`numerics_verdict`), or needs more memory than allowed."""
     if record.get("status") != "ok":
         return record
-    if eager and eager.get("losses") and record.get("losses") and record["config"]["compile"]:
-        n = min(len(eager["losses"]), len(record["losses"]), 3)
-        base = numerics_tolerance(device)
-        tolerances = [base * (k + 1) for k in range(n)]
-        diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(record["losses"][:n], eager["losses"][:n])]
-        worst = max(range(n), key=lambda k: diffs[k] / tolerances[k])
-        record["numerics"] = {"eager": eager["losses"][:n], "trial": record["losses"][:n], "rel_diffs": diffs,
-                              "tolerances": tolerances, "max_rel_diff": diffs[worst], "tolerance": tolerances[worst]}
-        if diffs[worst] > tolerances[worst]:
-            record["status"] = "infeasible"
-            record["reason"] = (f"numerics: the loss of step {worst + 1} differs from eager by {diffs[worst]:.2%} "
-                                f"(tolerance {tolerances[worst]:.1%}): {record['losses'][:n]} against {eager['losses'][:n]}")
-            return record
+    verdict = numerics_verdict(record, eager, device) if record["config"]["compile"] else None
+    if verdict:
+        record["numerics"] = verdict
+        if verdict["method"] == "not judged":
+            record.setdefault("notes", []).append("numerics not judged: " + verdict["how"])
+    if verdict and verdict["differs"]:
+        step = verdict["worst_step"]
+        record["status"] = "infeasible"
+        record["reason"] = (f"numerics ({verdict['method']}): the loss of step {step} differs from eager by "
+                            f"{verdict['max_rel_diff']:.2%} (tolerance {verdict['tolerance']:.1%}): "
+                            f"{verdict['trial']} against {verdict['eager']}")
+        return record
     if max_memory_gb is not None and record.get("peak_mem_gb", 0) > max_memory_gb:
         record["over_memory_gb"] = record["peak_mem_gb"] - max_memory_gb
         record["status"] = "infeasible"
@@ -303,11 +341,20 @@ def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
             continue
         if {**DEFAULTS, **t.user_attrs.get("config", {})} != config:
             continue
+        if _judged_by_an_older_guard(t.user_attrs):
+            continue  # made infeasible by a numerics rule since replaced: measured again
         if t.state == optuna.trial.TrialState.PRUNED:
             return True  # it could not win when it ran
         if t.state == optuna.trial.TrialState.COMPLETE and _ran_its_course(t.user_attrs, trial_timeout_s):
             return True
     return False
+
+
+def _judged_by_an_older_guard(attrs: dict) -> bool:
+    """A trial made infeasible for its numerics before the verdict said how it was reached (the
+    first losses of runs whose dropout masks differed): its configuration is measured again."""
+    return (attrs.get("status") == "infeasible" and attrs.get("reason", "").startswith("numerics:")
+            and "method" not in attrs.get("numerics", {}))
 
 
 def baselines_to_run(finished: list, limit_s: float) -> list[tuple[str, dict]]:

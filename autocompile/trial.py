@@ -74,6 +74,15 @@ def _read_new_events(path: str, offset: int) -> tuple[list[dict], int]:
     return events, offset + len(complete)
 
 
+def _measured(result_path: str) -> bool:
+    """Whether the worker wrote a finished measurement (it does so before the numerics replay)."""
+    try:
+        with open(result_path) as f:
+            return json.load(f).get("status") == "ok"
+    except (OSError, ValueError):
+        return False
+
+
 def _describe_exit(code: int) -> str:
     if code < 0:
         name = signal.Signals(-code).name
@@ -183,6 +192,10 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
     if stop_reason:
         record = {"status": "pruned", "reason": stop_reason, "failed_phase": last_phase, "notes": [],
                   "events": [e for e in seen if e.get("phase") == "measuring" and "window" in e]}
+    elif timed_out and _measured(result_path):
+        with open(result_path) as f:
+            record = json.load(f)  # measured; only the numerics replay that followed was cut
+        record["replay"] = {"error": f"cut by the {request.timeout_s:.0f} s limit"}
     elif timed_out:
         record = {"status": "timeout", "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase})",
                   "failed_phase": last_phase, "notes": []}
@@ -213,7 +226,7 @@ TRIAGE_LADDER = (
     ("aot_eager", "AOTAutograd (forward and backward graphs)"),
     ("aot_eager_decomp_partition", "decompositions and the partitioner"),
 )
-TRIAGE_MEASURE = {"min_windows": 1, "max_windows": 1, "min_window_s": 0.0, "settle_steps": 1}
+TRIAGE_MEASURE = {"min_windows": 1, "max_windows": 1, "min_window_s": 0.0, "settle_steps": 1, "numerics_replay": False}
 
 
 def triage(request: TrialRequest, record: dict, time_left: float | None = None) -> dict:

@@ -32,3 +32,22 @@ os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="au
 @pytest.fixture(scope="session")
 def toolchain_dir():
     return os.environ["AUTOCOMPILE_TOOLCHAIN_CACHE"]
+
+
+def numerics_of_plain_compile(tmp_path, workload: str, seed: int) -> dict:
+    """`autocompile search --trials 2` (eager, then plain torch.compile) on a toy workload; the
+    compiled trial's record, with the eager baseline's first losses beside it."""
+    import subprocess
+    import sys
+
+    from autocompile.study import load_study
+
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy(workload), "--device", "cpu",
+                           "--trials", "2", "--finalists", "0", "--seed", str(seed), "--study", "s",
+                           "--dir", str(tmp_path)], capture_output=True, text=True, env=env)
+    assert done.returncode in (0, 1), done.stderr
+    study = load_study("s", "sqlite:///" + str(tmp_path / "s" / "study.db"))
+    eager, compiled = (t.user_attrs for t in study.trials)
+    assert eager["role"] == "eager" and compiled["role"] == "compile-defaults"
+    return {**compiled, "eager_losses": eager["losses"]}

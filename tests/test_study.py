@@ -151,7 +151,7 @@ def test_a_compiled_result_that_differs_from_eager_is_infeasible(tmp_path):
     # The difference sits in the model's own forward: compiling the whole model changes the
     # result, compiling only the blocks does not.
     assert [(r["config"], r["status"]) for r in rows[1:]] == [("full default", "infeasible"), ("regional default", "ok")]
-    assert rows[1]["reason"].startswith("numerics:")
+    assert rows[1]["reason"].startswith("numerics (first losses):")
     study = load_study("differs", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     numerics = study.trials[1].user_attrs["numerics"]
     assert numerics["max_rel_diff"] > numerics["tolerance"]

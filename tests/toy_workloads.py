@@ -148,3 +148,50 @@ def toy_relu() -> Workload:
 
     workload.build = build
     return workload
+
+
+class DropoutMLP(torch.nn.Module):
+    """Three linear blocks with dropout p = 0.3, and a head: a loss that depends on the random stream."""
+
+    def __init__(self, scaled_when_compiled: bool = False):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU(), torch.nn.Dropout(0.3)) for _ in range(3))
+        self.head = torch.nn.Linear(WIDTH, 8)
+        self.scaled_when_compiled = scaled_when_compiled
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        out = self.head(x)
+        if self.scaled_when_compiled and torch.compiler.is_compiling():
+            out = out * 1.03  # a 3% error in the output, smaller than dropout's own noise on the loss
+        return out
+
+
+def _dropout_workload(name: str, scaled_when_compiled: bool) -> Workload:
+    def build(options: WorkloadOptions):
+        torch.manual_seed(options.seed)
+        model = DropoutMLP(scaled_when_compiled).to(options.device)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def batches(options: WorkloadOptions, n: int):
+        generator = torch.Generator().manual_seed(options.seed)
+        size = options.batch_size or 16
+        return [{"x": torch.randn(size, WIDTH, generator=generator).to(options.device),
+                 "y": (0.1 * torch.randn(size, 8, generator=generator)).to(options.device)} for _ in range(n)]
+
+    def loss(model, batch):
+        return torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
+
+    return Workload(name=name, description=f"test workload {name}", build=build, batches=batches, loss=loss,
+                    count=lambda batch: batch["x"].shape[0], batch_pool=2)
+
+
+def toy_dropout() -> Workload:
+    return _dropout_workload("toy-dropout", scaled_when_compiled=False)
+
+
+def toy_dropout_scaled() -> Workload:
+    """Compiled, its output is 3% larger: a real numerical error, hidden in dropout's noise."""
+    return _dropout_workload("toy-dropout-scaled", scaled_when_compiled=True)
