@@ -128,7 +128,10 @@ def _peak_memory_gb(torch, device: str) -> tuple[float, str]:
 
 
 REPLAY_STEPS = 3  # optimizer steps compared in the numerics replay
-REPLAY_SEED = 1234  # the random stream both sides of the replay start from
+REPLAY_SEED = 1234  # the random stream both sides of each replay step start from
+# 1: one seed for all steps (a lazy compile of the backward shifted the stream on CUDA); 2: dropout
+# aligned, not switched off (a compiled GPT-2 drew its attention dropout in another fused kernel)
+REPLAY_VERSION = 3
 
 
 class Training:
@@ -193,6 +196,11 @@ def run(spec: dict, events: Events, result: dict) -> None:
     # Whether the loss depends on the random stream (dropout): then the first losses of a compiled
     # run differ from eager's by the noise of the masks, and the numerics are judged by a replay.
     result["rng_dependent"] = _rng_dependent(torch, workload, model, batches[0])
+    if spec.get("replay_only"):  # the numerics replay alone, for a configuration measured before
+        del model, optimizer
+        result.update(status="ok", reason="replay only: nothing measured",
+                      replay=_replay(torch, spec, workload, options, batches, info, snippet, lambda: None))
+        return
     training = Training(workload, (model, optimizer), batches, snippet, snippet_path)
     del model, optimizer
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
@@ -347,11 +355,14 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
 
 def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo, snippet: str, sync) -> dict:
     """The numerics of a model whose loss depends on the random stream (dropout), judged without
-    the noise of the masks: the same first steps run twice from fresh weights and one seed, eager
-    (with the configuration's padding, so the masks fall on the same positions) and as
-    configured, with Inductor's `fallback_random` so that compiled code draws its random numbers
-    from torch's own stream in eager's order instead of from Inductor's generator. The batch is
-    the first one each time, so a replay compiles one shape."""
+    the noise of the masks. The first steps run twice from fresh weights, on the first batch
+    (so a replay compiles one shape): eager, with the configuration's padding, and as
+    configured. On both sides the model's dropout modules are set to p = 0, and what randomness
+    is left (a functional dropout whose p is a plain number) is drawn alike: each step starts
+    from the same seed, and Inductor's `fallback_random` makes compiled code draw from torch's
+    stream in eager's order. Dropout modules are switched off rather than aligned because some
+    kernels draw their own masks (a fused attention kernel with dropout: a compiled model may
+    pick another one than eager for the same call), which no seed can make equal."""
     import gc
 
     import torch._inductor.config as inductor_config
@@ -361,21 +372,42 @@ def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo
     started = time.perf_counter()
     config = spec["config"]
     reference = render_snippet({**EAGER, "padding": config["padding"], "pad_multiple": config["pad_multiple"]}, info)
-    sides = {}
+    out: dict = {}
     for side, code in (("eager", reference), ("trial", snippet)):
         torch._dynamo.reset()
+        model, optimizer = workload.build(options)
+        switched_off = _switch_off_dropout(torch, model)
+        if side == "eager":
+            out["dropout_modules_off"] = switched_off
+            out["rng_dependent_after"] = _rng_dependent(torch, workload, model, batches[0])
         with inductor_config.patch(fallback_random=True):
-            training = Training(workload, workload.build(options), batches[:1], code, f"<replay {side}>")
-            torch.manual_seed(REPLAY_SEED)
-            sides[side] = [float(training.step(0).detach().float().item()) for _ in range(REPLAY_STEPS)]
+            training = Training(workload, (model, optimizer), batches[:1], code, f"<replay {side}>")
+            del model, optimizer
+            out[side] = []
+            for k in range(REPLAY_STEPS):
+                # Each step from its own seed: a compile that runs lazily inside a step (the backward
+                # graph's, at its first use) may draw random inputs for its benchmarks (Inductor's
+                # pad_mm does on CUDA), which would shift the stream of the next step.
+                torch.manual_seed(REPLAY_SEED + k)
+                out[side].append(float(training.step(0).detach().float().item()))
             sync()
         del training
         gc.collect()
         if spec["device"].startswith("cuda"):
             torch.cuda.empty_cache()
-    return {**sides, "steps": REPLAY_STEPS, "seconds": time.perf_counter() - started,
-            "method": "replay: eager and the configuration, fresh weights, one seed, the first batch, "
-                      "Inductor fallback_random (compiled code draws from torch's stream in eager's order)"}
+    left = "; the loss still depends on the random stream, drawn alike by both sides" if out["rng_dependent_after"] else ""
+    return {**out, "steps": REPLAY_STEPS, "seconds": time.perf_counter() - started, "version": REPLAY_VERSION,
+            "method": f"replay: eager and the configuration from fresh weights, the first batch, "
+                      f"{switched_off} dropout modules at p = 0, a seed per step, Inductor fallback_random{left}"}
+
+
+def _switch_off_dropout(torch, model) -> int:
+    """Set every dropout module's p to 0 (a model reads it at call time, as GPT-2's attention
+    does for its fused kernel); returns how many there were."""
+    modules = [m for m in model.modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd)]
+    for module in modules:
+        module.p = 0.0
+    return len(modules)
 
 
 def classify(exc: BaseException) -> str:

@@ -148,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("rejudge", help="re-judge the numerics of trials measured under an older guard (nothing measured again)")
+    p.add_argument("--study", required=True)
+    _storage_args(p)
+    p.add_argument("--dry-run", action="store_true", help="list the trials it would re-judge")
+
     p = sub.add_parser("dashboard", help="open a study in optuna-dashboard")
     p.add_argument("--study", required=True)
     _storage_args(p)
@@ -296,7 +301,19 @@ def cmd_dashboard(args) -> int:
     return 0
 
 
-COMMANDS = {"search": cmd_search, "trial": cmd_trial, "best": cmd_best, "models": cmd_models,
+def cmd_rejudge(args) -> int:
+    from autocompile.rejudge import rejudge, to_rejudge
+    from autocompile.study import storage_url
+
+    study, _ = _existing_study(args)
+    if not to_rejudge(study):
+        print(f"study {args.study!r}: every verdict comes from the current numerics guard")
+        return 0
+    rejudge(study, os.path.join(args.dir, args.study), dry_run=args.dry_run)
+    return 0
+
+
+COMMANDS = {"search": cmd_search, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "models": cmd_models,
             "space": cmd_space, "dashboard": cmd_dashboard}
 
 
@@ -310,3 +327,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autocompile: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`autocompile best | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -56,7 +56,8 @@ def trial_rows(study) -> list[dict]:
         config = a.get("config")
         rows.append({
             "number": t.number,
-            "role": a.get("role", "") + (f" of {a['remeasure_of']}" if "remeasure_of" in a else ""),
+            "role": a.get("role", "") + (f" of {a['remeasure_of']}" if "remeasure_of" in a else "")
+                    + (f" (re-judged {a['rejudged_from']})" if "rejudged_from" in a else ""),
             "config": describe_config(config) if config else "",
             "status": a.get("status", "pruned" if t.state.name == "PRUNED" else "interrupted"),
             "reason": a.get("reason", "the search stopped during this trial" if "status" not in a else ""),

@@ -34,6 +34,7 @@ from autocompile.apply import describe_config
 from autocompile.report import baseline_trial, baseline_value, best_trial, speedup, summarize, write_outputs
 from autocompile.errors import UserError
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
+from autocompile._worker import REPLAY_VERSION
 from autocompile.trial import TrialRequest, run_trial, triage
 
 DEFAULT_HORIZON = 1000  # training steps the warm-up is amortised over
@@ -104,7 +105,8 @@ def numerics_verdict(record: dict, eager: dict | None, device: str) -> dict | No
     """
     replay = record.get("replay")
     if replay and "error" not in replay:
-        return {"method": "replay", "how": replay["method"], "replay_s": replay["seconds"],
+        return {"method": "replay", "version": replay.get("version", 1), "how": replay["method"],
+                "replay_s": replay["seconds"],
                 **compare_losses(replay["trial"], replay["eager"], device)}
     if record.get("rng_dependent"):
         why = replay["error"] if replay else "no replay was run"
@@ -351,17 +353,20 @@ def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
 
 
 def _judged_by_an_older_guard(attrs: dict) -> bool:
-    """A trial made infeasible for its numerics before the verdict said how it was reached (the
-    first losses of runs whose dropout masks differed): its configuration is measured again."""
-    return (attrs.get("status") == "infeasible" and attrs.get("reason", "").startswith("numerics:")
-            and "method" not in attrs.get("numerics", {}))
+    """A trial made infeasible for its numerics by a guard since replaced: before the verdict said
+    how it was reached (the first losses of runs whose dropout masks differed), or by a replay of
+    an older version. Its configuration is measured again."""
+    if attrs.get("status") != "infeasible" or not attrs.get("reason", "").startswith("numerics"):
+        return False
+    numerics = attrs.get("numerics", {})
+    return "method" not in numerics or (numerics["method"] == "replay" and numerics.get("version", 1) < REPLAY_VERSION)
 
 
 def baselines_to_run(finished: list, limit_s: float) -> list[tuple[str, dict]]:
     """The baselines (role, config) a search still owes its study: those never measured, and
     one that timed out under a shorter limit than `limit_s` (it is measured again)."""
-    done = {t.user_attrs.get("role") for t in finished
-            if t.state == optuna.trial.TrialState.COMPLETE and _ran_its_course(t.user_attrs, limit_s)}
+    done = {t.user_attrs.get("role") for t in finished if t.state == optuna.trial.TrialState.COMPLETE
+            and _ran_its_course(t.user_attrs, limit_s) and not _judged_by_an_older_guard(t.user_attrs)}
     return [(role, config) for role, config in BASELINES if role not in done]
 
 
@@ -555,8 +560,8 @@ def run_finalists(runner: _Runner, k: int, rounds: int = 1) -> dict | None:
         return None
     numbers = [t.number for t in finalists]
     done = study.user_attrs.get("finalists")
-    if done and done.get("finalists") == numbers:
-        return done  # this round was run already for these finalists
+    if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
+        return done  # this round was run already for these finalists, under the current numerics guard
     progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager")
     progress.total = progress.done + rounds * (len(finalists) + 1)
     runs: dict[int, list[dict]] = {t.number: [] for t in [eager, *finalists]}
@@ -594,6 +599,7 @@ def run_finalists(runner: _Runner, k: int, rounds: int = 1) -> dict | None:
             "agreement": agreement, "noise": noise,
         })
     verdict = {"finalists": numbers, "rounds": rounds, "eager_steps_per_s": eager_pace, "candidates": rows,
+               "numerics_guard": REPLAY_VERSION,
                **choose_winner(rows, eager.number, statistics.mean(x["score"] for x in eager_runs) if eager_runs else 0.0,
                                runner.settings.horizon)}
     if verdict["winner"] is not None:

@@ -1,0 +1,66 @@
+"""Re-judging the numerics of trials measured under an older numerics guard, without measuring again.
+
+Optuna keeps a finished trial as it was told, so a new verdict comes as a new trial: the same
+configuration and measurement (speed, warm-up, memory), the current guard's replay, and
+`rejudged_from` naming the trial it re-judges. The original stays in the study, as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import optuna
+
+from autocompile.study import _eager_record, _judged_by_an_older_guard, judge, score, violation
+from autocompile.trial import TrialRequest, run_trial
+
+# What the new trial does not copy from the original: its verdict, and what follows from it.
+_VERDICT_KEYS = ("status", "reason", "numerics", "score", "replay", "over_memory_gb")
+
+
+def to_rejudge(study) -> list:
+    """Trials that ran to a measurement and were made infeasible by an older numerics guard,
+    and are not re-judged yet."""
+    done = {t.user_attrs.get("rejudged_from") for t in study.trials}
+    return [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.number not in done
+            and t.user_attrs.get("steps_per_s") and _judged_by_an_older_guard(t.user_attrs)]
+
+
+def rejudge(study, study_dir: str, timeout_s: float = 900.0, dry_run: bool = False, say=print) -> list[dict]:
+    """Replay each distinct configuration of `to_rejudge(study)` with the current guard and add
+    the re-judged trials; returns their records."""
+    settings, horizon = study.user_attrs["settings"], study.user_attrs.get("horizon", 1000)
+    eager, replays, records = _eager_record(study), {}, []
+    for original in to_rejudge(study):
+        say(f"trial {original.number}: {original.user_attrs['reason'][:120]}")
+        if dry_run:
+            continue
+        config = original.user_attrs["config"]
+        key = json.dumps(config, sort_keys=True)
+        if key not in replays:
+            request = TrialRequest(model=settings["model"], config=config, device=settings["device"],
+                                   trial_dir=os.path.join(study_dir, "trials", f"rejudge-{original.number:04d}"),
+                                   batch_size=settings["batch_size"], seq_len=settings["seq_len"],
+                                   seed=settings["seed"], timeout_s=timeout_s, measure={"replay_only": True})
+            replays[key] = run_trial(request)
+        replayed = replays[key]
+        if replayed["status"] != "ok" or "error" in replayed.get("replay", {}):
+            say(f"  the replay did not finish: {replayed.get('reason') or replayed.get('replay')}")
+            continue
+        measured = {k: v for k, v in original.user_attrs.items() if k not in _VERDICT_KEYS}
+        record = judge({**measured, "status": "ok", "reason": "", "replay": replayed["replay"]}, eager,
+                       settings["device"], None)
+        record["score"] = score(record, horizon)
+        record["rejudged_from"] = original.number
+        record["notes"] = list(record.get("notes", [])) + [
+            f"re-judged from trial {original.number}: its measurement, the numerics of the current replay"]
+        study.add_trial(optuna.trial.create_trial(
+            state=optuna.trial.TrialState.COMPLETE, value=record["score"], params=original.params,
+            distributions=original.distributions, user_attrs=record,
+            system_attrs={"constraints": [violation(record)]}))
+        say(f"  re-judged as trial {len(study.trials) - 1}: {record['status']}"
+            + (f" ({record['reason'][:120]})" if record["reason"] else "")
+            + f", numerics {record['numerics']['max_rel_diff']:.2%} off (tolerance {record['numerics']['tolerance']:.0%})")
+        records.append(record)
+    return records
