@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_search(args) -> int:
+    from autocompile.outputs.dashboard import tlparse_command
     from autocompile.report import format_summary
     from autocompile.study import DEFAULT_HORIZON, SearchSettings, run_search
 
@@ -167,8 +168,10 @@ def cmd_search(args) -> int:
         batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
         space_file=args.space, max_memory_gb=args.max_memory_gb, finalists=args.finalists,
         prune=not args.no_prune, triage=not args.no_triage,
+        trace=tlparse_command() is not None,  # tlparse reports of troubled trials in the dashboard
     )
     summary = run_search(settings)
+    _upload_artifacts(settings)
     print(format_summary(summary))
     if summary["best"] is None:
         print("no trial ran cleanly yet: see the reasons above and the logs in " + os.path.join(settings.study_dir, "trials"))
@@ -177,6 +180,15 @@ def cmd_search(args) -> int:
     print()
     print(summary["best"]["snippet"])
     return 0
+
+
+def _upload_artifacts(settings) -> None:
+    """Each trial's files into the study's artifact store, for `autocompile dashboard`."""
+    from autocompile.outputs.dashboard import upload_study_files
+    from autocompile.study import load_study, storage_url
+
+    study = load_study(settings.study, storage_url(settings.storage, settings.directory, settings.study))
+    upload_study_files(study, settings.study_dir)
 
 
 def _study_name(model: str) -> str:
@@ -286,13 +298,17 @@ def cmd_space(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
-    _, url = _existing_study(args)  # a clear error for a wrong name, before the server starts
+    study, url = _existing_study(args)  # a clear error for a wrong name, before the server starts
     try:
-        import optuna_dashboard
+        import optuna_dashboard  # noqa: F401
     except ImportError:
         raise UserError("optuna-dashboard is not installed: pip install optuna-dashboard") from None
-    print(f"optuna-dashboard for {url} on http://{args.host}:{args.port}/", file=sys.stderr)
-    optuna_dashboard.run_server(url, host=args.host, port=args.port)
+    from autocompile.outputs.dashboard import serve
+
+    study_dir = os.path.join(args.dir, args.study)
+    print(f"optuna-dashboard for {url} on http://{args.host}:{args.port}/ (trial files from "
+          f"{os.path.join(study_dir, 'artifacts')})", file=sys.stderr, flush=True)
+    serve(study, url, study_dir, host=args.host, port=args.port)
     return 0
 
 
