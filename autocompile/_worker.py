@@ -124,6 +124,31 @@ def _peak_memory_gb(torch, device: str) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "process max RSS"
 
 
+def _cache_counters() -> dict:
+    """Inductor's and AOTAutograd's cache hits and misses so far, as torch counts them."""
+    from torch._dynamo.utils import counters
+
+    return {key: n for section in ("inductor", "aot_autograd") for key, n in counters[section].items() if "cache" in key}
+
+
+def _save_compile_cache(torch, folder: str, key: dict) -> dict:
+    """This process's compile artifacts (torch.compiler.save_cache_artifacts) in `folder`, in a
+    file whose name carries its key (torch, triton, device), with the key in a JSON beside it."""
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is None:
+        return {"path": None, "why": "torch recorded no compile artifacts"}
+    data, info = saved
+    made_with = f"torch{key['torch']}-triton{key['triton'] or 'none'}-{key['device']}"
+    path = os.path.join(folder, "compile-cache-" + "".join(c if c.isalnum() or c in ".+-" else "_" for c in made_with) + ".bin")
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    artifacts = {kind: len(ids) for kind, ids in info.artifacts.items()}
+    with open(path + ".json", "w") as f:
+        json.dump({"key": key, "bytes": len(data), "artifacts": artifacts}, f, indent=1)
+    return {"path": path, "bytes": len(data), "artifacts": artifacts}
+
+
 def run(spec: dict, events: Events, result: dict) -> None:
     events.emit(phase="building")
     import torch
@@ -178,6 +203,8 @@ def run(spec: dict, events: Events, result: dict) -> None:
     namespace = load_snippet(snippet, snippet_path)
     # Before apply_compilation: torch's LRScheduler wraps optimizer.step, and cannot wrap a compiled one.
     scheduler = workload.schedule(optimizer) if workload.schedule else None
+    if spec.get("load_cache"):  # the warm start, through the snippet as a user does it
+        result["cache_loaded"] = namespace["load_compile_cache"](spec["load_cache"])
     model, optimizer = namespace["apply_compilation"](model, optimizer)
     prepare_batch = namespace["prepare_batch"]
     if workload.split_loss:  # the criterion apart from the model, compiled where the config says so
@@ -236,7 +263,9 @@ def run(spec: dict, events: Events, result: dict) -> None:
     if index >= max_warmup and quiet < settle:
         notes.append(f"compiles did not stop within {max_warmup} warm-up steps")
     warm_events = watcher.events
-    result.update(warmup_s=warmup_s, warmup_steps=index, losses=losses)
+    result.update(warmup_s=warmup_s, warmup_steps=index, losses=losses, compile_caches=_cache_counters())
+    if spec.get("save_cache"):  # `autocompile export`: what the warm-up compiled, for a warm start
+        result["cache"] = _save_compile_cache(torch, spec["save_cache"], namespace["compile_cache_key"]())
 
     # Steady state: windows of whole passes over the pool (so every window sees the same
     # lengths), at least `min_window_s` long; more windows while their spread is high.

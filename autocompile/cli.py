@@ -1,4 +1,4 @@
-"""The `autocompile` command: search, trial, best, models, space, dashboard.
+"""The `autocompile` command: search, trial, best, models, space, export, dashboard.
 
 Bad input ends in one line on stderr and exit status 2; an interrupted search in exit 130.
 """
@@ -147,6 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("export", help="run the winner once more and save its compile cache, for a warm start")
+    p.add_argument("--study", required=True)
+    _storage_args(p)
+    p.add_argument("--out", help="where the cache and the snippet go (default: DIR/STUDY/export)")
+    p.add_argument("--trial", type=_non_negative_int, help="export this trial's configuration instead of the winner's")
+    p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for the run, seconds (default 900)")
+    p.add_argument("--check", action="store_true",
+                   help="then run the winner again, loading the cache, and compare the two warm-ups")
 
     p = sub.add_parser("dashboard", help="open a study in optuna-dashboard")
     p.add_argument("--study", required=True)
@@ -297,6 +306,32 @@ def cmd_space(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from autocompile.outputs.export import check_warm_start, chosen, export
+
+    study, _ = _existing_study(args)
+    out = args.out or os.path.join(args.dir, args.study, "export")
+    number, _ = chosen(study, args.trial)  # a clear error before anything runs
+    print(f"running trial {number} of {args.study!r} once more to save its compile cache in {out}", file=sys.stderr, flush=True)
+    cold = export(study, out, args.trial, args.trial_timeout)
+    cache = cold["cache"]
+    print(f"compile cache: {cache['path']} ({cache['bytes'] / 2**20:.1f} MB, key in {os.path.basename(cache['path'])}.json)")
+    print(f"snippet: {cold['snippet_path']} (call load_compile_cache({cache['path']!r}) before the first step)")
+    if args.check:
+        warm = check_warm_start(study, cold, args.trial, args.trial_timeout)
+        if warm["status"] != "ok":
+            raise UserError(f"the run that loads the cache ended {warm['status']}: {warm.get('reason', '')}")
+        print(f"warm-up cold {cold['warmup_s']:.1f} s ({_caches(cold)}), with the cache loaded {warm['warmup_s']:.1f} s "
+              f"({_caches(warm)}): {cold['warmup_s'] / warm['warmup_s']:.1f}x shorter"
+              + ("" if warm.get("cache_loaded") else "; the cache was NOT loaded: see the log"))
+    return 0
+
+
+def _caches(record: dict) -> str:
+    counts = record.get("compile_caches") or {}
+    return ", ".join(f"{key} {n}" for key, n in sorted(counts.items())) or "no cache counts"
+
+
 def cmd_dashboard(args) -> int:
     study, url = _existing_study(args)  # a clear error for a wrong name, before the server starts
     try:
@@ -313,7 +348,7 @@ def cmd_dashboard(args) -> int:
 
 
 COMMANDS = {"search": cmd_search, "trial": cmd_trial, "best": cmd_best, "models": cmd_models,
-            "space": cmd_space, "dashboard": cmd_dashboard}
+            "space": cmd_space, "export": cmd_export, "dashboard": cmd_dashboard}
 
 
 def main(argv: list[str] | None = None) -> int:
