@@ -59,16 +59,16 @@ def needs_trace_report(attrs: dict) -> bool:
 
 def write_trace_report(folder: str) -> list[tuple[str, str]]:
     """tlparse's report of a trial's TORCH_TRACE, as (artifact name, path): its index page and
-    the whole report zipped (its other pages are linked from the index). The raw trace is
-    removed afterwards (the report keeps it as raw.jsonl). [] without a trace or tlparse."""
+    the whole report zipped (its other pages are linked from the index); the trace stays in
+    the trial's folder. [] without a trace or tlparse."""
     trace, report = os.path.join(folder, TRACE_DIR), os.path.join(folder, REPORT_DIR)
     tlparse = tlparse_command()
-    logs = sorted((os.path.join(trace, name) for name in os.listdir(trace)), key=os.path.getmtime) if os.path.isdir(trace) else []
+    logs = [os.path.join(trace, name) for name in os.listdir(trace)] if os.path.isdir(trace) else []
     if logs and tlparse and not os.path.exists(os.path.join(report, "index.html")):
-        subprocess.run([tlparse, logs[-1], "-o", report, "--overwrite", "--no-browser"], capture_output=True, timeout=300)
+        last = max(logs, key=os.path.getmtime)  # the measured run (a hard mark_dynamic's retry writes a second log)
+        subprocess.run([tlparse, last, "-o", report, "--overwrite", "--no-browser"], capture_output=True, timeout=300)
     if not os.path.exists(os.path.join(report, "index.html")):
         return []
-    shutil.rmtree(trace, ignore_errors=True)
     archive = report + ".zip"
     if not os.path.exists(archive):
         shutil.make_archive(report, "zip", report)
