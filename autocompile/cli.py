@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-prune", action="store_true", help="let every trial finish, even one that can no longer win")
     p.add_argument("--no-triage", action="store_true",
                    help="do not rerun compile failures with simpler backends to name the failing layer")
+    p.add_argument("--no-trace", action="store_true",
+                   help="no TORCH_TRACE in the trials (written when tlparse is installed, for the dashboard's reports)")
 
     p = sub.add_parser("trial", help="measure one configuration in an isolated process")
     _workload_args(p)
@@ -177,7 +179,7 @@ def cmd_search(args) -> int:
         batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
         space_file=args.space, max_memory_gb=args.max_memory_gb, finalists=args.finalists,
         prune=not args.no_prune, triage=not args.no_triage,
-        trace=tlparse_command() is not None,  # tlparse reports of troubled trials in the dashboard
+        trace=tlparse_command() is not None and not args.no_trace,  # tlparse reports in the dashboard
     )
     summary = run_search(settings)
     _upload_artifacts(settings)

@@ -21,9 +21,18 @@ EXPORT_MEASURE = {"min_windows": 1, "max_windows": 1}  # the warm-up is what cou
 
 
 def chosen(study, number: int | None) -> tuple[int, dict]:
-    """(trial number, configuration) of the winner, or of trial `number`: one that ran cleanly, compiled."""
+    """(trial number, configuration) of the winner, or of trial `number`: one that ran cleanly,
+    compiled, on a device this machine has."""
     from autocompile.report import best_trial
 
+    settings = study.user_attrs.get("settings") or {}
+    if "model" not in settings:
+        raise UserError(f"study {study.study_name!r} does not say which model it ran (no 'settings' attribute)")
+    if settings.get("device", "cpu").startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"study {study.study_name!r} ran on {settings['device']}: export it on a machine with that GPU")
     if number is None:
         trial = best_trial(study)
         if trial is None:
@@ -43,14 +52,8 @@ def chosen(study, number: int | None) -> tuple[int, dict]:
 
 def winner_request(study, out: str, number: int | None = None, timeout_s: float = 900.0, **measure) -> TrialRequest:
     """A trial of the study's winner (or of trial `number`), as the study ran it, with its files in `out`/trial."""
-    (number, config), settings = chosen(study, number), study.user_attrs.get("settings") or {}
-    device = settings.get("device", "cpu")
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UserError(f"study {study.study_name!r} ran on {device}: export it on a machine with that GPU")
-    return TrialRequest(model=settings["model"], config=config, device=device,
+    (number, config), settings = chosen(study, number), study.user_attrs["settings"]
+    return TrialRequest(model=settings["model"], config=config, device=settings["device"],
                         trial_dir=os.path.join(out, "trial"), batch_size=settings.get("batch_size"),
                         seq_len=settings.get("seq_len"), seed=settings.get("seed", 0), timeout_s=timeout_s,
                         header=f"Compile settings for {settings['model']} (study {study.study_name!r}, trial "
