@@ -127,6 +127,31 @@ def _peak_memory_gb(torch, device: str) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "process max RSS"
 
 
+def _cache_counters() -> dict:
+    """Inductor's and AOTAutograd's cache hits and misses so far, as torch counts them."""
+    from torch._dynamo.utils import counters
+
+    return {key: n for section in ("inductor", "aot_autograd") for key, n in counters[section].items() if "cache" in key}
+
+
+def _save_compile_cache(torch, folder: str, key: dict) -> dict:
+    """This process's compile artifacts (torch.compiler.save_cache_artifacts) in `folder`, in a
+    file whose name carries its key (torch, triton, device), with the key in a JSON beside it."""
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is None:
+        return {"path": None, "why": "torch recorded no compile artifacts"}
+    data, info = saved
+    made_with = f"torch{key['torch']}-triton{key['triton'] or 'none'}-{key['device']}"
+    path = os.path.join(folder, "compile-cache-" + "".join(c if c.isalnum() or c in ".+-" else "_" for c in made_with) + ".bin")
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    artifacts = {kind: len(ids) for kind, ids in info.artifacts.items()}
+    with open(path + ".json", "w") as f:
+        json.dump({"key": key, "bytes": len(data), "artifacts": artifacts}, f, indent=1)
+    return {"path": path, "bytes": len(data), "artifacts": artifacts}
+
+
 REPLAY_STEPS = 3  # optimizer steps compared in the numerics replay
 REPLAY_SEED = 1234  # the random stream both sides of each replay step start from
 # 1: one seed for all steps (a lazy compile of the backward shifted the stream on CUDA); 2: dropout
@@ -137,11 +162,13 @@ REPLAY_VERSION = 3
 class Training:
     """A freshly built model and optimizer with a snippet applied: one training step at a time."""
 
-    def __init__(self, workload, built: tuple, batches: list, snippet: str, path: str):
-        namespace = load_snippet(snippet, path)
+    def __init__(self, workload, built: tuple, batches: list, snippet: str, path: str, load_cache: str | None = None):
+        self.namespace = namespace = load_snippet(snippet, path)
         model, optimizer = built
         # Before apply_compilation: torch's LRScheduler wraps optimizer.step, and cannot wrap a compiled one.
         self.scheduler = workload.schedule(optimizer) if workload.schedule else None
+        # The warm start, through the snippet as a user does it (`autocompile export --check`)
+        self.cache_loaded = namespace["load_compile_cache"](load_cache) if load_cache else None
         self.model, self.optimizer = namespace["apply_compilation"](model, optimizer)
         self.prepare_batch, self.batches = namespace["prepare_batch"], batches
         if workload.split_loss:  # the criterion apart from the model, compiled where the config says so
@@ -201,12 +228,16 @@ def run(spec: dict, events: Events, result: dict) -> None:
         result.update(status="ok", reason="replay only: nothing measured",
                       replay=_replay(torch, spec, workload, options, batches, info, snippet, lambda: None))
         return
-    training = Training(workload, (model, optimizer), batches, snippet, snippet_path)
+    training = Training(workload, (model, optimizer), batches, snippet, snippet_path, spec.get("load_cache"))
     del model, optimizer
+    if training.cache_loaded is not None:
+        result["cache_loaded"] = training.cache_loaded
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     warm = _warm_up(training, watcher, spec, events, result, sync, pool)
+    if spec.get("save_cache"):  # `autocompile export`: what the warm-up compiled, for a warm start
+        result["cache"] = _save_compile_cache(torch, spec["save_cache"], training.namespace["compile_cache_key"]())
     _measure(torch, training, watcher, warm, spec, events, result, sync, counts, workload.unit)
     replay = config["compile"] and result["rng_dependent"] and spec.get("numerics_replay", True)
     if replay and result["status"] == "ok":
@@ -291,7 +322,7 @@ def _warm_up(training: Training, watcher, spec: dict, events: Events, result: di
     warmup_s = time.perf_counter() - start
     if index >= max_warmup and quiet < settle:
         result["notes"].append(f"compiles did not stop within {max_warmup} warm-up steps")
-    result.update(warmup_s=warmup_s, warmup_steps=index, losses=losses)
+    result.update(warmup_s=warmup_s, warmup_steps=index, losses=losses, compile_caches=_cache_counters())
     return {"steps": index, "typical_step_s": statistics.median(quiet_times) if quiet_times else warmup_s / index,
             "events": watcher.events}
 

@@ -1,7 +1,8 @@
 """How a configuration is applied to a model: by generating the code a user would paste.
 
 `render_snippet` turns a configuration into a standalone Python module (importing only torch)
-that defines `apply_compilation(model, optimizer)` and `prepare_batch(batch)`. A trial applies
+that defines `apply_compilation(model, optimizer)` and `prepare_batch(batch)` (and, in every
+snippet, `load_compile_cache(path)` for an exported compile cache). A trial applies
 its configuration by executing exactly this code (`load_snippet`), and the winner's snippet is
 the same text, so what was measured and what is emitted cannot drift apart.
 """
@@ -94,7 +95,8 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
               "Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,",
               "if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and",
               "prepare_batch(batch) on every batch, right before the forward pass. Wrap your loss",
-              "function (model outputs, batch) -> loss once with compile_loss(loss_fn).", '"""',
+              "function (model outputs, batch) -> loss once with compile_loss(loss_fn). To start warm,",
+              "call load_compile_cache(path) first with a cache from `autocompile export`.", '"""',
               "import torch", ""]
 
     settings: list[str] = []
@@ -149,7 +151,42 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     lines += ['    """Pads and marks the batch for the compiled model (call it where the collate ends)."""']
     lines += prep
     lines += ["    return batch", ""]
+    lines += WARM_START
     return "\n".join(lines)
+
+
+# The warm start, the same in every snippet: a compile cache saved by `autocompile export`.
+WARM_START = '''
+def compile_cache_key():
+    """What a compile cache is only valid for: the torch, triton and device that made it."""
+    try:
+        import triton
+    except ImportError:
+        triton = None
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return {"torch": torch.__version__, "triton": getattr(triton, "__version__", None), "device": device}
+
+
+def load_compile_cache(path):
+    """Load the compile cache that `autocompile export` saved at `path` (a .bin file, its key
+    in path + ".json"), so the first steps reuse its compiled code instead of compiling it.
+    Call it once before the first compiled step. It loads only when its key is the running
+    torch, triton and device; otherwise it says why and does nothing. Returns whether it loaded.
+
+    The file holds code that torch will run: load only a cache from your own export.
+    """
+    import json
+
+    with open(path + ".json") as f:
+        made_with = json.load(f)["key"]
+    running = compile_cache_key()
+    if made_with != running:
+        print(f"load_compile_cache: not loaded: {path} was made with {made_with}, this is {running}")
+        return False
+    with open(path, "rb") as f:
+        torch.compiler.load_cache_artifacts(f.read())
+    return True
+'''.splitlines()
 
 
 def _lr_tensor_lines() -> list[str]:

@@ -1,4 +1,4 @@
-"""The `autocompile` command: search, trial, best, models, space, dashboard.
+"""The `autocompile` command: search, trial, best, models, space, export, dashboard.
 
 Bad input ends in one line on stderr and exit status 2; an interrupted search in exit 130.
 """
@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-prune", action="store_true", help="let every trial finish, even one that can no longer win")
     p.add_argument("--no-triage", action="store_true",
                    help="do not rerun compile failures with simpler backends to name the failing layer")
+    p.add_argument("--no-trace", action="store_true",
+                   help="no TORCH_TRACE in the trials (written when tlparse is installed, for the dashboard's reports)")
 
     p = sub.add_parser("trial", help="measure one configuration in an isolated process")
     _workload_args(p)
@@ -153,6 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_args(p)
     p.add_argument("--dry-run", action="store_true", help="list the trials it would re-judge")
 
+    p = sub.add_parser("export", help="run the winner once more and save its compile cache, for a warm start")
+    p.add_argument("--study", required=True)
+    _storage_args(p)
+    p.add_argument("--out", help="where the cache and the snippet go (default: DIR/STUDY/export)")
+    p.add_argument("--trial", type=_non_negative_int, help="export this trial's configuration instead of the winner's")
+    p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for the run, seconds (default 900)")
+    p.add_argument("--check", action="store_true",
+                   help="then run the winner again, loading the cache, and compare the two warm-ups")
+
     p = sub.add_parser("dashboard", help="open a study in optuna-dashboard")
     p.add_argument("--study", required=True)
     _storage_args(p)
@@ -162,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_search(args) -> int:
+    from autocompile.outputs.dashboard import tlparse_command
     from autocompile.report import format_summary
     from autocompile.study import DEFAULT_HORIZON, SearchSettings, run_search
 
@@ -172,8 +184,10 @@ def cmd_search(args) -> int:
         batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
         space_file=args.space, max_memory_gb=args.max_memory_gb, finalists=args.finalists,
         prune=not args.no_prune, triage=not args.no_triage,
+        trace=tlparse_command() is not None and not args.no_trace,  # tlparse reports in the dashboard
     )
     summary = run_search(settings)
+    _upload_artifacts(settings)
     print(format_summary(summary))
     if summary["best"] is None:
         print("no trial ran cleanly yet: see the reasons above and the logs in " + os.path.join(settings.study_dir, "trials"))
@@ -182,6 +196,15 @@ def cmd_search(args) -> int:
     print()
     print(summary["best"]["snippet"])
     return 0
+
+
+def _upload_artifacts(settings) -> None:
+    """Each trial's files into the study's artifact store, for `autocompile dashboard`."""
+    from autocompile.outputs.dashboard import upload_study_files
+    from autocompile.study import load_study, storage_url
+
+    study = load_study(settings.study, storage_url(settings.storage, settings.directory, settings.study))
+    upload_study_files(study, settings.study_dir)
 
 
 def _study_name(model: str) -> str:
@@ -290,14 +313,44 @@ def cmd_space(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from autocompile.outputs.export import check_warm_start, chosen, export
+
+    study, _ = _existing_study(args)
+    out = args.out or os.path.join(args.dir, args.study, "export")
+    number, _ = chosen(study, args.trial)  # a clear error before anything runs
+    print(f"running trial {number} of {args.study!r} once more to save its compile cache in {out}", file=sys.stderr, flush=True)
+    cold = export(study, out, args.trial, args.trial_timeout)
+    cache = cold["cache"]
+    print(f"compile cache: {cache['path']} ({cache['bytes'] / 2**20:.1f} MB, key in {os.path.basename(cache['path'])}.json)")
+    print(f"snippet: {cold['snippet_path']} (call load_compile_cache({cache['path']!r}) before the first step)")
+    if args.check:
+        warm = check_warm_start(study, cold, args.trial, args.trial_timeout)
+        if warm["status"] != "ok":
+            raise UserError(f"the run that loads the cache ended {warm['status']}: {warm.get('reason', '')}")
+        print(f"warm-up cold {cold['warmup_s']:.1f} s ({_caches(cold)}), with the cache loaded {warm['warmup_s']:.1f} s "
+              f"({_caches(warm)}): {cold['warmup_s'] / warm['warmup_s']:.1f}x shorter"
+              + ("" if warm.get("cache_loaded") else "; the cache was NOT loaded: see the log"))
+    return 0
+
+
+def _caches(record: dict) -> str:
+    counts = record.get("compile_caches") or {}
+    return ", ".join(f"{key} {n}" for key, n in sorted(counts.items())) or "no cache counts"
+
+
 def cmd_dashboard(args) -> int:
-    _, url = _existing_study(args)  # a clear error for a wrong name, before the server starts
+    study, url = _existing_study(args)  # a clear error for a wrong name, before the server starts
     try:
-        import optuna_dashboard
+        import optuna_dashboard  # noqa: F401
     except ImportError:
         raise UserError("optuna-dashboard is not installed: pip install optuna-dashboard") from None
-    print(f"optuna-dashboard for {url} on http://{args.host}:{args.port}/", file=sys.stderr)
-    optuna_dashboard.run_server(url, host=args.host, port=args.port)
+    from autocompile.outputs.dashboard import serve
+
+    study_dir = os.path.join(args.dir, args.study)
+    print(f"optuna-dashboard for {url} on http://{args.host}:{args.port}/ (trial files from "
+          f"{os.path.join(study_dir, 'artifacts')})", file=sys.stderr, flush=True)
+    serve(study, url, study_dir, host=args.host, port=args.port)
     return 0
 
 
@@ -314,7 +367,7 @@ def cmd_rejudge(args) -> int:
 
 
 COMMANDS = {"search": cmd_search, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "models": cmd_models,
-            "space": cmd_space, "dashboard": cmd_dashboard}
+            "space": cmd_space, "export": cmd_export, "dashboard": cmd_dashboard}
 
 
 def main(argv: list[str] | None = None) -> int:

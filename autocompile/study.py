@@ -203,6 +203,7 @@ class SearchSettings:
     finalists: int = DEFAULT_FINALISTS  # re-measured at the end, alternating with eager (0: none)
     prune: bool = True  # stop trials that can no longer win
     triage: bool = True  # rerun compile failures with simpler backends to name the failing layer
+    trace: bool = False  # each trial writes a TORCH_TRACE (for tlparse reports in the dashboard)
 
     @property
     def baseline_limit_s(self) -> float:
@@ -401,7 +402,7 @@ class _Runner:
             trial_dir=os.path.join(settings.study_dir, "trials", f"{trial.number:04d}"),
             batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
             timeout_s=min(limit_s, remaining) if remaining else limit_s,
-            header=_header(settings, trial.number), measure=settings.measure or {},
+            header=_header(settings, trial.number), measure=settings.measure or {}, trace=settings.trace,
         )
         storage = self.storage
         beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None

@@ -43,6 +43,7 @@ class TrialRequest:
     toolchain_dir: str = field(default_factory=default_toolchain_dir)  # see _worker._warm_cpu_toolchain
     header: str = ""
     measure: dict = field(default_factory=dict)  # overrides of the worker's measurement knobs
+    trace: bool = False  # write a TORCH_TRACE to trial_dir/trace, for the dashboard's tlparse report
 
 
 def _child_env(request: TrialRequest) -> dict:
@@ -51,6 +52,8 @@ def _child_env(request: TrialRequest) -> dict:
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
     env["PYTHONUNBUFFERED"] = "1"
+    if request.trace:  # torch's structured compile log, read by tlparse (outputs/dashboard.py)
+        env["TORCH_TRACE"] = os.path.join(request.trial_dir, "trace")
     # The child must import what the parent imports (the package itself, a plugin on sys.path).
     paths = [p for p in sys.path if p] + env.get("PYTHONPATH", "").split(os.pathsep)
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))

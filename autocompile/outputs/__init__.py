@@ -1,0 +1,1 @@
+"""What the user sees of a study, each output read from the study's storage (see architecture.md)."""

@@ -1,0 +1,105 @@
+"""The dashboard: each trial's files uploaded once, the winner's note, and the page in a real headless browser."""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from autocompile.outputs.dashboard import (ArtifactUploader, artifact_store, trial_dir, tlparse_command, upload_study_files,
+                                           uploaded)
+from autocompile.study import SearchSettings, load_study, run_search, storage_url
+from conftest import FAST, ROOT, toy
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """Eager and plain torch.compile on the toy (whose lengths vary: the compiled one recompiles),
+    each trial writing a trace as a search does when tlparse is installed."""
+    directory = str(tmp_path_factory.mktemp("studies"))
+    settings = SearchSettings(model=toy(), device="cpu", study="toy", directory=directory, trials=2,
+                              trial_timeout_s=300, measure=FAST, finalists=0, prune=False, trace=True)
+    run_search(settings)
+    return load_study("toy", storage_url(None, directory, "toy")), settings.study_dir
+
+
+def test_each_trials_files_are_uploaded_once(study):
+    study, study_dir = study
+    eager, compiled = study.trials
+    ArtifactUploader(study_dir)(study, eager)  # as the search's callback does when a trial ends
+    files = {"apply_compilation.py", "events.jsonl", "result.json"}
+    assert set(uploaded(study, eager)) == files | ({"log.txt"} if os.path.getsize(eager.user_attrs["log"]) else set())
+    assert upload_study_files(study, study_dir) > 0  # the other trial
+    assert upload_study_files(study, study_dir) == 0  # nothing twice
+    store = artifact_store(study_dir)
+    for trial in (eager, compiled):
+        ids = uploaded(study, trial)
+        with store.open_reader(ids["apply_compilation.py"]) as f:
+            assert f.read().decode() == trial.user_attrs["snippet"]
+    assert compiled.user_attrs["recompiles"] > 0  # a trial worth a tlparse report
+    assert files | {"log.txt"} <= set(uploaded(study, compiled))  # its log has the recompile messages
+    assert not os.path.exists(os.path.join(trial_dir(study_dir, eager.number), "trace"))  # nothing to read: removed
+    if tlparse_command():
+        assert {"tlparse.html", "tlparse.zip"} <= set(uploaded(study, compiled))
+        with store.open_reader(uploaded(study, compiled)["tlparse.html"]) as f:
+            assert b"<html" in f.read(2000).lower()
+
+
+def test_the_study_note_shows_the_winner_and_its_snippet(study):
+    from optuna_dashboard import get_note
+
+    study, study_dir = study
+    upload_study_files(study, study_dir)
+    note = get_note(study)
+    winner = study.trials[int(re.search(r"winner: trial (\d+)", note).group(1))]
+    code = winner.user_attrs["snippet"].split('"""', 2)[2]  # what follows the module's docstring
+    assert all(line in note for line in code.splitlines()) and "def apply_compilation" in code
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dom(url: str) -> str:
+    """The page after its scripts ran: optuna-dashboard is a single-page app that fetches the study."""
+    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
+                          "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    return out.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")
+def test_the_dashboard_shows_the_trials_and_opens_a_snippet(study):
+    study, study_dir = study
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    server = subprocess.Popen([sys.executable, "-m", "autocompile", "dashboard", "--study", "toy", "--dir",
+                               os.path.dirname(study_dir), "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(base + "/api/meta", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read()
+                time.sleep(0.5)
+        trial = study.trials[1]
+        dom = _dom(f"{base}/dashboard/studies/{study._study_id}/trials?numbers={trial.number}")
+        assert {f"Trial {t.number}" for t in study.trials} <= set(re.findall(r"Trial \d+", dom))
+        link = re.search(r'download="apply_compilation.py" href="([^"]+)"', dom)
+        assert link, "no link to the trial's snippet on its page"
+        with urllib.request.urlopen(base + link.group(1), timeout=10) as response:
+            assert response.read().decode() == trial.user_attrs["snippet"]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
