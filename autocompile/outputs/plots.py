@@ -203,7 +203,7 @@ def plot_effects(study, path: str) -> dict:
     pairs, importances = single_changes(study), param_importances(study)
     panels = [p for p in (pairs, importances) if p]
     rows = max([len(pairs), min(len(importances), 12), 3])
-    figure = _figure(11 if len(panels) == 2 else 8, 1.2 + 0.42 * rows)
+    figure = _figure(11 if len(panels) == 2 else 8, max(3.8, 1.4 + 0.45 * rows))
     axes = figure.subplots(1, len(panels)) if panels else [figure.add_subplot()]
     axes = list(axes) if len(panels) == 2 else [axes[0] if isinstance(axes, list) else axes]
     if not panels:
@@ -221,7 +221,7 @@ def plot_effects(study, path: str) -> dict:
         ax.axvline(0, color="black", linewidth=0.8)
         ax.invert_yaxis()
         ax.set(xlabel="change, %", title="one dimension changed, all else equal")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="best")
         ax.grid(alpha=0.3, axis="x")
     if importances:
         ax = axes[-1]

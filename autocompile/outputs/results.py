@@ -1,6 +1,6 @@
 """DIR/STUDY/results.db: the study's trials as an SQL table (sqlite-utils), for queries and Datasette.
 
-`trials` has one row per trial (primary key `number`): its state, role, status and reason,
+`trials` has one row per finished trial (primary key `number`): its state, role, status and reason,
 every dimension of its configuration in a column of its own (named as `autocompile space`
 names them: `scope`, `mode`, `mode.encoder`, `inductor.epilogue_fusion`, ...), and every
 measurement. `recompile_reasons` and `graph_break_reasons` hold (trial, reason, count).
@@ -100,8 +100,8 @@ def _reason_table(db, name: str):
 
 
 def write_results(study, path: str) -> str:
-    """(Re)write results.db at `path` from the whole study; the file is replaced at once."""
-    trials = list(study.get_trials(deepcopy=False))
+    """(Re)write results.db at `path` from the study's finished trials; the file is replaced at once."""
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     rows = [trial_row(t) for t in trials]
     temporary = path + ".tmp"
     if os.path.exists(temporary):
