@@ -52,10 +52,12 @@ def measured_points(study) -> list[Point]:
 def pareto_front(points: list[Point]) -> list[Point]:
     """The points no other one beats on both warm-up (shorter) and steady speed (higher),
     shortest warm-up first."""
+    def at(p):
+        return p.figures["warmup_s"], p.figures["steps_per_s"]
+
     def dominated(p):
-        return any(q.figures["warmup_s"] <= p.figures["warmup_s"] and q.figures["steps_per_s"] >= p.figures["steps_per_s"]
-                   and (q.figures["warmup_s"], q.figures["steps_per_s"]) != (p.figures["warmup_s"], p.figures["steps_per_s"])
-                   for q in points)
+        warmup, speed = at(p)
+        return any(at(q)[0] <= warmup and at(q)[1] >= speed and at(q) != at(p) for q in points)
 
     return sorted((p for p in points if not dominated(p)), key=lambda p: p.figures["warmup_s"])
 

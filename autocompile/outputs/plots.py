@@ -230,7 +230,7 @@ def plot_effects(study, path: str) -> dict:
         ax.set_yticks(range(len(shown)), [k for k, _ in shown], fontsize=8)
         ax.invert_yaxis()
         n = len([t for t in study.get_trials(deepcopy=False) if t.params and t.state.name == "COMPLETE"])
-        ax.set(xlabel="importance for the score", title=f"Optuna's parameter importances ({n} trials, rough)")
+        ax.set(xlabel="importance for the score", title=f"Optuna's parameter importances\n({n} trials with parameters: a rough guide)")
         ax.grid(alpha=0.3, axis="x")
     figure.suptitle(f"{study.study_name}: what each dimension did")
     figure.savefig(path)
