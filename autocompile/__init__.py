@@ -3,7 +3,10 @@
 Public modules: `autocompile.workloads` (the registry of training jobs), `autocompile.space`
 (what is searched), `autocompile.apply` (how a configuration becomes code), `autocompile.trial`
 (one isolated measurement), `autocompile.study` (the Optuna search), `autocompile.report`
-(tables and the winner). Modules starting with `_` are private.
+(tables and the winner), `autocompile.outputs` (results.db, plots, the Pareto choice).
+Modules starting with `_` are private. `search(model, ...)` runs a search from Python.
 """
+
+from autocompile.api import SearchResult, search
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""The `autocompile` command: search, trial, best, models, space, export, dashboard.
+"""The `autocompile` command: search, trial, best, report, models, space, export, rejudge, dashboard.
 
 Bad input ends in one line on stderr and exit status 2; an interrupted search in exit 130.
 """
@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 
+from autocompile.api import resolve_device, study_name
 from autocompile.errors import UserError
 
 
@@ -43,22 +44,6 @@ def _positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text}")
     return value
-
-
-def resolve_device(requested: str | None, need_gpu: bool = True) -> str:
-    """cuda when there is a GPU, else cpu; a clear error when a GPU is asked for and absent
-    (unless need_gpu is False: listing a CUDA search space needs no GPU)."""
-    import torch
-
-    if requested is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda"):
-        if need_gpu and not torch.cuda.is_available():
-            raise UserError(f"--device {requested}: no CUDA GPU is visible to torch {torch.__version__}; use --device cpu")
-        return requested
-    if requested != "cpu":
-        raise UserError(f"--device must be cuda or cpu, not {requested!r}")
-    return requested
 
 
 def _parse_set(items: list[str] | None) -> dict:
@@ -101,8 +86,43 @@ def _storage_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage", help="an Optuna storage URL (default: sqlite:///DIR/STUDY/study.db)")
 
 
+def _versions() -> str:
+    """autocompile's version and those of the torch, triton (if any) and optuna it runs on."""
+    from importlib import metadata
+
+    from autocompile import __version__
+
+    found = []
+    for name in ("torch", "triton", "optuna"):
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return f"autocompile {__version__} ({', '.join(found)})"
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="show the versions of autocompile, torch, triton, optuna")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_versions())
+        parser.exit()
+
+
+def _verbosity_args(p: argparse.ArgumentParser, default) -> None:
+    """-q / -v, before or after the command (`autocompile -q search ...`, `autocompile search -q ...`)."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=0, default=default,
+                       help="only results and errors")
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=2, default=default,
+                       help="more detail: every event of each trial")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autocompile", description="Search for the fastest torch.compile settings of a training workload.")
+    parser.add_argument("--version", action=_Version)
+    _verbosity_args(parser, default=1)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("search", help="run or resume a search")
@@ -141,6 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--study", required=True)
     _storage_args(p)
     p.add_argument("--json", action="store_true", help="the winner's configuration and measurements as JSON")
+    p.add_argument("--horizon", type=_positive_int, metavar="H",
+                   help="the winner for a run of H steps, from the measured trials (default: the study's horizon)")
+    p.add_argument("--pareto", action="store_true",
+                   help="list the front of steady throughput against warm-up, and the horizons where each wins")
+
+    p = sub.add_parser("report", help="write DIR/STUDY/report/ (PNG plots, report.md) and DIR/STUDY/results.db")
+    p.add_argument("--study", required=True)
+    _storage_args(p)
 
     sub.add_parser("models", help="list the workloads")
 
@@ -169,16 +197,19 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_args(p)
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--host", default="127.0.0.1")
+    for p in sub.choices.values():
+        _verbosity_args(p, default=argparse.SUPPRESS)  # the main parser's value stands unless given here
     return parser
 
 
 def cmd_search(args) -> int:
     from autocompile.outputs.dashboard import tlparse_command
+    from autocompile.api import run
     from autocompile.report import format_summary
-    from autocompile.study import DEFAULT_HORIZON, SearchSettings, run_search
+    from autocompile.study import DEFAULT_HORIZON, SearchSettings
 
     settings = SearchSettings(
-        model=args.model, device=resolve_device(args.device), study=args.study or _study_name(args.model),
+        model=args.model, device=resolve_device(args.device), study=args.study or study_name(args.model),
         directory=args.dir, storage=args.storage, trials=args.trials, timeout_s=args.timeout,
         trial_timeout_s=args.trial_timeout, baseline_timeout_s=args.baseline_timeout, horizon=args.horizon_steps or DEFAULT_HORIZON,
         batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
@@ -186,8 +217,7 @@ def cmd_search(args) -> int:
         prune=not args.no_prune, triage=not args.no_triage,
         trace=tlparse_command() is not None and not args.no_trace,  # tlparse reports in the dashboard
     )
-    summary = run_search(settings)
-    _upload_artifacts(settings)
+    summary = run(settings, args.verbosity).summary
     print(format_summary(summary))
     if summary["best"] is None:
         print("no trial ran cleanly yet: see the reasons above and the logs in " + os.path.join(settings.study_dir, "trials"))
@@ -196,20 +226,6 @@ def cmd_search(args) -> int:
     print()
     print(summary["best"]["snippet"])
     return 0
-
-
-def _upload_artifacts(settings) -> None:
-    """Each trial's files into the study's artifact store, for `autocompile dashboard`."""
-    from autocompile.outputs.dashboard import upload_study_files
-    from autocompile.study import load_study, storage_url
-
-    study = load_study(settings.study, storage_url(settings.storage, settings.directory, settings.study))
-    upload_study_files(study, settings.study_dir)
-
-
-def _study_name(model: str) -> str:
-    base = os.path.basename(model.split(":")[0]) if ":" in model else model
-    return base.removesuffix(".py").replace(os.sep, "-")
 
 
 def cmd_trial(args) -> int:
@@ -269,16 +285,34 @@ def _existing_study(args):
 
 
 def cmd_best(args) -> int:
-    from autocompile.report import summarize
+    from autocompile.report import format_best, summarize
 
     study, _ = _existing_study(args)
-    summary = summarize(study, None)
+    summary = summarize(study, None, horizon=args.horizon)
     if summary["best"] is None:
         raise UserError(f"study {args.study!r} has no trial that ran cleanly yet")
-    if args.json:
+    if args.pareto:
+        from autocompile.outputs.pareto import format_front
+
+        print(format_front(study, summary["horizon"]))
+    elif args.json:
         print(json.dumps({k: v for k, v in summary["best"].items() if k != "snippet"}, indent=1, default=str))
     else:
+        if args.verbosity:
+            print(format_best(summary["best"]), file=sys.stderr)
         print(summary["best"]["snippet"])
+    return 0
+
+
+def cmd_report(args) -> int:
+    from autocompile.outputs.plots import write_report
+    from autocompile.outputs.results import FILE_NAME, write_results
+
+    study, _ = _existing_study(args)
+    study_dir = os.path.join(args.dir, args.study)
+    results = write_results(study, os.path.join(study_dir, FILE_NAME))
+    report = write_report(study, study_dir)
+    print(f"report: {report}\nresults table: {results}")
     return 0
 
 
@@ -366,7 +400,8 @@ def cmd_rejudge(args) -> int:
     return 0
 
 
-COMMANDS = {"search": cmd_search, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "models": cmd_models,
+COMMANDS = {"search": cmd_search, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
+            "models": cmd_models,
             "space": cmd_space, "export": cmd_export, "dashboard": cmd_dashboard}
 
 

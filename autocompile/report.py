@@ -72,11 +72,19 @@ def trial_rows(study) -> list[dict]:
     return rows
 
 
-def summarize(study, study_dir: str | None, write: bool = False) -> dict:
-    """The winner and the table; with write, the winner's snippet goes to study_dir."""
+def summarize(study, study_dir: str | None, write: bool = False, horizon: int | None = None) -> dict:
+    """The winner and the table; with write, the winner's snippet goes to study_dir. With a
+    horizon other than the study's, the winner for it comes from the measurements (its score too)."""
     rows = trial_rows(study)
-    best = best_trial(study)
-    horizon = study.user_attrs.get("horizon", 1000)
+    searched = study.user_attrs.get("horizon", 1000)
+    horizon = horizon or searched
+    if horizon == searched:
+        best, score_of = best_trial(study), (lambda t: t.value)
+    else:
+        from autocompile.outputs.pareto import best_trial_for
+        from autocompile.study import score
+
+        best, score_of = best_trial_for(study, horizon), (lambda t: score(t.user_attrs, horizon))
     summary = {"study": study.study_name, "rows": rows, "best": None, "horizon": horizon,
                "finalists": study.user_attrs.get("finalists")}
     if best is None:
@@ -85,7 +93,8 @@ def summarize(study, study_dir: str | None, write: bool = False) -> dict:
     default_sps = baseline_value(study, "compile-defaults", "steps_per_s")
     a = best.user_attrs
     summary["best"] = {
-        "number": best.number, "role": a.get("role"), "config": a.get("config"), "score": best.value,
+        "number": best.number, "role": a.get("role"), "config": a.get("config"), "score": score_of(best),
+        "horizon": horizon,
         **{k: a.get(k) for k in ("status", "warmup_s", "steps_per_s", "items_per_s", "unit", "recompiles",
                                  "graph_breaks", "peak_mem_gb", "cv", "device_name", "torch", "transformers")},
         "vs_eager": a["steps_per_s"] / eager_sps if eager_sps else None,
@@ -94,11 +103,11 @@ def summarize(study, study_dir: str | None, write: bool = False) -> dict:
     }
     default = baseline_trial(study, "compile-defaults")
     if default is not None:  # measured: scores weigh warm-up in, over the horizon
-        if default.number != best.number and default.value:
-            summary["best"]["score_vs_default"] = best.value / default.value
-    elif (bound := default_score_bound(study, horizon)) and best.value > bound:
+        if default.number != best.number and score_of(default):
+            summary["best"]["score_vs_default"] = score_of(best) / score_of(default)
+    elif (bound := default_score_bound(study, horizon)) and score_of(best) > bound:
         # Plain torch.compile never finished warming up: its score is at most `bound`.
-        summary["best"]["score_vs_default_at_least"] = best.value / bound
+        summary["best"]["score_vs_default_at_least"] = score_of(best) / bound
     if write and study_dir:
         write_outputs(summary, study_dir)
     return summary
@@ -159,7 +168,8 @@ def format_table(rows: list[dict]) -> str:
 def format_best(best: dict) -> str:
     """The winner in one line."""
     vs = lambda x: f"{x:.2f}x" if x else "-"
-    return (f"winner: trial {best['number']} ({best['role']}) {describe_config(best['config'])}: "
+    horizon = f" for {best['horizon']} steps" if best.get("horizon") else ""
+    return (f"winner{horizon}: trial {best['number']} ({best['role']}) {describe_config(best['config'])}: "
             f"{best['steps_per_s']:.3g} steps/s, {vs(best['vs_eager'])} eager, {vs(best['vs_default'])} "
             f"torch.compile defaults, warm-up {best['warmup_s']:.1f} s"
             + (f"; score {best['score_vs_default']:.2f}x plain torch.compile's (warm-up included)"

@@ -379,9 +379,11 @@ def _eager_record(study) -> dict | None:
 class _Runner:
     """Runs trials of one search against its study: launch, prune, triage, judge, tell."""
 
-    def __init__(self, study, storage, url: str, settings: SearchSettings, progress: Progress, deadline: float | None):
+    def __init__(self, study, storage, url: str, settings: SearchSettings, progress: Progress, deadline: float | None,
+                 callbacks=()):
         self.study, self.storage, self.url, self.settings, self.progress = study, storage, url, settings, progress
         self.deadline = deadline
+        self.callbacks = callbacks  # Optuna's signature, callback(study, frozen_trial): after each tell
         self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
 
     def remaining(self) -> float | None:
@@ -436,6 +438,7 @@ class _Runner:
             self.study.tell(trial, record["score"])
         self.progress.done += 1
         self._report(trial.number, label, record)
+        self._told(trial)
         return record
 
     def reject(self, trial, config: dict, role: str, reason: str) -> None:
@@ -449,6 +452,12 @@ class _Runner:
         self.study.tell(trial, 0.0)
         self.progress.done += 1
         self._report(trial.number, describe_config(config), record)
+        self._told(trial)
+
+    def _told(self, trial) -> None:
+        frozen = self.storage.get_trial(trial._trial_id)
+        for callback in self.callbacks:
+            callback(self.study, frozen)
 
     def _pruning(self, trial):
         """should_stop for run_trial: report the optimistic score, ask the study's pruner."""
@@ -609,8 +618,9 @@ def run_finalists(runner: _Runner, k: int, rounds: int = 1) -> dict | None:
     return verdict
 
 
-def run_search(settings: SearchSettings, progress: Progress | None = None) -> dict:
-    """Run (or resume) a search; returns a summary with the winner. Raises UserError on bad input."""
+def run_search(settings: SearchSettings, progress: Progress | None = None, callbacks=()) -> dict:
+    """Run (or resume) a search; returns a summary with the winner. Raises UserError on bad input.
+    `callbacks` are called as callback(study, frozen_trial) after each trial is told to the study."""
     search_started = time.time()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
@@ -636,7 +646,7 @@ def run_search(settings: SearchSettings, progress: Progress | None = None) -> di
 
     started = time.time()
     runner = _Runner(study, storage, url, settings, progress,
-                     deadline=None if settings.timeout_s is None else started + settings.timeout_s)
+                     deadline=None if settings.timeout_s is None else started + settings.timeout_s, callbacks=callbacks)
     recipes_queued = False
     for _ in range(settings.trials):
         remaining = runner.remaining()

@@ -1,0 +1,79 @@
+"""The search from Python, for notebooks: `autocompile.search("tiny-llama", trials=4, device="cpu")`.
+
+Imports torch and Optuna only when called, so `import autocompile` stays light.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from autocompile.errors import UserError
+
+
+@dataclass
+class SearchResult:
+    """What a search gives back: the winner (config and figures), its snippet, the Optuna study,
+    and the whole summary (every trial's row, the finalist round, the horizon)."""
+    summary: dict
+    study: object = field(repr=False)
+
+    @property
+    def winner(self) -> dict | None:
+        return self.summary["best"] and {k: v for k, v in self.summary["best"].items() if k != "snippet"}
+
+    @property
+    def snippet(self) -> str | None:
+        return self.summary["best"] and self.summary["best"]["snippet"]
+
+
+def resolve_device(requested: str | None, need_gpu: bool = True) -> str:
+    """cuda when there is a GPU, else cpu; a clear error when a GPU is asked for and absent
+    (unless need_gpu is False: listing a CUDA search space needs no GPU)."""
+    import torch
+
+    if requested is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda"):
+        if need_gpu and not torch.cuda.is_available():
+            raise UserError(f"--device {requested}: no CUDA GPU is visible to torch {torch.__version__}; use --device cpu")
+        return requested
+    if requested != "cpu":
+        raise UserError(f"--device must be cuda or cpu, not {requested!r}")
+    return requested
+
+
+def study_name(model: str) -> str:
+    """The default study name of a model: its name, or its file's or module's base name."""
+    base = os.path.basename(model.split(":")[0]) if ":" in model else model
+    return base.removesuffix(".py").replace(os.sep, "-")
+
+
+def run(settings, verbosity: int = 1) -> SearchResult:
+    """Run (or resume) the search of `settings` (a SearchSettings) with the outputs a user gets:
+    results.db and the dashboard's trial files kept up to date as trials finish, progress on
+    stderr as verbose as asked."""
+    from autocompile.outputs.dashboard import ArtifactUploader, upload_study_files
+    from autocompile.outputs.progress import progress_for
+    from autocompile.outputs.results import FILE_NAME, ResultsTable
+    from autocompile.study import load_study, run_search, storage_url
+
+    callbacks = [ResultsTable(os.path.join(settings.study_dir, FILE_NAME)), ArtifactUploader(settings.study_dir)]
+    summary = run_search(settings, progress_for(verbosity, settings.trials), callbacks=callbacks)
+    study = load_study(settings.study, storage_url(settings.storage, settings.directory, settings.study))
+    upload_study_files(study, settings.study_dir)  # what the last callbacks could not see: the round's verdict
+    return SearchResult(summary=summary, study=study)
+
+
+def search(model: str, trials: int = 10, device: str | None = None, study: str | None = None,
+           directory: str = "studies", verbosity: int = 1, **options) -> SearchResult:
+    """Search (or resume) as `autocompile search` does; `options` are SearchSettings' fields
+    (timeout_s, trial_timeout_s, horizon, finalists, fixed, space_file, storage, ...)."""
+    from autocompile.study import SearchSettings
+
+    try:
+        settings = SearchSettings(model=model, device=resolve_device(device), study=study or study_name(model),
+                                  directory=directory, trials=trials, **options)
+    except TypeError as exc:  # an option SearchSettings does not have
+        raise UserError(f"search(): {exc}") from None
+    return run(settings, verbosity)

@@ -1,0 +1,108 @@
+"""The Pareto choice: steady speed against cold warm-up, and the winner for any horizon.
+
+A configuration's score depends on the horizon H (the training steps its warm-up is amortised
+over: see `autocompile.study.score`). Every configuration that ran is a point (warm-up s,
+steady steps/s); the front holds those no other one beats on both. Its winner for another H is
+found from those measurements, without running anything again: a configuration measured
+more than once (a finalist) counts with the mean of its measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+
+FIGURES = ("warmup_s", "warmup_steps", "steps_per_s", "recompiles_after_warmup")
+# Horizons at which `front_ranges` looks for each point's winning range: 10 to 10 million steps.
+HORIZON_GRID = [round(10 ** (1 + i / 20)) for i in range(121)]
+
+
+@dataclass
+class Point:
+    """One configuration that ran: its first trial, every trial that measured it, the mean figures."""
+    trial: object  # the first FrozenTrial that measured it (its number and snippet name the winner)
+    trials: list = field(default_factory=list)
+    figures: dict = field(default_factory=dict)
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+    def score(self, horizon: int) -> float:
+        from autocompile.study import score
+
+        return score({"status": "ok", **self.figures}, horizon)
+
+
+def measured_points(study) -> list[Point]:
+    """Each configuration that ran cleanly (eager included), first trial first."""
+    groups: dict[str, list] = {}
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        if t.state.name == "COMPLETE" and a.get("status") == "ok" and a.get("steps_per_s") and "config" in a:
+            groups.setdefault(json.dumps(a["config"], sort_keys=True), []).append(t)
+    points = []
+    for trials in groups.values():
+        figures = {k: statistics.mean(t.user_attrs.get(k) or 0 for t in trials) for k in FIGURES}
+        points.append(Point(trial=trials[0], trials=trials, figures=figures))
+    return sorted(points, key=lambda p: p.number)
+
+
+def pareto_front(points: list[Point]) -> list[Point]:
+    """The points no other one beats on both warm-up (shorter) and steady speed (higher),
+    shortest warm-up first."""
+    def at(p):
+        return p.figures["warmup_s"], p.figures["steps_per_s"]
+
+    def dominated(p):
+        warmup, speed = at(p)
+        return any(at(q)[0] <= warmup and at(q)[1] >= speed and at(q) != at(p) for q in points)
+
+    return sorted((p for p in points if not dominated(p)), key=lambda p: p.figures["warmup_s"])
+
+
+def winner_at(points: list[Point], horizon: int) -> Point | None:
+    """The configuration with the best score at `horizon`, from its measurements."""
+    return max(points, key=lambda p: p.score(horizon), default=None)
+
+
+def winning_ranges(points: list[Point]) -> dict[int, tuple[int, int]]:
+    """For each point that wins somewhere on HORIZON_GRID: (first, last) horizon where it does."""
+    ranges: dict[int, tuple[int, int]] = {}
+    for horizon in HORIZON_GRID:
+        best = winner_at(points, horizon)
+        first, _ = ranges.get(best.number, (horizon, horizon))
+        ranges[best.number] = (first, horizon)
+    return ranges
+
+
+def best_trial_for(study, horizon: int):
+    """The first trial of the configuration with the best score at `horizon`, by its measurements."""
+    best = winner_at(measured_points(study), horizon)
+    return best.trial if best else None
+
+
+def _steps(horizon: int) -> str:
+    return f"{horizon:,}".replace(",", " ")
+
+
+def format_front(study, horizon: int) -> str:
+    """The front as a table: each point's figures, its score at `horizon`, the horizons where it
+    wins (on HORIZON_GRID), and a * on the winner at `horizon`."""
+    from autocompile.apply import describe_config
+
+    points = measured_points(study)
+    front, ranges, best = pareto_front(points), winning_ranges(points), winner_at(points, horizon)
+    lines = [f"Pareto front of steady throughput against cold warm-up ({len(front)} of {len(points)} measured "
+             f"configurations); scores at {_steps(horizon)} steps:",
+             f"  {'trial':>6}  {'role':<16}  {'warm-up s':>9}  {'steps/s':>8}  {'runs':>4}  {'score':>7}  "
+             f"{'wins for':<26}  config"]
+    for p in front:
+        first, last = ranges.get(p.number, (None, None))
+        wins = "-" if first is None else f"{_steps(first)} to {_steps(last)} steps"
+        lines.append(f"{'*' if p is best else ' '} {p.number:>6}  {p.trial.user_attrs.get('role', ''):<16}  "
+                     f"{p.figures['warmup_s']:>9.1f}  {p.figures['steps_per_s']:>8.3g}  {len(p.trials):>4}  "
+                     f"{p.score(horizon):>7.3g}  {wins:<26}  {describe_config(p.trial.user_attrs['config'])}")
+    lines.append(f"* the winner at {_steps(horizon)} steps by these measurements (`best --horizon H` for another)")
+    return "\n".join(lines)

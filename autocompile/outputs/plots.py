@@ -1,0 +1,351 @@
+"""DIR/STUDY/report/: the study in four matplotlib PNGs and a report.md that embeds them.
+
+scores.png (each trial's score in order), pareto.png (steady speed against cold warm-up, with
+the front and lines of equal score), effects.png (what each dimension did), timeline.png (each
+trial's build, compile/warm-up and measurement). Each `plot_*(study, ..., path)` draws one and
+returns what it drew, so the figures can be checked against the study.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from autocompile.apply import describe_config
+from autocompile.outputs.pareto import measured_points, pareto_front, winner_at
+from autocompile.outputs.results import config_columns
+
+DPI = 110
+ROLE_STYLE = {  # role -> (marker, colour, legend label)
+    "eager": ("s", "#444444", "baseline: eager"),
+    "compile-defaults": ("s", "#1f77b4", "baseline: plain torch.compile"),
+    "recipe": ("o", "#2ca02c", "recipe"),
+    "search": ("^", "#9467bd", "sampled (TPE)"),
+    "finalist": ("D", "#ff7f0e", "finalist round"),
+}
+OTHER_STYLE = ("v", "#8c564b", "other")
+PHASE_COLOURS = {"build": "#bbbbbb", "compile / warm-up": "#ff7f0e", "measurement": "#2ca02c",
+                 "stopped or failed": "#d62728"}
+MAX_LABEL = 46  # characters of a configuration shown beside a bar
+
+
+def _figure(width: float, height: float) -> Figure:
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _horizon(study) -> int:
+    return study.user_attrs.get("horizon", 1000)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_LABEL else text[:MAX_LABEL - 1] + "…"
+
+
+def _finished(study) -> list:
+    return [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+
+
+def _status(trial) -> str:
+    return trial.user_attrs.get("status") or ("pruned" if trial.state.name == "PRUNED" else "interrupted")
+
+
+def plot_scores(study, path: str) -> dict:
+    """(a) The score of each trial in order, by role; failures at 0, pruned trials at the bound
+    they could still reach; eager and plain torch.compile as horizontal lines."""
+    from autocompile.report import baseline_trial, best_trial, default_score_bound
+
+    horizon, figure = _horizon(study), _figure(9, 4.8)
+    ax = figure.add_subplot()
+    drawn = {"ran": [], "pruned": [], "failed": []}
+    for t in _finished(study):
+        marker, colour, label = ROLE_STYLE.get(t.user_attrs.get("role"), OTHER_STYLE)
+        status = _status(t)
+        if status == "ok":
+            ax.scatter(t.number, t.value, marker=marker, color=colour, s=60, zorder=3, label=label)
+            drawn["ran"].append(t.number)
+        elif status == "pruned" and t.value:
+            ax.scatter(t.number, t.value, marker=marker, facecolors="none", edgecolors=colour, s=60, zorder=3,
+                       label="pruned (at its bound)")
+            drawn["pruned"].append(t.number)
+        else:
+            ax.scatter(t.number, 0, marker="x", color="#d62728", s=50, zorder=3, label="failed, timed out or stopped")
+            ax.annotate(status, (t.number, 0), textcoords="offset points", xytext=(0, 6), ha="center",
+                        fontsize=7, rotation=90, color="#d62728")
+            drawn["failed"].append(t.number)
+    eager, default = baseline_trial(study, "eager"), baseline_trial(study, "compile-defaults")
+    if eager is not None:
+        ax.axhline(eager.value, color=ROLE_STYLE["eager"][1], linestyle="--", linewidth=1, label="eager's score")
+    if default is not None:
+        ax.axhline(default.value, color=ROLE_STYLE["compile-defaults"][1], linestyle="--", linewidth=1,
+                   label="plain torch.compile's score")
+    elif (bound := default_score_bound(study, horizon)) is not None:
+        ax.axhline(bound, color=ROLE_STYLE["compile-defaults"][1], linestyle=":", linewidth=1.2,
+                   label="plain torch.compile: at most (never finished warming up)")
+    best = best_trial(study)
+    if best is not None:
+        ax.scatter(best.number, best.value, marker="*", s=320, color="gold", edgecolors="black", zorder=4, label="winner")
+        drawn["winner"] = best.number
+    handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
+    ax.legend(handles.values(), handles.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.set(xlabel="trial", ylabel=f"score (steps/s over {horizon} steps, warm-up included)",
+           title=f"{study.study_name}: the score of each trial, in the order they ran")
+    ax.set_xticks([t.number for t in _finished(study)])
+    ax.set_ylim(bottom=-0.02 * ax.get_ylim()[1])
+    ax.grid(alpha=0.3)
+    figure.savefig(path)
+    return drawn
+
+
+def _equal_score_curve(point, horizon: int, warmups: list[float]) -> tuple[list, list]:
+    """(warm-up s, steps/s) along which the score at `horizon` equals that of `point`."""
+    level, steps = point.score(horizon), point.figures["warmup_steps"]
+    xs, ys = [], []
+    for w in warmups:
+        time_left = horizon / level - w
+        if time_left > 0 and horizon > steps:
+            xs.append(w)
+            ys.append((horizon - steps) / time_left)
+    return xs, ys
+
+
+def plot_pareto(study, path: str) -> dict:
+    """(b) Steady throughput against cold warm-up for every trial that ran, the front (each
+    configuration at the mean of its runs), and the line of equal score through the winner
+    at a few horizons: a point above a line would beat that winner at that horizon."""
+    horizon, figure = _horizon(study), _figure(9, 7)
+    ax = figure.add_subplot()
+    ran = [t for t in _finished(study) if _status(t) == "ok" and t.user_attrs.get("steps_per_s")]
+    for t in ran:
+        marker, colour, label = ROLE_STYLE.get(t.user_attrs.get("role"), OTHER_STYLE)
+        ax.scatter(t.user_attrs["warmup_s"], t.user_attrs["steps_per_s"], marker=marker, color=colour, s=55,
+                   zorder=3, label=label)
+        ax.annotate(str(t.number), (t.user_attrs["warmup_s"], t.user_attrs["steps_per_s"]), fontsize=7,
+                    textcoords="offset points", xytext=(5, 4))
+    points = measured_points(study)
+    front = pareto_front(points)
+    if front:
+        ax.plot([p.figures["warmup_s"] for p in front], [p.figures["steps_per_s"] for p in front], color="black",
+                linewidth=1, drawstyle="steps-post", zorder=2, label="Pareto front (mean of each configuration's runs)")
+    horizons = sorted({max(10, horizon // 10), horizon, horizon * 10})
+    if ran:
+        low = min(t.user_attrs["warmup_s"] for t in ran)
+        high = max(t.user_attrs["warmup_s"] for t in ran)
+        warmups = [low / 2 * (high * 4 / low) ** (i / 200) for i in range(201)]
+        top = max(t.user_attrs["steps_per_s"] for t in ran)
+        for h, style in zip(horizons, (":", "--", "-.")):
+            winner = winner_at(points, h)
+            xs, ys = _equal_score_curve(winner, h, warmups)
+            ax.plot(xs, ys, linestyle=style, color="#777777", linewidth=1,
+                    label=f"equal score at {h} steps (through trial {winner.number}, its winner)")
+        bottom = min(t.user_attrs["steps_per_s"] for t in ran)
+        ax.set_xscale("log")
+        ax.set_xlim(low / 1.6, high * 1.6)
+        ax.set_ylim(bottom * 0.8, top * 1.15)
+    handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
+    ax.legend(handles.values(), handles.keys(), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+    ax.set(xlabel="cold warm-up, s (log scale)", ylabel="steady throughput, steps/s",
+           title=f"{study.study_name}: steady speed against warm-up (each trial that ran)")
+    ax.grid(alpha=0.3, which="both")
+    figure.savefig(path)
+    return {"ran": [t.number for t in ran], "front": [p.number for p in front], "horizons": horizons}
+
+
+def single_changes(study) -> list[dict]:
+    """Pairs of measured configurations that differ in one dimension: from the trial's `parent`
+    where the search recorded one, else from the earlier to the later configuration."""
+    points = measured_points(study)
+    flat = {p.number: config_columns(p.trial.user_attrs["config"]) for p in points}
+    horizon, pairs = _horizon(study), []
+    for i, a in enumerate(points):
+        for b in points[i + 1:]:
+            changed = [k for k in sorted(set(flat[a.number]) | set(flat[b.number]))
+                       if flat[a.number].get(k) != flat[b.number].get(k)]
+            if len(changed) != 1:
+                continue
+            src, dst = (b, a) if a.trial.user_attrs.get("parent") == b.number else (a, b)
+            key = changed[0]
+            pairs.append({"dimension": key, "from": flat[src.number].get(key), "to": flat[dst.number].get(key),
+                          "trials": (src.number, dst.number),
+                          "steady": dst.figures["steps_per_s"] / src.figures["steps_per_s"],
+                          "score": dst.score(horizon) / src.score(horizon)})
+    return pairs
+
+
+def param_importances(study) -> dict[str, float]:
+    """Optuna's parameter importances of the score, {} where there are too few trials for them."""
+    import warnings
+
+    import optuna
+
+    with_params = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if t.params]
+    if len(with_params) < 3 or len({t.value for t in with_params}) < 2:
+        return {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "some regimes have less than 2 trials": said in the title
+            return optuna.importance.get_param_importances(study)
+    except (RuntimeError, ValueError):
+        return {}
+
+
+def _value(value) -> str:
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def plot_effects(study, path: str) -> dict:
+    """(c) The effect of each dimension: single-change comparisons (steady speed and score ratio)
+    where the study has them, and Optuna's parameter importances where there are enough trials."""
+    pairs, importances = single_changes(study), param_importances(study)
+    panels = [p for p in (pairs, importances) if p]
+    rows = max([len(pairs), min(len(importances), 12), 3])
+    figure = _figure(11 if len(panels) == 2 else 8, max(3.8, 1.4 + 0.45 * rows))
+    axes = figure.subplots(1, len(panels)) if panels else [figure.add_subplot()]
+    axes = list(axes) if len(panels) == 2 else [axes[0] if isinstance(axes, list) else axes]
+    if not panels:
+        axes[0].text(0.5, 0.5, "too few trials for effects: no two measured configurations differ in one\n"
+                     "dimension, and too few sampled trials for parameter importances", ha="center", va="center")
+        axes[0].set_axis_off()
+    if pairs:
+        ax, ys = axes[0], range(len(pairs))
+        ax.barh([y + 0.2 for y in ys], [100 * (p["steady"] - 1) for p in pairs], height=0.4, color="#2ca02c",
+                label="steady steps/s")
+        ax.barh([y - 0.2 for y in ys], [100 * (p["score"] - 1) for p in pairs], height=0.4, color="#1f77b4",
+                label=f"score at {_horizon(study)} steps")
+        ax.set_yticks(list(ys), [f"{p['dimension']}: {_value(p['from'])} → {_value(p['to'])}\n"
+                                 f"(trial {p['trials'][0]} → {p['trials'][1]})" for p in pairs], fontsize=8)
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.invert_yaxis()
+        ax.set(xlabel="change, %", title="one dimension changed, all else equal")
+        ax.legend(fontsize=8, loc="best")
+        ax.grid(alpha=0.3, axis="x")
+    if importances:
+        ax = axes[-1]
+        shown = list(importances.items())[:12]
+        ax.barh(range(len(shown)), [v for _, v in shown], color="#9467bd")
+        ax.set_yticks(range(len(shown)), [k for k, _ in shown], fontsize=8)
+        ax.invert_yaxis()
+        n = len([t for t in study.get_trials(deepcopy=False) if t.params and t.state.name == "COMPLETE"])
+        ax.set(xlabel="importance for the score", title=f"Optuna's parameter importances\n({n} trials with parameters: a rough guide)")
+        ax.grid(alpha=0.3, axis="x")
+    figure.suptitle(f"{study.study_name}: what each dimension did")
+    figure.savefig(path)
+    return {"pairs": pairs, "importances": importances}
+
+
+def _events(study_dir: str, number: int) -> list[dict]:
+    path = os.path.join(study_dir, "trials", f"{number:04d}", "events.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def trial_phases(trial, study_dir: str) -> list[tuple[str, float, float]]:
+    """(phase, start s, length s) of a trial from its events.jsonl, else from wall_s and warmup_s."""
+    a, events = trial.user_attrs, _events(study_dir, trial.number)
+    if events:
+        t0 = events[0]["t"]
+        warm = next((e["t"] for e in events if e.get("phase") in ("compiling", "warming up")), None)
+        measure = next((e["t"] for e in events if e.get("phase") == "measuring"), None)
+        done = next((e["t"] for e in events if e.get("phase") == "done"), None)
+        if done is None:  # stopped: the compile ran until the limit, or the last event says how far
+            done = max(events[-1]["t"], warm + a["warmup_elapsed_s"] if warm and a.get("warmup_elapsed_s") else 0)
+        marks = [("build", t0), ("compile / warm-up", warm), ("measurement", measure), ("end", done)]
+        marks = [(name, t - t0) for name, t in marks if t is not None]
+        phases = [(name, start, end - start) for (name, start), (_, end) in zip(marks, marks[1:])]
+        if _status(trial) not in ("ok",) and phases and measure is None:
+            phases[-1] = ("stopped or failed", *phases[-1][1:])
+        return phases
+    if a.get("warmup_s") is not None and a.get("wall_s"):
+        return [("compile / warm-up", 0.0, a["warmup_s"]), ("measurement", a["warmup_s"], a["wall_s"] - a["warmup_s"])]
+    return [("stopped or failed", 0.0, a["wall_s"])] if a.get("wall_s") else []
+
+
+def plot_timeline(study, study_dir: str, path: str) -> dict:
+    """(d) Each trial's build, compile/warm-up and measurement, from the start of its process."""
+    trials = [t for t in _finished(study) if trial_phases(t, study_dir)]
+    figure = _figure(10, 1.3 + 0.36 * max(len(trials), 3))
+    ax = figure.add_subplot()
+    drawn = {}
+    for row, t in enumerate(trials):
+        phases = trial_phases(t, study_dir)
+        drawn[t.number] = phases
+        for name, start, length in phases:
+            ax.barh(row, length, left=start, color=PHASE_COLOURS[name], height=0.7, label=name)
+        end = phases[-1][1] + phases[-1][2]
+        ax.annotate(f"{_status(t)}  {_short(describe_config(t.user_attrs['config']))}" if t.user_attrs.get("config")
+                    else _status(t), (end, row), textcoords="offset points", xytext=(4, -3), fontsize=7)
+    ax.set_yticks(range(len(trials)), [f"{t.number} {t.user_attrs.get('role', '')}" for t in trials], fontsize=8)
+    ax.invert_yaxis()
+    right = max((p[1] + p[2] for phases in drawn.values() for p in phases), default=1.0)
+    ax.set_xlim(0, right * 1.45)  # room for the labels
+    handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
+    ax.legend(handles.values(), handles.keys(), fontsize=8, loc="lower right")
+    ax.set(xlabel="seconds from the trial's start", title=f"{study.study_name}: where each trial's time went")
+    ax.grid(alpha=0.3, axis="x")
+    figure.savefig(path)
+    return drawn
+
+
+def _header(study) -> str:
+    """Model, device, versions, horizon and the trials' outcomes, in two lines."""
+    settings = study.user_attrs.get("settings", {})
+    finished = _finished(study)
+    ran = [t for t in finished if _status(t) == "ok"]
+    measured = next((t.user_attrs for t in ran), {})
+    outcomes = {}
+    for t in finished:
+        outcomes[_status(t)] = outcomes.get(_status(t), 0) + 1
+    return (f"Model `{settings.get('model', '?')}` on {measured.get('device_name', settings.get('device', '?'))} "
+            f"(torch {measured.get('torch', '?')}), study created {study.user_attrs.get('created', '?')}, "
+            f"scored at a horizon of {_horizon(study)} steps.\n{len(finished)} trials: "
+            + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items(), key=lambda x: -x[1])) + ".")
+
+
+def write_report(study, study_dir: str) -> str:
+    """Write study_dir/report/: the four PNGs and report.md embedding them; returns report.md's path."""
+    from autocompile.outputs.pareto import format_front
+    from autocompile.report import format_best, format_summary, summarize
+
+    out = os.path.join(study_dir, "report")
+    os.makedirs(out, exist_ok=True)
+    summary = summarize(study, None)
+    plot_scores(study, os.path.join(out, "scores.png"))
+    pareto = plot_pareto(study, os.path.join(out, "pareto.png"))
+    effects = plot_effects(study, os.path.join(out, "effects.png"))
+    plot_timeline(study, study_dir, os.path.join(out, "timeline.png"))
+    changes = "\n".join(f"- `{p['dimension']}`: {_value(p['from'])} → {_value(p['to'])} (trial {p['trials'][0]} → "
+                        f"{p['trials'][1]}): steady speed {p['steady'] - 1:+.0%}, score {p['score'] - 1:+.0%}"
+                        for p in effects["pairs"])
+    sections = [
+        f"# Study `{study.study_name}`",
+        _header(study),
+        "**" + format_best(summary["best"]) + "**" if summary["best"] else "No trial ran cleanly yet.",
+        f"Written by `autocompile report --study {study.study_name}`; the same trials as an SQL table: `results.db` beside the study.",
+        "## The score of each trial",
+        "![score of each trial](scores.png)",
+        "Each trial in the order it ran: baselines, recipes, sampled trials, the finalist round. A failed trial "
+        "scores 0; a pruned one is drawn hollow at the best score it could still have reached when it was stopped.",
+        "## Steady speed against warm-up",
+        "![steady speed against warm-up](pareto.png)",
+        "Every trial that ran. A short run favours the left of the front (short warm-up), a long one its top "
+        "(steady speed); each grey line joins the points that score the same as the winner at its horizon.",
+        "```text\n" + format_front(study, _horizon(study)) + "\n```" if pareto["ran"] else "",
+        "## What each dimension did",
+        "![effect of each dimension](effects.png)",
+        changes or "No two measured configurations differ in a single dimension.",
+        "## Where each trial's time went",
+        "![timeline of each trial](timeline.png)",
+        "From each trial's `events.jsonl`: building the model, compiling and warming up (cold caches), measuring.",
+        "## All trials",
+        "```text\n" + format_summary(summary) + "\n```",
+    ]
+    path = os.path.join(out, "report.md")
+    with open(path, "w") as f:
+        f.write("\n\n".join(s for s in sections if s) + "\n")
+    return path

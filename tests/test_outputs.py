@@ -1,0 +1,181 @@
+"""What a user sees of a study: results.db, the plotted report, the Pareto choice, the Python API, --version, -q/-v."""
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FAST, ROOT, toy
+
+STUDIES = os.path.join(ROOT, "studies")
+
+
+def cli(*args):
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "autocompile", *args], capture_output=True, text=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """One real search from Python (verbose, so its progress shows every event), on the toy model."""
+    import autocompile
+
+    directory = str(tmp_path_factory.mktemp("studies"))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        result = autocompile.search(toy(), trials=3, device="cpu", study="toy", directory=directory, verbosity=2,
+                                    trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1, prune=False)
+    return result, os.path.join(directory, "toy"), err.getvalue()
+
+
+def test_the_search_from_python_gives_the_winner_its_snippet_and_the_study(searched):
+    result, study_dir, progress = searched
+    assert result.winner["number"] == result.summary["best"]["number"]
+    assert {"config", "steps_per_s", "warmup_s", "score", "horizon"} <= set(result.winner)
+    assert "snippet" not in result.winner and "def apply_compilation(model, optimizer):" in result.snippet
+    with open(os.path.join(study_dir, "apply_compilation.py")) as f:
+        assert f.read() == result.snippet
+    finished = [t.number for t in result.study.trials if t.state.is_finished()]
+    assert finished == [row["number"] for row in result.summary["rows"]]
+    assert "(window 1, steps_per_s" in progress  # -v: every event of each trial
+
+
+def test_import_autocompile_stays_light():
+    out = subprocess.run([sys.executable, "-c", "import sys, autocompile; print(sorted({'torch', 'optuna'} & set(sys.modules)))"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_the_results_table_matches_the_study(searched):
+    """Written by the search's callback as trials finished: one row per trial, the same figures."""
+    result, study_dir, _ = searched
+    db = sqlite3.connect(os.path.join(study_dir, "results.db"))
+    db.row_factory = sqlite3.Row
+    rows = {r["number"]: r for r in db.execute("select * from trials")}
+    trials = [t for t in result.study.trials if t.state.is_finished()]  # not the recipes still queued
+    assert sorted(rows) == [t.number for t in trials]
+    for t in trials:
+        row, a = rows[t.number], t.user_attrs
+        assert (row["status"], row["role"], row["state"]) == (a["status"], a["role"], t.state.name)
+        assert row["compile"] == a["config"]["compile"] and row["scope"] == a["config"]["scope"]
+        assert row["steps_per_s"] == pytest.approx(a["steps_per_s"]) and row["warmup_s"] == pytest.approx(a["warmup_s"])
+        assert row["score"] == pytest.approx(t.value)
+        recompiles = db.execute("select sum(count) from recompile_reasons where trial = ?", [t.number]).fetchone()[0]
+        assert (recompiles or 0) == len(a["recompile_reasons"])
+    # Columns a user can select by name, as `autocompile space` names the dimensions.
+    columns = {c[1] for c in db.execute("pragma table_info(trials)")}
+    assert {"mode", "dynamic", "padding", "cv", "peak_mem_gb", "recompiles_after_warmup", "reason"} <= columns
+
+
+def _image(path):
+    from PIL import Image
+
+    image = Image.open(path).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 20)
+    return image.size, len(colours), max(n for n, _ in colours) / (image.size[0] * image.size[1])
+
+
+def test_the_report_draws_the_study_s_trials(searched, tmp_path):
+    from autocompile.outputs import plots
+
+    result, study_dir, _ = searched
+    out = cli("report", "--study", "toy", "--dir", os.path.dirname(study_dir))
+    assert out.returncode == 0, out.stderr
+    report = os.path.join(study_dir, "report")
+    with open(os.path.join(report, "report.md")) as f:
+        text = f.read()
+    for name in ("scores", "pareto", "effects", "timeline"):
+        assert f"({name}.png)" in text
+        size, colours, background = _image(os.path.join(report, f"{name}.png"))
+        assert size[0] >= 800 and size[1] >= 300 and colours > 20 and background < 0.95, (name, size, colours)
+    # What is drawn is the study's trials: every finished one scored, every one that ran placed.
+    study = result.study
+    finished = [t.number for t in study.trials if t.state.is_finished()]
+    drawn = plots.plot_scores(study, str(tmp_path / "scores.png"))
+    assert sorted(drawn["ran"] + drawn["pruned"] + drawn["failed"]) == finished
+    assert drawn["winner"] == result.winner["number"]
+    ran = [t.number for t in study.trials if t.user_attrs.get("status") == "ok"]
+    assert plots.plot_pareto(study, str(tmp_path / "pareto.png"))["ran"] == ran
+    timeline = plots.plot_timeline(study, study_dir, str(tmp_path / "timeline.png"))
+    assert sorted(timeline) == finished
+    for number, phases in timeline.items():  # from events.jsonl: build, warm-up, measurement, in order
+        assert [name for name, _, _ in phases] == ["build", "compile / warm-up", "measurement"]
+        warmup = phases[1][2]
+        assert warmup >= study.trials[number].user_attrs["warmup_s"] * 0.99
+
+
+def test_a_report_of_too_few_trials_says_so(searched, tmp_path):
+    """One trial (the fixture's eager, copied into a new study): no comparisons, no importances."""
+    import optuna
+
+    from autocompile.outputs.plots import write_report
+
+    result, _, _ = searched
+    study = optuna.create_study(study_name="one", direction="maximize")
+    study.add_trial(result.study.trials[0])
+    path = write_report(study, str(tmp_path))
+    with open(path) as f:
+        assert "No two measured configurations differ in a single dimension." in f.read()
+    assert _image(str(tmp_path / "report" / "effects.png"))[1] > 2
+
+
+@pytest.fixture(scope="module")
+def llama_copy(tmp_path_factory):
+    """The committed GPU study of llama-8b (real measurements), copied so nothing writes to it."""
+    directory = str(tmp_path_factory.mktemp("gpu"))
+    shutil.copytree(os.path.join(STUDIES, "llama-8b"), os.path.join(directory, "llama-8b"),
+                    ignore=shutil.ignore_patterns("trials", "report"))
+    return directory
+
+
+def test_best_for_another_horizon_changes_the_winner_where_the_front_says(llama_copy):
+    """At 100 steps the 8 s warm-up of eager beats the 5.05 steps/s of the search's winner (32 s
+    warm-up); at a million steps the fastest steady speed wins. Both are on the front."""
+    from autocompile.outputs.pareto import measured_points, pareto_front, winning_ranges
+    from autocompile.study import load_study
+
+    def best(*extra):
+        out = cli("best", "--study", "llama-8b", "--dir", llama_copy, "--json", *extra)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    searched, short, long = best(), best("--horizon", "100"), best("--horizon", "1000000")
+    assert searched["horizon"] == 1000 and short["horizon"] == 100
+    assert short["number"] != searched["number"] and long["number"] == searched["number"]
+    study = load_study("llama-8b", "sqlite:///" + os.path.join(llama_copy, "llama-8b", "study.db"))
+    points = measured_points(study)
+    front = {p.number: p for p in pareto_front(points)}
+    assert short["number"] in front and long["number"] in front
+    assert front[short["number"]].figures["warmup_s"] == min(p.figures["warmup_s"] for p in points)
+    assert front[long["number"]].figures["steps_per_s"] == max(p.figures["steps_per_s"] for p in points)
+    first, last = winning_ranges(points)[short["number"]]
+    assert first <= 100 <= last < 1000
+
+    out = cli("best", "--study", "llama-8b", "--dir", llama_copy, "--horizon", "100")
+    assert out.stderr.startswith(f"winner for 100 steps: trial {short['number']} ")
+    assert f"'llama-8b', trial {short['number']})" in out.stdout.splitlines()[0]  # that trial's snippet
+    out = cli("best", "--study", "llama-8b", "--dir", llama_copy, "--pareto")
+    listed = [line.split()[1 if line.startswith("*") else 0] for line in out.stdout.splitlines()[2:-1]]
+    assert [int(n) for n in listed] == list(front)
+    assert "wins for" in out.stdout
+
+
+def test_version_and_quiet():
+    import optuna
+    import torch
+
+    out = cli("--version")
+    assert out.returncode == 0
+    assert out.stdout.startswith("autocompile ") and f"torch {torch.__version__}" in out.stdout
+    assert f"optuna {optuna.__version__}" in out.stdout
+
+
+def test_quiet_best_prints_only_the_snippet(llama_copy):
+    out = cli("-q", "best", "--study", "llama-8b", "--dir", llama_copy)
+    assert out.returncode == 0 and out.stderr == "" and out.stdout.startswith('"""Compile settings for llama-8b')
