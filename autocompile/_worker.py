@@ -220,14 +220,16 @@ def run(spec: dict, events: Events, result: dict) -> None:
         f.write(snippet)
     result["snippet"] = snippet
 
-    # Whether the loss depends on the random stream (dropout): then the first losses of a compiled
-    # run differ from eager's by the noise of the masks, and the numerics are judged by a replay.
-    result["rng_dependent"] = _rng_dependent(torch, workload, model, batches[0])
     if spec.get("replay_only"):  # the numerics replay alone, for a configuration measured before
         del model, optimizer
         result.update(status="ok", reason="replay only: nothing measured",
                       replay=_replay(torch, spec, workload, options, batches, info, snippet, lambda: None))
         return
+    if config["compile"]:
+        # Whether the loss depends on the random stream (dropout): then the first losses of a compiled
+        # run differ from eager's by the noise of the masks, and the numerics are judged by a replay.
+        events.emit(phase="checking randomness")
+        result["rng_dependent"] = _rng_dependent(torch, workload, model, batches[0])
     training = Training(workload, (model, optimizer), batches, snippet, snippet_path, spec.get("load_cache"))
     del model, optimizer
     if training.cache_loaded is not None:
@@ -239,7 +241,7 @@ def run(spec: dict, events: Events, result: dict) -> None:
     if spec.get("save_cache"):  # `autocompile export`: what the warm-up compiled, for a warm start
         result["cache"] = _save_compile_cache(torch, spec["save_cache"], training.namespace["compile_cache_key"]())
     _measure(torch, training, watcher, warm, spec, events, result, sync, counts, workload.unit)
-    replay = config["compile"] and result["rng_dependent"] and spec.get("numerics_replay", True)
+    replay = result.get("rng_dependent") and spec.get("numerics_replay", True)
     if replay and result["status"] == "ok":
         del training
         _write_result(spec, result)  # the measurement stands even if the replay runs out of time

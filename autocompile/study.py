@@ -268,7 +268,23 @@ def workload_traits(workload, options) -> WorkloadTraits:
         regions = None  # found when a trial builds the model
     return WorkloadTraits(varying=dict(workload.varying), parts=tuple(workload.parts), regions=regions,
                           fusable_optimizer=fusable, criterion=workload.split_loss,
-                          schedule=workload.schedule is not None)
+                          schedule=workload.schedule is not None, lengths=_length_range(workload, options))
+
+
+def _length_range(workload, options) -> tuple[int, int] | None:
+    """The varying dimension's range: the shortest length in the batch pool, the longest the
+    workload allows. Batches are built on the CPU (cheap, and the same lengths as on any device)."""
+    import dataclasses
+
+    if not workload.varying:
+        return None
+    cpu = dataclasses.replace(options, device="cpu")
+    key, (dim, _) = next(iter(workload.varying.items()))
+    try:
+        shortest = min(batch[key].shape[dim] for batch in workload.batches(cpu, workload.batch_pool))
+    except Exception:  # a workload that cannot build batches on the CPU: no rule can count its shapes
+        return None
+    return shortest, max(workload.max_len(options), shortest)
 
 
 def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, fixed=None,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from autocompile.errors import UserError
+from autocompile.space.rules import doomed
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -121,6 +122,7 @@ class Capabilities:
     has_mark_dynamic: bool
     has_maybe_mark_dynamic: bool
     recompile_limit_key: str | None
+    recompile_limit: int | None = None  # Dynamo's default: compiles of one function before it runs eager
 
     @classmethod
     def detect(cls, device: str) -> "Capabilities":
@@ -143,6 +145,7 @@ class Capabilities:
             has_mark_dynamic=hasattr(torch._dynamo, "mark_dynamic"),
             has_maybe_mark_dynamic=hasattr(torch._dynamo, "maybe_mark_dynamic"),
             recompile_limit_key=limit_key,
+            recompile_limit=getattr(dynamo_config, limit_key) if limit_key else None,
         )
 
     @property
@@ -218,6 +221,7 @@ class WorkloadTraits:
     fusable_optimizer: bool = False  # the optimizer has a fused implementation (Adam, AdamW, SGD)
     criterion: bool = False  # the loss comes as forward + criterion: the criterion can be compiled apart
     schedule: bool = False  # the learning rate follows a scheduler, changing during training
+    lengths: tuple[int, int] | None = None  # the varying dimension's range (lowest, highest): None if unknown
 
 
 @dataclass
@@ -661,7 +665,7 @@ class SearchSpace:
                 if why_inactive and not active(c):
                     return f"inductor.{key} {why_inactive}"
         if not self._baseline(c):
-            return self._narrowing_rejection(c)
+            return self._narrowing_rejection(c) or doomed(c, traits, caps)
         return None
 
     def _baseline(self, config: dict) -> bool:
