@@ -285,7 +285,7 @@ def _existing_study(args):
 
 
 def cmd_best(args) -> int:
-    from autocompile.report import format_best, summarize
+    from autocompile.report import format_best, format_effects, summarize
 
     study, _ = _existing_study(args)
     summary = summarize(study, None, horizon=args.horizon)
@@ -300,6 +300,8 @@ def cmd_best(args) -> int:
     else:
         if args.verbosity:
             print(format_best(summary["best"]), file=sys.stderr)
+            if summary["effects"]:
+                print(format_effects(summary["effects"]), file=sys.stderr)
         print(summary["best"]["snippet"])
     return 0
 

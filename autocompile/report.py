@@ -6,6 +6,7 @@ import json
 import os
 
 from autocompile.apply import describe_config
+from autocompile.strategy import effects
 
 
 def baseline_trial(study, role: str):
@@ -86,7 +87,7 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
 
         best, score_of = best_trial_for(study, horizon), (lambda t: score(t.user_attrs, horizon))
     summary = {"study": study.study_name, "rows": rows, "best": None, "horizon": horizon,
-               "finalists": study.user_attrs.get("finalists")}
+               "finalists": study.user_attrs.get("finalists"), "effects": effects(study)}
     if best is None:
         return summary
     eager_sps = baseline_value(study, "eager", "steps_per_s")
@@ -198,9 +199,22 @@ def format_finalists(verdict: dict | None) -> str:
     return "\n".join(lines)
 
 
+def format_effects(rows: list[dict]) -> str:
+    """What each setting did: each single change against the trial it changed."""
+    lines = ["what each setting did (a trial against its parent, one dimension changed):"]
+    for row in rows:
+        change = ", ".join(f"{name} {json.dumps(old)} -> {json.dumps(new)}" for name, (old, new) in row["changed"].items())
+        outcome = (f"{row['effect']:+.1%} score" if "effect" in row
+                   else f"{row['status']}: {row.get('reason', '')[:90]}")
+        lines.append(f"  trial {row['trial']} (from {row['parent']}): {change}: {outcome}")
+    return "\n".join(lines)
+
+
 def format_summary(summary: dict) -> str:
     """Table, finalist round and winner: what `search` prints and trials.txt holds."""
     parts = [format_table(summary["rows"])]
+    if summary.get("effects"):
+        parts.append(format_effects(summary["effects"]))
     if summary.get("finalists"):
         parts.append(format_finalists(summary["finalists"]))
     if summary.get("best"):

@@ -33,6 +33,7 @@ import optuna
 from autocompile.apply import describe_config
 from autocompile.report import baseline_trial, baseline_value, best_trial, speedup, summarize, write_outputs
 from autocompile.errors import UserError
+from autocompile.strategy import next_neighbour
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
 from autocompile._worker import REPLAY_VERSION
 from autocompile.trial import TrialRequest, run_trial, triage
@@ -405,21 +406,22 @@ class _Runner:
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.time()
 
-    def run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None = None) -> dict:
-        """Measure `config` as `trial` within `limit_s` (default: the trial limit), then tell
-        the study; returns the record."""
+    def run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None = None,
+            keep_s: float = 0.0) -> dict:
+        """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
+        of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record."""
         settings = self.settings
         limit_s = limit_s or settings.trial_timeout_s
         trial.set_user_attr("role", role)
         trial.set_user_attr("config", config)  # known even if the search dies during the trial
         label = describe_config(config)
         self.progress.phase(trial.number, label, {"phase": "starting"})
-        remaining = self.remaining()
+        remaining = None if self.remaining() is None else self.remaining() - keep_s
         request = TrialRequest(
             model=settings.model, config=config, device=settings.device,
             trial_dir=os.path.join(settings.study_dir, "trials", f"{trial.number:04d}"),
             batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
-            timeout_s=min(limit_s, remaining) if remaining else limit_s,
+            timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining)),
             header=_header(settings, trial.number), measure=settings.measure or {}, trace=settings.trace,
         )
         storage = self.storage
@@ -523,15 +525,28 @@ def search_candidates(study) -> list:
     return out
 
 
-def _finalist_reserve(study, k: int, timeout_s: float) -> float:
-    """Seconds to keep for the finalist round: what the current top k (and eager) took in their
-    own runs. A round that would need more than a third of the search's time is not kept
-    for (a short search searches instead); it runs at the end only with what is left."""
+def _finalist_reserve(study, k: int) -> float:
+    """Seconds to keep for the finalist round under --timeout: what the current top k (and eager)
+    took in their own runs, which the round repeats. Kept from the start (a resumed study knows
+    it at once) and updated as trials finish, so the round always runs."""
     if k <= 0:
         return 0.0
     eager = _eager_record(study) or {}
-    needed = sum(t.user_attrs.get("wall_s", 0) for t in search_candidates(study)[:k]) + eager.get("wall_s", 0)
-    return needed if needed <= timeout_s / 3 else 0.0
+    return sum(t.user_attrs.get("wall_s", 0) for t in search_candidates(study)[:k]) + eager.get("wall_s", 0)
+
+
+def expected_trial_s(study) -> float:
+    """What the next compiled trial is expected to take: the median time of the compiled trials
+    measured so far (recipes, neighbours, TPE; pruned ones at the time they took), at least
+    MIN_TRIAL_S. A trial that is not expected to fit what is left of --timeout is not started."""
+    walls = sorted(t.user_attrs["wall_s"] for t in study.get_trials(deepcopy=False)
+                   if t.state.is_finished() and t.user_attrs.get("wall_s") and t.user_attrs.get("config", {}).get("compile")
+                   and t.user_attrs.get("role") not in ("compile-defaults", "finalist"))
+    return max(MIN_TRIAL_S, walls[len(walls) // 2]) if walls else MIN_TRIAL_S
+
+
+def _waiting(study) -> bool:
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
 
 
 def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int) -> dict:
@@ -663,14 +678,16 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
     started = time.time()
     runner = _Runner(study, storage, url, settings, progress,
                      deadline=None if settings.timeout_s is None else started + settings.timeout_s, callbacks=callbacks)
-    recipes_queued = False
+    recipes_queued, proposals = False, 0
+    tried = lambda config, params: _tried(study, config, params, settings.trial_timeout_s)  # noqa: E731
     for _ in range(settings.trials):
         remaining = runner.remaining()
-        reserve = _finalist_reserve(study, settings.finalists, settings.timeout_s) if remaining is not None else 0.0
-        if remaining is not None and remaining - reserve < MIN_TRIAL_S:
-            progress.line(f"search timeout of {settings.timeout_s:.0f} s reached"
-                          + (f" ({remaining:.0f} s left, {reserve:.0f} s of it kept for the finalist round)"
-                             if remaining > 0 else ""))
+        reserve = _finalist_reserve(study, settings.finalists) if remaining is not None else 0.0
+        expected = MIN_TRIAL_S if pending_roles else expected_trial_s(study)
+        if remaining is not None and remaining - reserve < expected:
+            progress.line(f"search timeout of {settings.timeout_s:.0f} s reached: {max(remaining, 0):.0f} s left, "
+                          f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
+                          f"{expected:.0f} s")
             break
         if not pending_roles and not recipes_queued:
             # After the baselines (study.ask would hand a queued recipe to a baseline); a
@@ -680,6 +697,11 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
                 if not _tried(study, config, params, settings.trial_timeout_s):
                     study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
             recipes_queued = True
+        if recipes_queued and proposals % 2 == 0 and not _waiting(study):
+            neighbour = next_neighbour(space, study, tried)  # alternating with TPE's proposals
+            if neighbour:
+                study.enqueue_trial(neighbour["params"], user_attrs={
+                    "role": "neighbour", **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
         trial = _ask(study)
         if pending_roles:
             role, config = pending_roles.pop(0)
@@ -691,6 +713,7 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 raise
             role = trial.user_attrs.get("role", "search")
+            proposals += role in ("search", "neighbour")
         if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
             config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
         baseline = role in ("eager", "compile-defaults")
@@ -698,7 +721,8 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
         if why_not:
             runner.reject(trial, config, role, why_not)
             continue
-        runner.run(trial, config, role, prunable=not baseline, limit_s=settings.baseline_limit_s if baseline else None)
+        runner.run(trial, config, role, prunable=not baseline, limit_s=settings.baseline_limit_s if baseline else None,
+                   keep_s=reserve)
     if settings.finalists > 0:
         run_finalists(runner, settings.finalists)
     summary = summarize(study, settings.study_dir)

@@ -1,0 +1,104 @@
+"""The order of proposals after the baselines and recipes: neighbours of the incumbent, and TPE.
+
+A neighbour is the best configuration measured so far (the incumbent) with one dimension
+changed, and with it the dimensions that change conditions (padding -> pad_multiple). They
+are proposed through Optuna (enqueued trials with fixed parameters), so resume, the dashboard
+and TPE see them like any trial, and they alternate with TPE's global proposals. Each records
+its `parent` and the dimensions it `changed`, so the effect of each single change can be read
+off (`effects`). The order of dimensions: first those whose single changes helped in this
+study, then PROMISE's order (what the seed texts and the GPU studies found worth most), and
+last those whose changes hurt or failed.
+"""
+
+from __future__ import annotations
+
+import optuna
+
+# Dimensions in the order a change is most likely to pay, and why.
+PROMISE = (
+    ("compile_loss", "the loss compiled apart: part of llama-8b's 1.46x (studies/README.md)"),
+    ("fused_optimizer", "one fused optimizer kernel: part of llama-8b's 1.46x"),
+    ("compile_optimizer", "the optimizer step compiled (001: optimizer compilation)"),
+    ("mode", "reduce-overhead: CUDA graphs +15% (000), the captioner's 1.82x; max-autotune tunes kernels"),
+    ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets)"),
+    ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
+    ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
+    ("inductor.coordinate_descent_tuning", "tunes Triton kernel configs"),
+    ("inductor.shape_padding", "pads matrix dimensions for faster kernels (001)"),
+    ("inductor.epilogue_fusion", "fuses pointwise epilogues into matrix kernels"),
+    ("inductor.aggressive_fusion", "fuses more, at the risk of register pressure"),
+    ("scope", "regional against whole model: warm-up against steady speed (003)"),
+    ("mark_dynamic", "one graph for all lengths (001)"),
+    ("dynamic", "automatic, static or dynamic shapes (001)"),
+    ("fullgraph", "no graph breaks allowed"),
+)
+
+
+def incumbent(space, study):
+    """The best-scoring trial that ran cleanly, with its Optuna parameters: a recipe, neighbour
+    or TPE trial, or plain torch.compile (its parameters: every dimension at its default). Not
+    eager, not a finalist rerun. (trial, params), or (None, None)."""
+    ranked = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+              if t.value and t.user_attrs.get("status") == "ok" and t.user_attrs.get("config", {}).get("compile")
+              and (t.params or t.user_attrs.get("role") == "compile-defaults")]
+    best = max(ranked, key=lambda t: t.value, default=None)
+    if best is None:
+        return None, None
+    return best, dict(best.params) if best.params else space.params_for({})
+
+
+def effects(study) -> list[dict]:
+    """The measured effect of each single change against its parent: trial, parent, what changed
+    (dimension: from -> to), and the score ratio or the child's failure."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        if "parent" not in a or not t.state.is_finished() or "status" not in a:
+            continue
+        parent = study.trials[a["parent"]]
+        before = a.get("parent_params") or parent.params
+        changes = {name: (before.get(name), t.params.get(name)) for name in a.get("changed", [])}
+        row = {"trial": t.number, "parent": parent.number, "changed": changes, "status": a["status"]}
+        if a["status"] == "ok" and parent.value:
+            row["effect"] = a["score"] / parent.value - 1
+        else:
+            row["reason"] = a.get("reason", "")
+        rows.append(row)
+    return rows
+
+
+def _order(space, study) -> list:
+    """The space's searched dimensions, most promising first (see the module's docstring)."""
+    rank = {name: i for i, (name, _) in enumerate(PROMISE)}
+    seen: dict[str, float] = {}
+    for row in effects(study):
+        for name in row["changed"]:
+            seen[name] = max(seen.get(name, -1.0), row.get("effect", -1.0))
+    dims = [d for d in space.dimensions if d.name not in space.fixed]
+    return sorted(dims, key=lambda d: (0 if seen.get(d.name, 0) > 0 else 2 if d.name in seen else 1,
+                                       -seen.get(d.name, 0), rank.get(d.name, len(rank))))
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def next_neighbour(space, study, tried) -> dict | None:
+    """The next untried, feasible neighbour of the incumbent: {"params", "changed", "parent"}, or
+    None. `tried(config, params)` says whether a configuration was measured or queued already."""
+    best, base = incumbent(space, study)
+    if best is None:
+        return None
+    for dim in _order(space, study):
+        for value in dim.choices:
+            if dim.name in base and _same(base[dim.name], value):
+                continue
+            params = space.params_for({**base, dim.name: value})
+            if not params or params == base or dim.name not in params:
+                continue  # not offered here, or the dimension does not apply to the incumbent
+            config = space.suggest(optuna.trial.FixedTrial(params))
+            if tried(config, params) or space.rejection(config):
+                continue
+            changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
+            return {"params": params, "changed": changed, "parent": best.number, "parent_params": base, "config": config}
+    return None

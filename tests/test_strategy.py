@@ -1,0 +1,58 @@
+"""What the search proposes after its recipes, and what it refuses before launch (real searches of a toy)."""
+
+import pytest
+
+from autocompile.space import DEFAULTS
+from autocompile.study import SearchSettings, build_space, run_search
+from autocompile.report import format_summary
+from conftest import FAST, toy
+
+# Every dimension pinned but Inductor's fusion options: the recipes collapse into plain
+# torch.compile (measured as a baseline), so the search goes from the baselines to the neighbours.
+PINS = {"scope": "full", "mode": "default", "dynamic": None, "fullgraph": False, "compile_optimizer": False,
+        "fused_optimizer": False, "compile_loss": False, "padding": "longest", "mark_dynamic": "off",
+        "inductor.shape_padding": True}
+
+
+def test_a_doomed_configuration_is_refused_with_its_reason():
+    space = build_space(toy(), "cpu")
+    low, high = space.traits.lengths
+    assert 8 <= low <= high == 48
+    static = {**DEFAULTS, "dynamic": False}
+    reason = space.rejection({**static, "padding": "longest"})
+    assert reason.startswith("dynamic=False compiles each distinct length anew") and "recompile limit of 8" in reason
+    assert space.rejection({**static, "padding": "max"}) is None  # one shape
+    assert space.rejection({**static, "padding": "multiple", "pad_multiple": 64}) is None  # one or two shapes
+    assert space.rejection({**static, "padding": "longest", "recompile_limit": 64}) is None  # a higher limit
+    assert space.rejection({**DEFAULTS, "padding": "longest"}) is None  # automatic dynamic shapes
+
+
+@pytest.fixture(scope="module")
+def neighbours(tmp_path_factory):
+    settings = SearchSettings(model=toy(), device="cpu", study="n", directory=str(tmp_path_factory.mktemp("n")),
+                              trials=4, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=0,
+                              prune=False, fixed=PINS)
+    return run_search(settings)
+
+
+def test_neighbours_change_one_dimension_of_the_incumbent_and_record_their_parent(neighbours):
+    rows = neighbours["rows"]
+    assert [r["role"] for r in rows[:3]] == ["eager", "compile-defaults", "neighbour"]
+    effects = neighbours["effects"]
+    assert effects and effects[0]["trial"] == 2 and effects[0]["parent"] == 1  # plain torch.compile was the incumbent
+    (name, (before, after)), = effects[0]["changed"].items()  # one dimension, nothing it conditions here
+    assert before != after and name not in PINS
+    assert ("effect" in effects[0]) == (rows[2]["status"] == "ok")
+    assert "what each setting did" in format_summary(neighbours) and f"trial 2 (from 1): {name}" in format_summary(neighbours)
+
+
+def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
+    settings = SearchSettings(model=toy(), device="cpu", study="t", directory=str(tmp_path), trials=20,
+                              timeout_s=75, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1,
+                              prune=False)
+    summary = run_search(settings)
+    assert len(summary["rows"]) < 20  # the time bound stopped the search, not the trial count
+    verdict = summary["finalists"]
+    assert verdict and verdict["candidates"][0]["status"] == "ok"
+    assert summary["rows"][-1]["role"].startswith("finalist of")
+    assert summary["harness"]["search_wall_s"] < 75 + 60  # the round kept its time (one trial may overrun)
