@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -304,18 +305,32 @@ def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, 
 
 
 class Progress:
-    """Progress lines on stderr: one when a trial changes phase, one with its result."""
+    """The search's progress on stderr. On a terminal, one live status line (trial n of N, its
+    phase, its warm-up step or measured window, the best so far) above which each result is
+    printed; elsewhere (a log file, a pipe) one plain line when a trial changes phase."""
 
     def __init__(self, total: int, stream=None):
         self.total, self.stream, self.done = total, stream or sys.stderr, 0
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.best = ""  # "best: trial N 1.2x eager", kept by the runner
 
     def line(self, text: str) -> None:
+        if self.live:
+            self.stream.write("\r\x1b[2K")  # the status line gives way to the result
         print(text, file=self.stream, flush=True)
 
     def phase(self, number: int, label: str, event: dict) -> None:
         phase = event.get("phase")
-        if phase in ("building", "compiling", "warming up", "measuring") and "step" not in event and "window" not in event:
-            self.line(f"  [{self.done + 1}/{self.total}] trial {number} {label}: {phase}")
+        head = f"[{self.done + 1}/{self.total}] trial {number} {label}: {phase}"
+        if self.live:
+            detail = (f" step {event['step']}" if "step" in event else
+                      f" window {event['window']} at {event['steps_per_s']:.3g} steps/s" if "window" in event else "")
+            status = head + detail + (f"  | {self.best}" if self.best else "")
+            columns = shutil.get_terminal_size((120, 20)).columns
+            self.stream.write("\r\x1b[2K" + status[: columns - 1])
+            self.stream.flush()
+        elif phase in ("building", "compiling", "warming up", "measuring") and "step" not in event and "window" not in event:
+            self.line("  " + head)
 
 
 def _device_name(device: str) -> str:
@@ -497,6 +512,8 @@ class _Runner:
     def _report(self, number: int, label: str, record: dict) -> None:
         eager = baseline_value(self.study, "eager", "steps_per_s")
         best = best_trial(self.study)
+        if best:
+            self.progress.best = f"best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager"
         self.progress.line(
             f"[{self.progress.done}/{self.progress.total}] trial {number} {label}: {record['status']}"
             + (f"  {record['steps_per_s']:.3g} steps/s ({speedup(record['steps_per_s'], eager)} eager),"

@@ -56,3 +56,30 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
     assert verdict and verdict["candidates"][0]["status"] == "ok"
     assert summary["rows"][-1]["role"].startswith("finalist of")
     assert summary["harness"]["search_wall_s"] < 75 + 60  # the round kept its time (one trial may overrun)
+
+
+def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_elsewhere():
+    import io
+
+    from autocompile.study import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    events = [{"phase": "compiling"}, {"phase": "compiling", "step": 4},
+              {"phase": "measuring", "window": 1, "steps_per_s": 12.0}]
+    live = Progress(3, Terminal())
+    live.best = "best: trial 0 1.00x eager"
+    for event in events:
+        live.phase(1, "full default", event)
+    live.line("[1/3] trial 1 full default: ok")
+    text = live.stream.getvalue()
+    assert text.count("\n") == 1  # the status line is rewritten in place; only the result stays
+    assert "\r\x1b[2K[1/3] trial 1 full default: compiling step 4  | best: trial 0 1.00x eager" in text
+    assert "window 1 at 12 steps/s" in text and text.endswith("\r\x1b[2K[1/3] trial 1 full default: ok\n")
+    plain = Progress(3, io.StringIO())
+    for event in events:
+        plain.phase(1, "full default", event)
+    assert plain.stream.getvalue().splitlines() == ["  [1/3] trial 1 full default: compiling",
+                                                     "  [1/3] trial 1 full default: measuring"]
