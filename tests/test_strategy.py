@@ -67,7 +67,7 @@ def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_elsewhere():
         def isatty(self):
             return True
 
-    events = [{"phase": "compiling"}, {"phase": "compiling", "step": 4},
+    events = [{"phase": "compiling"}, {"phase": "compiling", "step": 4}, {"phase": "measuring", "warmup_s": 9.0},
               {"phase": "measuring", "window": 1, "steps_per_s": 12.0}]
     live = Progress(3, Terminal())
     live.best = "best: trial 0 1.00x eager"
