@@ -207,6 +207,9 @@ class SearchSettings:
     triage: bool = True  # rerun compile failures with simpler backends to name the failing layer
     trace: bool = False  # each trial writes a TORCH_TRACE (for tlparse reports in the dashboard)
 
+    def __post_init__(self):
+        check_study_name(self.study)
+
     @property
     def baseline_limit_s(self) -> float:
         """The baselines are what every trial is compared to: they may be given longer."""
@@ -217,7 +220,16 @@ class SearchSettings:
         return os.path.join(self.directory, self.study)
 
 
+def check_study_name(name: str) -> str:
+    """A study name is a name: it becomes the folder DIR/NAME, so no path separator and no '..'."""
+    if not name or name in (".", "..") or any(sep and sep in name for sep in ("/", os.sep, os.altsep)):
+        raise UserError(f"study name {name!r}: a study name is a plain name (its files go to DIR/NAME/), "
+                        "without '/' or '..'; choose the folder with --dir")
+    return name
+
+
 def storage_url(settings_storage: str | None, directory: str, study: str) -> str:
+    check_study_name(study)
     if settings_storage:
         return settings_storage
     return "sqlite:///" + os.path.abspath(os.path.join(directory, study, "study.db"))

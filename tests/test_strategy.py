@@ -83,3 +83,19 @@ def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_elsewhere():
         plain.phase(1, "full default", event)
     assert plain.stream.getvalue().splitlines() == ["  [1/3] trial 1 full default: compiling",
                                                      "  [1/3] trial 1 full default: measuring"]
+
+
+def test_a_study_name_that_would_leave_dir_is_refused_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    for name in ("../../escape", "a/b", ".."):
+        done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy(), "--device", "cpu",
+                               "--study", name, "--dir", str(tmp_path / "d")], capture_output=True, text=True, env=env)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "a study name is a plain name" in done.stderr
+    assert not os.listdir(tmp_path)  # nothing written anywhere
