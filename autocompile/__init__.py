@@ -2,8 +2,10 @@
 
 Public modules: `autocompile.workloads` (the registry of training jobs), `autocompile.space`
 (what is searched), `autocompile.apply` (how a configuration becomes code), `autocompile.trial`
-(one isolated measurement), `autocompile.study` (the Optuna search), `autocompile.report`
-(tables and the winner), `autocompile.outputs` (results.db, plots, the Pareto choice).
+(one isolated measurement), `autocompile.study` (the Optuna search), `autocompile.scoring`
+(score, numerics verdict, pruner), `autocompile.strategy` (what is proposed after the
+recipes), `autocompile.report` (tables and the winner), `autocompile.outputs` (results.db,
+plots, the Pareto choice, the dashboard, the warm start).
 Modules starting with `_` are private. `search(model, ...)` runs a search from Python.
 """
 

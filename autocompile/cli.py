@@ -206,7 +206,8 @@ def cmd_search(args) -> int:
     from autocompile.outputs.dashboard import tlparse_command
     from autocompile.api import run
     from autocompile.report import format_summary
-    from autocompile.study import DEFAULT_HORIZON, SearchSettings
+    from autocompile.scoring import DEFAULT_HORIZON
+    from autocompile.study import SearchSettings
 
     settings = SearchSettings(
         model=args.model, device=resolve_device(args.device), study=args.study or study_name(args.model),
@@ -229,7 +230,8 @@ def cmd_search(args) -> int:
 
 
 def cmd_trial(args) -> int:
-    from autocompile.study import build_space, score
+    from autocompile.scoring import score
+    from autocompile.study import build_space
     from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
 
     device = resolve_device(args.device)
@@ -392,7 +394,6 @@ def cmd_dashboard(args) -> int:
 
 def cmd_rejudge(args) -> int:
     from autocompile.rejudge import rejudge, to_rejudge
-    from autocompile.study import storage_url
 
     study, _ = _existing_study(args)
     if not to_rejudge(study):

@@ -12,7 +12,8 @@ import os
 
 import optuna
 
-from autocompile.study import _eager_record, _judged_by_an_older_guard, judge, score, violation
+from autocompile.scoring import _judged_by_an_older_guard, judge, score, violation
+from autocompile.study import _eager_record
 from autocompile.trial import TrialRequest, run_trial
 
 # What the new trial does not copy from the original: its verdict, and what follows from it.

@@ -83,7 +83,7 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
         best, score_of = best_trial(study), (lambda t: t.value)
     else:
         from autocompile.outputs.pareto import best_trial_for
-        from autocompile.study import score
+        from autocompile.scoring import score
 
         best, score_of = best_trial_for(study, horizon), (lambda t: score(t.user_attrs, horizon))
     summary = {"study": study.study_name, "rows": rows, "best": None, "horizon": horizon,

@@ -9,7 +9,8 @@ import json
 import os
 import sys
 
-from autocompile.study import load_study, numerics_verdict
+from autocompile.scoring import numerics_verdict
+from autocompile.study import load_study
 from autocompile.trial import TrialRequest, run_trial
 
 

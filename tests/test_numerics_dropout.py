@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from autocompile.study import compare_losses
+from autocompile.scoring import compare_losses
 from conftest import numerics_of_plain_compile
 
 SEEDS = range(10)

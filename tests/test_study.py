@@ -10,7 +10,8 @@ import pytest
 from autocompile.apply import load_snippet
 from autocompile.errors import UserError
 from autocompile.report import best_trial
-from autocompile.study import SearchSettings, load_study, run_search, score
+from autocompile.scoring import score
+from autocompile.study import SearchSettings, load_study, run_search
 from autocompile.workloads import WorkloadOptions, get_workload
 from conftest import FAST, ROOT, toy
 
@@ -162,7 +163,7 @@ def test_numerics_of_a_faithful_compile_pass_and_memory_limits_bind(searched):
     study = load_study("toy", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     compiled = [t.user_attrs for t in study.trials if t.user_attrs.get("role") != "eager" and "numerics" in t.user_attrs]
     assert compiled and all(a["numerics"]["max_rel_diff"] <= a["numerics"]["tolerance"] for a in compiled)
-    from autocompile.study import judge, violation
+    from autocompile.scoring import judge, violation
 
     record = judge({**compiled[0], "status": "ok"}, None, "cpu", max_memory_gb=0.001)
     assert record["status"] == "infeasible" and "--max-memory-gb" in record["reason"]
@@ -293,7 +294,7 @@ def test_the_winner_is_compared_with_plain_torch_compile_by_score_or_by_a_bound(
 
 
 def test_optimistic_score_bounds_what_a_running_trial_can_reach():
-    from autocompile.study import optimistic_score
+    from autocompile.scoring import optimistic_score
 
     warming = [{"phase": "building", "t": 0.0}, {"phase": "compiling", "t": 10.0}]
     assert optimistic_score(warming[:1], 1000, now=50.0) is None
