@@ -58,7 +58,7 @@ def test_the_study_note_shows_the_winner_and_its_snippet(study):
     study, study_dir = study
     upload_study_files(study, study_dir)
     note = get_note(study)
-    winner = study.trials[int(re.search(r"winner: trial (\d+)", note).group(1))]
+    winner = study.trials[int(re.search(r"winner for \d+ steps: trial (\d+)", note).group(1))]
     code = winner.user_attrs["snippet"].split('"""', 2)[2]  # what follows the module's docstring
     assert all(line in note for line in code.splitlines()) and "def apply_compilation" in code
 
