@@ -469,12 +469,35 @@ def main(argv: list[str]) -> int:
         result["status"] = classify(exc)
         result["reason"] = _shorten(f"{type(exc).__name__}: {_first_line(exc)}", 600)
         result["failed_phase"] = _last_phase(spec["events"])
+        frame = torch_frame(exc)
+        if frame:
+            result["torch_frame"] = frame
     finally:
         _write_result(spec, result)
         events.emit(phase="done", status=result["status"])
         sys.stdout.flush()
         sys.stderr.flush()
     return 0
+
+
+def torch_frame(exc: BaseException) -> str | None:
+    """The innermost traceback frame inside torch's package, as `torch/_dynamo/x.py:12 in fn`:
+    where torch raised. Follows the exception's causes to the first one raised (a wrapper such as
+    BackendCompilerFailed is raised from the error that caused it)."""
+    import torch
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
+    package = os.path.join(root, "torch") + os.sep
+    chain, seen = [exc], {id(exc)}
+    while chain[-1].__cause__ is not None and id(chain[-1].__cause__) not in seen:
+        chain.append(chain[-1].__cause__)
+        seen.add(id(chain[-1]))
+    for error in reversed(chain):
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if os.path.abspath(f.filename).startswith(package)]
+        if frames:
+            last = frames[-1]
+            return f"{os.path.relpath(os.path.abspath(last.filename), root)}:{last.lineno} in {last.name}"
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""The `autocompile` command: search, trial, best, report, models, space, export, rejudge, dashboard.
+"""The `autocompile` command: search, trial, best, report, models, space, failures, export, rejudge, dashboard.
 
 Bad input ends in one line on stderr and exit status 2; an interrupted search in exit 130.
 """
@@ -119,6 +119,12 @@ def _verbosity_args(p: argparse.ArgumentParser, default) -> None:
                        help="more detail: every event of each trial")
 
 
+def _memory_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--failure-memory", metavar="PATH",
+                   help="the failure memory's file (default: $AUTOCOMPILE_CACHE/failures.db, else "
+                        "~/.cache/autocompile/failures.db)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autocompile", description="Search for the fastest torch.compile settings of a training workload.")
     parser.add_argument("--version", action=_Version)
@@ -147,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not rerun compile failures with simpler backends to name the failing layer")
     p.add_argument("--no-trace", action="store_true",
                    help="no TORCH_TRACE in the trials (written when tlparse is installed, for the dashboard's reports)")
+    _memory_args(p)
 
     p = sub.add_parser("trial", help="measure one configuration in an isolated process")
     _workload_args(p)
@@ -177,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
     p.add_argument("--json", action="store_true")
+    _memory_args(p)
+
+    p = sub.add_parser("failures", help="list the failure memory: values left out after failing twice the same way")
+    _memory_args(p)
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--forget", metavar="DIM=VALUE", help="forget the failures with this value (e.g. fullgraph=true)")
+    group.add_argument("--forget-all", action="store_true", help="forget everything remembered")
 
     p = sub.add_parser("rejudge", help="re-judge the numerics of trials measured under an older guard (nothing measured again)")
     p.add_argument("--study", required=True)
@@ -217,6 +231,7 @@ def cmd_search(args) -> int:
         space_file=args.space, max_memory_gb=args.max_memory_gb, finalists=args.finalists,
         prune=not args.no_prune, triage=not args.no_triage,
         trace=tlparse_command() is not None and not args.no_trace,  # tlparse reports in the dashboard
+        memory_path=args.failure_memory,
     )
     summary = run(settings, args.verbosity).summary
     print(format_summary(summary))
@@ -336,6 +351,7 @@ def cmd_space(args) -> int:
     device = resolve_device(args.device, need_gpu=False)
     space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set), args.space)
     described = space.describe()
+    described["left_out"] += _remembered(space, device, args.failure_memory)
     if args.json:
         print(json.dumps(described, indent=1))
         return 0
@@ -348,6 +364,33 @@ def cmd_space(args) -> int:
     print("left out:")
     for item in described["left_out"]:
         print(f"  {item['name']:<{width}}  {item['why']}")
+    return 0
+
+
+def _remembered(space, device: str, path: str | None) -> list[dict]:
+    """The failure memory's left-out values for this space's torch and device, as `left_out` items."""
+    from autocompile.memory import FailureMemory, device_name, store_path, why
+
+    path = store_path(path)
+    if not os.path.exists(path):
+        return []
+    memory = FailureMemory(path, space, device_name(device))
+    return [{"name": entry["item"], "why": why(entry), "trials": entry["trials"]} for entry in memory.left_out()]
+
+
+def cmd_failures(args) -> int:
+    from autocompile.memory import forget, listing, store_path, why
+
+    path = store_path(args.failure_memory)
+    if args.forget or args.forget_all:
+        count = forget(path, None if args.forget_all else args.forget)
+        print(f"forgot {count} remembered {'outcome' if count == 1 else 'outcomes'} in {path}")
+        return 0
+    entries, trials = listing(path)
+    print(f"failure memory {path}: {trials} failed {'trial' if trials == 1 else 'trials'} remembered, "
+          f"{len(entries)} {'value' if len(entries) == 1 else 'values'} left out")
+    for entry in entries:
+        print(f"  {entry['item']}  [torch {entry['torch']}, {entry['device']}]  {why(entry)}")
     return 0
 
 
@@ -405,7 +448,7 @@ def cmd_rejudge(args) -> int:
 
 COMMANDS = {"search": cmd_search, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
             "models": cmd_models,
-            "space": cmd_space, "export": cmd_export, "dashboard": cmd_dashboard}
+            "space": cmd_space, "failures": cmd_failures, "export": cmd_export, "dashboard": cmd_dashboard}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,8 @@ import optuna
 from autocompile.apply import describe_config
 from autocompile.report import baseline_trial, baseline_value, best_trial, speedup, summarize, write_outputs
 from autocompile.errors import UserError
+from autocompile.memory import FailureMemory, store_path
+from autocompile.memory import device_name as _device_name
 from autocompile.strategy import next_neighbour
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
 from autocompile._worker import REPLAY_VERSION
@@ -69,6 +71,7 @@ class SearchSettings:
     prune: bool = True  # stop trials that can no longer win
     triage: bool = True  # rerun compile failures with simpler backends to name the failing layer
     trace: bool = False  # each trial writes a TORCH_TRACE (for tlparse reports in the dashboard)
+    memory_path: str | None = None  # the failure memory (default: ~/.cache/autocompile/failures.db)
 
     def __post_init__(self):
         check_study_name(self.study)
@@ -206,12 +209,6 @@ class Progress:
             self.stream.flush()
         elif phase in ("building", "compiling", "warming up", "measuring") and "step" not in event and "window" not in event:
             self.line("  " + head)
-
-
-def _device_name(device: str) -> str:
-    import torch
-
-    return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
 
 
 def _header(settings: SearchSettings, number: int) -> str:
@@ -557,11 +554,13 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
                       + (f", {stale} interrupted ones marked failed" if stale else ""))
     pending_roles = baselines_to_run(finished, settings.baseline_limit_s)
 
+    memory = FailureMemory(store_path(settings.memory_path), space, _device_name(settings.device), url)
     started = time.time()
-    runner = _Runner(study, storage, url, settings, progress,
-                     deadline=None if settings.timeout_s is None else started + settings.timeout_s, callbacks=callbacks)
+    runner = _Runner(study, storage, url, settings, progress, callbacks=(memory, *callbacks),
+                     deadline=None if settings.timeout_s is None else started + settings.timeout_s)
     recipes_queued, proposals = False, 0
-    tried = lambda config, params: _tried(study, config, params, settings.trial_timeout_s)  # noqa: E731
+    tried = lambda config, params: (_tried(study, config, params, settings.trial_timeout_s)  # noqa: E731
+                                    or memory.reason(config) is not None)
     for _ in range(settings.trials):
         remaining = runner.remaining()
         reserve = _finalist_reserve(study, settings.finalists) if remaining is not None else 0.0
@@ -599,7 +598,7 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
         if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
             config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
         baseline = role in ("eager", "compile-defaults")
-        why_not = None if baseline else space.rejection(config)
+        why_not = None if baseline else space.rejection(config) or memory.reason(config)
         if why_not:
             runner.reject(trial, config, role, why_not)
             continue

@@ -29,6 +29,19 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="autocompile-toolchain-"))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def failure_memory(tmp_path_factory):
+    """Each test module has a failure memory of its own (never the user's): what one module's
+    searches fail on does not leave values out in another's. Its folder, as $AUTOCOMPILE_CACHE."""
+    before = os.environ.get("AUTOCOMPILE_CACHE")
+    os.environ["AUTOCOMPILE_CACHE"] = folder = str(tmp_path_factory.mktemp("cache"))
+    yield folder
+    if before is None:
+        os.environ.pop("AUTOCOMPILE_CACHE", None)
+    else:
+        os.environ["AUTOCOMPILE_CACHE"] = before
+
+
 @pytest.fixture(scope="session")
 def toolchain_dir():
     return os.environ["AUTOCOMPILE_TOOLCHAIN_CACHE"]

@@ -677,19 +677,27 @@ class SearchSpace:
         for dim in self.dimensions:
             if not dim.active(config):
                 continue
-            path = dim.key_path()
-            if path[0] == "inductor":
-                value = config["inductor"].get(path[1], self.caps.inductor_defaults.get(path[1]))
-            elif len(path) == 2:
-                value = config[path[0]].get(path[1])
-            else:
-                value = config[path[0]]
+            value = self._value(dim, config)
             if dim.name in self.fixed and not _member(value, (self.fixed[dim.name],)):
                 return (f"{dim.name} is pinned to {_show(self.fixed[dim.name])} ({self.pinned_by[dim.name]}), "
                         f"not {_show(value)}")
             if _member(value, self.excluded.get(dim.name, ())):
                 return f"{dim.name}={_show(value)} is excluded by {self.space_file.label}"
         return None
+
+    def _value(self, dim: Dimension, config: dict):
+        """A dimension's value in a full configuration (an Inductor option at its installed default)."""
+        path = dim.key_path()
+        if path[0] == "inductor":
+            return config["inductor"].get(path[1], self.caps.inductor_defaults.get(path[1]))
+        if len(path) == 2:
+            return config[path[0]].get(path[1])
+        return config[path[0]]
+
+    def searched_values(self, config: dict) -> dict:
+        """Each searched (not pinned) dimension's value in a configuration, where it applies."""
+        c = {**json.loads(json.dumps(DEFAULTS)), **config}
+        return {d.name: self._value(d, c) for d in self.dimensions if d.name not in self.fixed and d.active(c)}
 
     def describe(self) -> dict:
         """What `autocompile space --json` prints."""
