@@ -48,14 +48,14 @@ def test_neighbours_change_one_dimension_of_the_incumbent_and_record_their_paren
 
 def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
     settings = SearchSettings(model=toy(), device="cpu", study="t", directory=str(tmp_path), trials=20,
-                              timeout_s=75, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1,
+                              timeout_s=120, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1,
                               prune=False)
     summary = run_search(settings)
     assert len(summary["rows"]) < 20  # the time bound stopped the search, not the trial count
     verdict = summary["finalists"]
     assert verdict and verdict["candidates"][0]["status"] == "ok"
     assert summary["rows"][-1]["role"].startswith("finalist of")
-    assert summary["harness"]["search_wall_s"] < 75 + 60  # the round kept its time (one trial may overrun)
+    assert summary["harness"]["search_wall_s"] < 120 + 60  # the round kept its time (one trial may overrun)
 
 
 def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_elsewhere():
