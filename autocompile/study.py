@@ -467,17 +467,23 @@ def run_finalists(runner: _Runner, k: int, rounds: int = 1) -> dict | None:
     eager = baseline_trial(study, "eager")
     if eager is None:
         return None
-    finalists, remaining = [], runner.remaining()
+    finalists, remaining, overrun = [], runner.remaining(), 0.0
     budget = None if remaining is None else remaining / rounds - eager.user_attrs["wall_s"]
-    for t in search_candidates(study)[:k]:  # under --timeout, those whose rerun fits, best first
+    candidates = search_candidates(study)[:k]
+    for t in candidates:  # under --timeout, those whose rerun fits, best first
         if budget is not None and t.user_attrs["wall_s"] > budget:
             progress.line(f"finalist round: no time left to measure trial {t.number} again "
                           f"(it took {t.user_attrs['wall_s']:.0f} s)")
             break
         finalists.append(t)
         budget = None if budget is None else budget - t.user_attrs["wall_s"]
-    if not finalists:
+    if not candidates:
         return None
+    if not finalists:  # the round always runs: the best of them at least, past --timeout if need be
+        finalists = candidates[:1]
+        overrun = 1.5 * (finalists[0].user_attrs["wall_s"] + eager.user_attrs["wall_s"]) - max(remaining, 0.0)
+        progress.line(f"finalist round: trial {finalists[0].number} measured again even though it runs past "
+                      f"--timeout, by up to {overrun:.0f} s: the winner comes from the round")
     numbers = [t.number for t in finalists]
     done = study.user_attrs.get("finalists")
     if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
@@ -489,13 +495,14 @@ def run_finalists(runner: _Runner, k: int, rounds: int = 1) -> dict | None:
         order = [eager, *(finalists if r % 2 == 0 else finalists[::-1])]
         for original in order:
             remaining = runner.remaining()
-            if remaining is not None and remaining < MIN_TRIAL_S:
+            if remaining is not None and remaining + overrun < MIN_TRIAL_S:
                 progress.line("search timeout reached during the finalist round")
                 break
             trial = _ask(study)
             trial.set_user_attr("remeasure_of", original.number)
             trial.set_user_attr("finalist_round", r)
-            record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False)
+            record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
+                                keep_s=-overrun)
             runs[original.number].append({**record, "trial": trial.number})
     eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"]
     eager_pace = statistics.mean([x["steps_per_s"] for x in eager_runs]) if eager_runs else None
