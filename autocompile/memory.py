@@ -36,10 +36,13 @@ def store_path(override: str | None = None) -> str:
 
 
 def device_name(device: str) -> str:
-    """The device's name as the store keys it: the GPU's model, or "cpu"."""
+    """The device's name as the store keys it: the GPU's model, or "cpu" (a CUDA space listed on
+    a machine without a GPU: "cuda", which no measured trial is keyed by)."""
     import torch
 
-    return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
+    if not device.startswith("cuda"):
+        return "cpu"
+    return torch.cuda.get_device_name(device) if torch.cuda.is_available() else "cuda"
 
 
 def signature(record: dict) -> str | None:
