@@ -218,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive_int, default=10, help="configurations measured, best first (default 10)")
     p.add_argument("--timeout", type=_positive_float, help="bound on the whole check, seconds")
     p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for one screen, seconds (default 900)")
+    p.add_argument("--fresh", action="store_true",
+                   help="measure every screen now, even those a search with --screen K made (used as they are otherwise)")
 
     p = sub.add_parser("dashboard", help="open a study in optuna-dashboard")
     p.add_argument("--study", required=True)
@@ -463,9 +465,11 @@ def cmd_screen_check(args) -> int:
     from autocompile.screencheck import check_screening, write_check
 
     study, _ = _existing_study(args)
-    command = "autocompile " + " ".join(sys.argv[1:]) if os.path.basename(sys.argv[0]).startswith("autocompile") else ""
+    command = (f"autocompile screen-check --study {args.study} --blocks {args.blocks} --limit {args.limit} --dir {args.dir}"
+               + (f" --storage {args.storage}" if args.storage else "") + (f" --timeout {args.timeout:g}" if args.timeout else "")
+               + f" --trial-timeout {args.trial_timeout:g}" + (" --fresh" if args.fresh else ""))
     result = check_screening(study, args.dir, args.blocks, limit=args.limit, timeout_s=args.timeout,
-                             trial_timeout_s=args.trial_timeout, command=command)
+                             trial_timeout_s=args.trial_timeout, command=command, fresh=args.fresh)
     md, _ = write_check(result, os.path.join(args.dir, args.study))
     rho = "n/a (fewer than 3 configurations screened cleanly)" if result["rho"] is None else f"{result['rho']:.2f}"
     print(f"Spearman rho between screened (at {args.blocks} blocks) and full scores: {rho} over "

@@ -88,31 +88,43 @@ def _screen(settings, config: dict, k: int, folder: str, limit_s: float, eager: 
 
 
 def check_screening(study, directory: str, k: int, limit: int = 10, timeout_s: float | None = None,
-                    trial_timeout_s: float = 900.0, measure: dict | None = None, command: str = "",
+                    trial_timeout_s: float = 900.0, measure: dict | None = None, command: str = "", fresh: bool = False,
                     say=lambda line: print(line, file=sys.stderr, flush=True)) -> dict:
-    """Measure up to `limit` configurations of `study` at k blocks; the rows and Spearman's rho."""
-    from autocompile.api import resolve_device
-    from autocompile.screening import SCREENS, block_counts, check_blocks
-    from autocompile.workloads import WorkloadOptions
-
+    """Screen up to `limit` configurations of `study` at k blocks; the rows and Spearman's rho.
+    The screens a search with --screen k made already (and its eager at k blocks) are used as they
+    are, unless `fresh`: they are what its pruner judged by."""
     settings = _settings(study, directory, measure)
     trials = study_configs(study, limit)
     if len(trials) < MIN_CONFIGS:
         raise UserError(f"study {study.study_name!r} has {len(trials)} distinct configurations that ran cleanly; "
                         f"a screening check needs at least {MIN_CONFIGS}")
+    _check_here(settings, k)
+    deadline = None if timeout_s is None else time.time() + timeout_s
+    left = lambda: trial_timeout_s if deadline is None else min(trial_timeout_s, deadline - time.time())  # noqa: E731
+    from autocompile.screening import SCREENS
+
+    folder = os.path.join(settings.study_dir, SCREENS, f"check-{k}-blocks")
+    say(f"screen-check: {len(trials)} configurations of {study.study_name!r} at {k} blocks")
+    eager = None if fresh else study.user_attrs.get("screened_eager", {}).get(str(k))
+    if eager is None:
+        eager = _screen(settings, _eager(), k, os.path.join(folder, "eager"), left(), None)
+        if eager["status"] != "ok":
+            raise UserError(f"eager at {k} blocks ended {eager['status']}: {eager.get('reason', '')}")
+        eager["from"] = "check"
+    rows = [_row(t, settings, k, folder, left, eager, say, fresh) for t in trials]
+    return _verdict(study, settings, k, rows, eager, command)
+
+
+def _check_here(settings, k: int) -> None:
+    """One-line errors before anything runs: a device this machine lacks, a k that cuts nothing."""
+    from autocompile.api import resolve_device
+    from autocompile.screening import block_counts, check_blocks
+    from autocompile.workloads import WorkloadOptions
+
     resolve_device(settings.device)
     options = WorkloadOptions(device=settings.device, batch_size=settings.batch_size, seq_len=settings.seq_len,
                               seed=settings.seed)
     check_blocks(settings.model, k, block_counts(settings.model, options))
-    deadline = None if timeout_s is None else time.time() + timeout_s
-    left = lambda: trial_timeout_s if deadline is None else min(trial_timeout_s, deadline - time.time())  # noqa: E731
-    folder = os.path.join(settings.study_dir, SCREENS, f"check-{k}-blocks")
-    say(f"screen-check: eager at {k} blocks, then {len(trials)} configurations of {study.study_name!r}")
-    eager = _screen(settings, _eager(), k, os.path.join(folder, "eager"), left(), None)
-    if eager["status"] != "ok":
-        raise UserError(f"eager at {k} blocks ended {eager['status']}: {eager.get('reason', '')}")
-    rows = [_row(t, settings, k, folder, left, eager, say) for t in trials]
-    return _verdict(study, settings, k, rows, eager, command)
 
 
 def _eager() -> dict:
@@ -121,21 +133,28 @@ def _eager() -> dict:
     return dict(EAGER)
 
 
-def _row(trial, settings, k: int, folder: str, left, eager: dict, say) -> dict:
-    """One configuration: its full figures from the study, and its screen measured now."""
+def _row(trial, settings, k: int, folder: str, left, eager: dict, say, fresh: bool) -> dict:
+    """One configuration: its full figures from the study, and its screen (the search's, or measured now)."""
     from autocompile.apply import describe_config
 
     config = trial.user_attrs["config"]
     row = {"trial": trial.number, "config": config, "label": describe_config(config), "role": trial.user_attrs.get("role"),
            "full_score": trial.value, "full_steps_per_s": trial.user_attrs["steps_per_s"]}
-    if left() < 1:
+    made = trial.user_attrs.get("screen") or {}
+    if not fresh and eager.get("from") != "check" and (made.get("blocks") == k and made.get("status") == "ok"
+                                                       or row["role"] == "eager"):
+        screened = 1.0 if row["role"] == "eager" else made["score"]  # eager at k blocks is the reference itself
+        row.update(status="ok", screened=screened, screen_from="search")
+    elif left() < 1:
         return {**row, "status": "not measured", "reason": "the check's --timeout was reached"}
-    record = _screen(settings, config, k, os.path.join(folder, f"{trial.number:04d}"), left(), eager)
-    row.update(status=record["status"], reason=record.get("reason", ""), wall_s=record["wall_s"])
-    if record["status"] == "ok":
-        row.update(screened_steps_per_s=record["steps_per_s"], screened=record["steps_per_s"] / eager["steps_per_s"])
+    else:
+        record = _screen(settings, config, k, os.path.join(folder, f"{trial.number:04d}"), left(), eager)
+        row.update(status=record["status"], reason=record.get("reason", ""), wall_s=record["wall_s"], screen_from="check")
+        if record["status"] == "ok":
+            row.update(screened_steps_per_s=record["steps_per_s"], screened=record["steps_per_s"] / eager["steps_per_s"])
     say(f"  trial {trial.number} {row['label']}: full score {row['full_score']:.3g}, at {k} blocks "
-        + (f"{row['screened']:.3g}x eager" if "screened" in row else f"{row['status']}: {row['reason']}"))
+        + (f"{row['screened']:.3g}x eager ({row['screen_from']})" if "screened" in row
+           else f"{row['status']}: {row['reason']}"))
     return row
 
 
@@ -182,19 +201,20 @@ def format_check(result: dict) -> str:
     lines = [f"# Screening check: {result['study']} ({result['model']}) at {k} blocks", "",
              f"Spearman rank correlation between the screened and the full scores: **rho = {_figure(rho, '.2f')}** "
              f"over {result['ranked']} configurations (against the full steady speed: {_figure(result['rho_steady'], '.2f')}).",
-             "", "| trial | configuration | full score | full vs eager | screened (x eager at k) | rank full | rank screened |",
-             "|---|---|---|---|---|---|---|"]
+             "", "| trial | configuration | full score | full vs eager | screened (x eager at k) | screened by "
+             "| rank full | rank screened |", "|---|---|---|---|---|---|---|---|"]
     for row in result["rows"]:
         screened = _figure(row.get("screened")) if "screened" in row else f"{row['status']}: {row.get('reason', '')[:80]}"
         lines.append(f"| {row['trial']} | {row['label']} | {row['full_score']:.3g} | {_figure(row['full_vs_eager'], '.2f')} "
-                     f"| {screened} | {_figure(row.get('rank_full'), 'g')} | {_figure(row.get('rank_screened'), 'g')} |")
+                     f"| {screened} | {row.get('screen_from', '-')} | {_figure(row.get('rank_full'), 'g')} | {_figure(row.get('rank_screened'), 'g')} |")
     versions = ", ".join(f"{name} {version}" for name, version in result["versions"].items())
     lines += ["", f"- command: `{result['command']}`" if result["command"] else "- command: (from Python)",
               f"- device: {result['device_name']} ({result['device']}); {versions}",
               f"- date: {result['date']}",
-              f"- how: eager at {k} blocks runs {result['eager_steps_per_s']:.3g} steps/s; each configuration measured "
-              f"once at {k} blocks (its steady speed over eager's there; the screens share one compile cache); full "
-              f"scores are the study's own trials (horizon {result['horizon']}). Ranks: 1 is the best."]
+              f"- how: eager at {k} blocks runs {result['eager_steps_per_s']:.3g} steps/s; each configuration is measured "
+              f"once at {k} blocks (its steady speed over eager's there; the screens share one compile cache), by the "
+              f"search that screened it or by this check; full scores are the study's own trials (horizon "
+              f"{result['horizon']}). Ranks: 1 is the best."]
     return "\n".join(lines) + "\n"
 
 
