@@ -141,10 +141,10 @@ def _row(trial, settings, k: int, folder: str, left, eager: dict, say, fresh: bo
     row = {"trial": trial.number, "config": config, "label": describe_config(config), "role": trial.user_attrs.get("role"),
            "full_score": trial.value, "full_steps_per_s": trial.user_attrs["steps_per_s"]}
     made = trial.user_attrs.get("screen") or {}
-    if not fresh and eager.get("from") != "check" and (made.get("blocks") == k and made.get("status") == "ok"
-                                                       or row["role"] == "eager"):
-        screened = 1.0 if row["role"] == "eager" else made["score"]  # eager at k blocks is the reference itself
-        row.update(status="ok", screened=screened, screen_from="search")
+    if row["role"] == "eager":  # eager at k blocks is the reference itself
+        row.update(status="ok", screened=1.0, screen_from="reference")
+    elif not fresh and eager.get("from") != "check" and made.get("blocks") == k and made.get("status") == "ok":
+        row.update(status="ok", screened=made["score"], screen_from="search")
     elif left() < 1:
         return {**row, "status": "not measured", "reason": "the check's --timeout was reached"}
     else:

@@ -545,10 +545,11 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
                         settings.seed, settings.fixed, settings.space_file)
+    pruner = make_pruner(settings)  # a --screen that cannot work fails before the storage is made
     url = storage_url(settings.storage, settings.directory, settings.study)
     storage = open_storage(url, create_dir=settings.study_dir)
     study = optuna.create_study(study_name=settings.study, storage=storage, direction="maximize",
-                                sampler=_sampler(settings.seed), pruner=make_pruner(settings), load_if_exists=True)
+                                sampler=_sampler(settings.seed), pruner=pruner, load_if_exists=True)
     _check_resume(study, settings)
     progress = progress or Progress(settings.trials)
     progress.line(f"autocompile search: {settings.model} on {_device_name(settings.device)} "
