@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from autocompile import cli
-from autocompile.screencheck import ranks, spearman
+from autocompile.screencheck import check_screening, ranks, spearman, write_check
 from autocompile.errors import UserError
 from autocompile.screening import ScreeningPruner, check_blocks, cut_blocks, screened
 from autocompile.study import SearchSettings, load_study, run_search
@@ -96,59 +96,49 @@ def test_bad_screen_values_end_in_one_line(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def screened_study(tmp_path_factory):
-    """A search with --screen 2 on the six-block toy: eager, plain torch.compile, then two recipes,
-    each screened first. Full trials are not pruned (compiled, this toy is slower than eager on a CPU):
-    the study then has three configurations to check."""
+    """A search with --screen 2 on the six-block toy: eager and plain torch.compile in full, then a
+    recipe screened first. Full trials are not pruned (compiled, this toy is slower than eager on a
+    CPU at the default horizon), so the study has three configurations for a check."""
     folder = tmp_path_factory.mktemp("screen")
-    settings = SearchSettings(model=DEEP, device="cpu", study="s", directory=str(folder), trials=4, finalists=0,
-                              trial_timeout_s=120, horizon=10**7, measure=FAST, screen=K, prune=False)
+    settings = SearchSettings(model=DEEP, device="cpu", study="s", directory=str(folder), trials=3, finalists=0,
+                              trial_timeout_s=120, measure=FAST, screen=K, prune=False)
     run_search(settings)
     return folder, load_study("s", "sqlite:///" + str(folder / "s" / "study.db"))
 
 
-def test_a_screened_search_promotes_or_prunes_by_the_screens(screened_study):
+def test_a_screened_search_promotes_through_the_pruner(screened_study):
     folder, study = screened_study
     eager_k = study.user_attrs["screened_eager"][str(K)]
     assert eager_k["steps_per_s"] > 0
-    baselines, screens = study.trials[:2], study.trials[2:4]
-    assert all("screen" not in t.user_attrs for t in baselines)  # baselines are measured in full
-    values = []
-    for t in screens:
-        screen = t.user_attrs["screen"]
-        assert screen["blocks"] == K and screen["status"] == "ok", screen
-        assert t.intermediate_values[K] == pytest.approx(screen["steps_per_s"] / eager_k["steps_per_s"])
-        assert os.path.exists(folder / "s" / "trials" / f"{t.number:04d}" / "screen" / "result.json")
-        values.append(t.intermediate_values[K])
-    first, second = screens
-    assert first.state == optuna.trial.TrialState.COMPLETE  # the first screen always goes on
-    # The full trial ran with its own cold caches: every compile missed, none hit the screens' cache.
-    caches = first.user_attrs["compile_caches"]
+    eager, plain, recipe = study.trials[:3]
+    assert "screen" not in eager.user_attrs and "screen" not in plain.user_attrs  # baselines run in full
+    screen = recipe.user_attrs["screen"]
+    assert screen["blocks"] == K and screen["status"] == "ok", screen
+    # Its screened score went to Optuna at step K, and successive halving kept it (the first screen).
+    assert recipe.intermediate_values[K] == pytest.approx(screen["steps_per_s"] / eager_k["steps_per_s"])
+    assert recipe.system_attrs["completed_rung_0"] == recipe.intermediate_values[K]
+    assert os.path.exists(folder / "s" / "trials" / f"{recipe.number:04d}" / "screen" / "result.json")
+    # Promoted: measured in full, with cold caches of its own (every compile missed, none hit the screens').
+    assert recipe.state == optuna.trial.TrialState.COMPLETE and recipe.user_attrs["status"] == "ok"
+    caches = recipe.user_attrs["compile_caches"]
     assert caches.get("fxgraph_cache_miss", 0) > 0 and not caches.get("fxgraph_cache_hit")
-    # Of two screens, successive halving takes the second on only if it is the better one.
-    if values[1] >= values[0]:
-        assert second.state == optuna.trial.TrialState.COMPLETE and second.user_attrs["status"] == "ok"
-    else:
-        assert second.state == optuna.trial.TrialState.PRUNED
-        assert second.user_attrs["reason"].startswith(f"screened at {K} blocks")
-        assert "steps_per_s" not in second.user_attrs  # it never ran in full
+    assert recipe.user_attrs["steps_per_s"] != screen["steps_per_s"]
 
 
-def test_screen_check_writes_the_table_with_rho(screened_study, capsys):
+def test_screen_check_writes_the_table_with_rho(screened_study):
     folder, study = screened_study
-    code = cli.main(["screen-check", "--study", "s", "--dir", str(folder), "--blocks", str(K),
-                     "--trial-timeout", "120"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    result = json.loads((folder / "s" / "screening.json").read_text())
-    assert result["ranked"] >= 3
+    result = check_screening(study, str(folder), K, trial_timeout_s=120, measure=FAST, command="(test)")
+    md, _ = write_check(result, str(folder / "s"))
+    assert result["ranked"] == 3
     assert -1.0 <= result["rho"] <= 1.0
     by = {row["role"]: row for row in result["rows"]}
     assert by["eager"]["screened"] == 1.0
+    assert by["recipe"]["screen_from"] == "search"  # the search's own screen, as its pruner saw it
     assert by["compile-defaults"]["screen_from"] == "check" and by["compile-defaults"]["screened"] > 0
-    table = (folder / "s" / "screening.md").read_text()
-    assert f"rho = {result['rho']:.2f}" in table and "autocompile screen-check --study s" in table
+    assert os.path.exists(folder / "s" / "screens" / f"check-{K}-blocks" / "0001" / "result.json")
+    table = open(md).read()
+    assert f"rho = {result['rho']:.2f}" in table and "(test)" in table
     assert table.count("\n| ") == 1 + result["configurations"]  # the header and one row each
-    assert f"{result['rho']:.2f}" in out
 
 
 def test_screen_check_needs_three_configurations(tmp_path, capsys):
