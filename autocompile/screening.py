@@ -178,7 +178,8 @@ def screened_eager(runner, k: int, keep_s: float = 0.0) -> dict | None:
 def screen_trial(runner, trial, config: dict, role: str, k: int, keep_s: float = 0.0) -> bool:
     """Measure `config` at k blocks as `trial`'s first rung; True when it goes on to a full trial.
     A pruned one is told to the study here. A screen that did not run cleanly goes on too: its
-    full trial is triaged and remembered as any failure is."""
+    full trial is triaged and remembered as any failure is. Under --no-prune every screen goes on,
+    with the pruner's verdict kept (`screen.promoted`): both scores of every trial, for screen-check."""
     from autocompile.apply import describe_config
 
     settings, progress = runner.settings, runner.progress
@@ -200,8 +201,11 @@ def screen_trial(runner, trial, config: dict, role: str, k: int, keep_s: float =
         progress.line(f"  trial {trial.number}: at {k} blocks it ended {screen['status']}: measured in full")
         return True
     trial.report(screen["score"], k)
-    if not trial.should_prune():
-        progress.line(f"  trial {trial.number} {label}: at {k} blocks {screen['score']:.3g}x eager: promoted to a full trial")
+    screen["promoted"] = not trial.should_prune()
+    trial.set_user_attr("screen", screen)
+    if screen["promoted"] or not settings.prune:  # --no-prune: every screen goes on (both measured)
+        progress.line(f"  trial {trial.number} {label}: at {k} blocks {screen['score']:.3g}x eager: "
+                      + ("promoted to a full trial" if screen["promoted"] else "measured in full anyway (--no-prune)"))
         return True
     _tell_pruned(runner, trial, config, role, screen)
     return False

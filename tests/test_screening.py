@@ -84,6 +84,32 @@ def test_the_pruner_promotes_the_top_half_of_the_screens():
     assert trial.should_prune()
 
 
+def test_a_screen_below_the_top_half_is_told_pruned(tmp_path, monkeypatch):
+    """The search's side of a pruned screen, its measurements stubbed (the real ones are below):
+    told PRUNED with its reason and screen, the callbacks called, no full trial started."""
+    import autocompile.screening as screening
+    from autocompile.study import Progress, _Runner
+
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, direction="maximize", pruner=ScreeningPruner(K))
+    study.set_user_attr("screened_eager", {str(K): {"steps_per_s": 100.0}})
+    speeds = iter([150.0, 50.0])
+    monkeypatch.setattr(screening, "run_trial", lambda request, **kw: {
+        "status": "ok", "steps_per_s": next(speeds), "wall_s": 1.0, "config": request.config})
+    settings = SearchSettings(model=DEEP, device="cpu", study="p", directory=str(tmp_path), screen=K)
+    told = []
+    runner = _Runner(study, storage, "memory", settings, Progress(2), None, callbacks=[lambda s, t: told.append(t)])
+    config = {"compile": True, "scope": "regional"}
+    first, second = study.ask(), study.ask()
+    assert screening.screen_trial(runner, first, config, "recipe", K) is True  # the first screen goes on
+    assert screening.screen_trial(runner, second, config, "search", K) is False
+    pruned = study.trials[second.number]
+    assert pruned.state == optuna.trial.TrialState.PRUNED and told == [pruned]
+    assert pruned.user_attrs["reason"] == f"screened at {K} blocks: 0.5x eager, below the top half of the screened trials"
+    assert pruned.user_attrs["screen"]["score"] == 0.5 and not pruned.user_attrs["screen"]["promoted"]
+    assert pruned.intermediate_values == {K: 0.5}
+
+
 def test_bad_screen_values_end_in_one_line(tmp_path, capsys):
     assert cli.main(["search", "--model", DEEP, "--device", "cpu", "--screen", "1", "--dir", str(tmp_path)]) == 2
     assert cli.main(["search", "--model", DEEP, "--device", "cpu", "--screen", "6", "--dir", str(tmp_path)]) == 2
@@ -97,8 +123,8 @@ def test_bad_screen_values_end_in_one_line(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def screened_study(tmp_path_factory):
     """A search with --screen 2 on the six-block toy: eager and plain torch.compile in full, then a
-    recipe screened first. Full trials are not pruned (compiled, this toy is slower than eager on a
-    CPU at the default horizon), so the study has three configurations for a check."""
+    recipe screened first. Under --no-prune, a full trial is not pruned (compiled, this toy is often
+    slower than eager on a CPU), so the study has three configurations for a check."""
     folder = tmp_path_factory.mktemp("screen")
     settings = SearchSettings(model=DEEP, device="cpu", study="s", directory=str(folder), trials=3, finalists=0,
                               trial_timeout_s=120, measure=FAST, screen=K, prune=False)
@@ -116,7 +142,7 @@ def test_a_screened_search_promotes_through_the_pruner(screened_study):
     assert screen["blocks"] == K and screen["status"] == "ok", screen
     # Its screened score went to Optuna at step K, and successive halving kept it (the first screen).
     assert recipe.intermediate_values[K] == pytest.approx(screen["steps_per_s"] / eager_k["steps_per_s"])
-    assert recipe.system_attrs["completed_rung_0"] == recipe.intermediate_values[K]
+    assert recipe.system_attrs["completed_rung_0"] == recipe.intermediate_values[K] and screen["promoted"]
     assert os.path.exists(folder / "s" / "trials" / f"{recipe.number:04d}" / "screen" / "result.json")
     # Promoted: measured in full, with cold caches of its own (every compile missed, none hit the screens').
     assert recipe.state == optuna.trial.TrialState.COMPLETE and recipe.user_attrs["status"] == "ok"
