@@ -205,6 +205,11 @@ def run(spec: dict, events: Events, result: dict) -> None:
     _versions(torch, device, result)
 
     workload = get_workload(spec["model"])
+    if spec.get("blocks"):  # a screened trial: the same model with its repeated blocks cut
+        from autocompile.screening import screened
+
+        workload = screened(workload, spec["blocks"])
+        result["blocks"] = spec["blocks"]
     options = WorkloadOptions(device=device, batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"),
                               seed=spec.get("seed", 0))
     pool = spec.get("batch_pool") or workload.batch_pool

@@ -1,4 +1,5 @@
-"""The `autocompile` command: search, trial, best, report, models, space, failures, export, rejudge, dashboard.
+"""The `autocompile` command: search, trial, best, report, models, space, failures, export, rejudge, dashboard,
+screen-check.
 
 Bad input ends in one line on stderr and exit status 2; an interrupted search in exit 130.
 """
@@ -153,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not rerun compile failures with simpler backends to name the failing layer")
     p.add_argument("--no-trace", action="store_true",
                    help="no TORCH_TRACE in the trials (written when tlparse is installed, for the dashboard's reports)")
+    p.add_argument("--screen", type=_positive_int, metavar="K",
+                   help="screen each trial first with the model's repeated blocks cut to K; the top half go on to a "
+                        "full trial (off by default; see `autocompile screen-check`)")
     _memory_args(p)
 
     p = sub.add_parser("trial", help="measure one configuration in an isolated process")
@@ -206,6 +210,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="then run the winner again, loading the cache, and compare the two warm-ups")
 
+    p = sub.add_parser("screen-check", help="how well screening at K blocks ranks a finished study's configurations "
+                                            "(Spearman's rho): DIR/STUDY/screening.md")
+    p.add_argument("--study", required=True)
+    _storage_args(p)
+    p.add_argument("--blocks", type=_positive_int, required=True, metavar="K", help="the repeated blocks kept")
+    p.add_argument("--limit", type=_positive_int, default=10, help="configurations measured, best first (default 10)")
+    p.add_argument("--timeout", type=_positive_float, help="bound on the whole check, seconds")
+    p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for one screen, seconds (default 900)")
+    p.add_argument("--fresh", action="store_true",
+                   help="measure every screen now, even those a search with --screen K made (used as they are otherwise)")
+
     p = sub.add_parser("dashboard", help="open a study in optuna-dashboard")
     p.add_argument("--study", required=True)
     _storage_args(p)
@@ -231,7 +246,7 @@ def cmd_search(args) -> int:
         space_file=args.space, max_memory_gb=args.max_memory_gb, finalists=args.finalists,
         prune=not args.no_prune, triage=not args.no_triage,
         trace=tlparse_command() is not None and not args.no_trace,  # tlparse reports in the dashboard
-        memory_path=args.failure_memory,
+        memory_path=args.failure_memory, screen=args.screen,
     )
     summary = run(settings, args.verbosity).summary
     print(format_summary(summary))
@@ -446,7 +461,23 @@ def cmd_rejudge(args) -> int:
     return 0
 
 
-COMMANDS = {"search": cmd_search, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
+def cmd_screen_check(args) -> int:
+    from autocompile.screencheck import check_screening, write_check
+
+    study, _ = _existing_study(args)
+    command = (f"autocompile screen-check --study {args.study} --blocks {args.blocks} --limit {args.limit} --dir {args.dir}"
+               + (f" --storage {args.storage}" if args.storage else "") + (f" --timeout {args.timeout:g}" if args.timeout else "")
+               + f" --trial-timeout {args.trial_timeout:g}" + (" --fresh" if args.fresh else ""))
+    result = check_screening(study, args.dir, args.blocks, limit=args.limit, timeout_s=args.timeout,
+                             trial_timeout_s=args.trial_timeout, command=command, fresh=args.fresh)
+    md, _ = write_check(result, os.path.join(args.dir, args.study))
+    rho = "n/a (fewer than 3 configurations screened cleanly)" if result["rho"] is None else f"{result['rho']:.2f}"
+    print(f"Spearman rho between screened (at {args.blocks} blocks) and full scores: {rho} over "
+          f"{result['ranked']} configurations; table in {md}")
+    return 0 if result["rho"] is not None else 1
+
+
+COMMANDS = {"screen-check": cmd_screen_check, "search": cmd_search, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
             "models": cmd_models,
             "space": cmd_space, "failures": cmd_failures, "export": cmd_export, "dashboard": cmd_dashboard}
 

@@ -36,10 +36,11 @@ from autocompile.report import baseline_trial, baseline_value, best_trial, speed
 from autocompile.errors import UserError
 from autocompile.memory import FailureMemory, store_path
 from autocompile.memory import device_name as _device_name
+from autocompile.screening import make_pruner, screen_trial
 from autocompile.strategy import next_neighbour
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
 from autocompile._worker import REPLAY_VERSION
-from autocompile.scoring import (DEFAULT_HORIZON, CannotWinPruner, _judged_by_an_older_guard, judge,
+from autocompile.scoring import (DEFAULT_HORIZON, _judged_by_an_older_guard, judge,
                                  optimistic_score, score, violation)
 from autocompile.trial import TrialRequest, run_trial, triage
 
@@ -72,6 +73,7 @@ class SearchSettings:
     triage: bool = True  # rerun compile failures with simpler backends to name the failing layer
     trace: bool = False  # each trial writes a TORCH_TRACE (for tlparse reports in the dashboard)
     memory_path: str | None = None  # the failure memory (default: ~/.cache/autocompile/failures.db)
+    screen: int | None = None  # screen trials at this many blocks first (autocompile.screening)
 
     def __post_init__(self):
         check_study_name(self.study)
@@ -356,7 +358,8 @@ class _Runner:
 
     def _pruning(self, trial):
         """should_stop for run_trial: report the optimistic score, ask the study's pruner."""
-        horizon, state = self.settings.horizon, {"step": 0, "last": None}
+        # After a screen's step (autocompile.screening): a full trial's steps come later
+        horizon, state = self.settings.horizon, {"step": (self.settings.screen or -1) + 1, "last": None}
 
         def should_stop(events: list[dict]) -> str | None:
             bound = optimistic_score(events, horizon)
@@ -542,10 +545,11 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
                         settings.seed, settings.fixed, settings.space_file)
+    pruner = make_pruner(settings)  # a --screen that cannot work fails before the storage is made
     url = storage_url(settings.storage, settings.directory, settings.study)
     storage = open_storage(url, create_dir=settings.study_dir)
     study = optuna.create_study(study_name=settings.study, storage=storage, direction="maximize",
-                                sampler=_sampler(settings.seed), pruner=CannotWinPruner(), load_if_exists=True)
+                                sampler=_sampler(settings.seed), pruner=pruner, load_if_exists=True)
     _check_resume(study, settings)
     progress = progress or Progress(settings.trials)
     progress.line(f"autocompile search: {settings.model} on {_device_name(settings.device)} "
@@ -609,6 +613,8 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
         if why_not:
             runner.reject(trial, config, role, why_not)
             continue
+        if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
+            continue  # pruned at its screen
         runner.run(trial, config, role, prunable=not baseline, limit_s=settings.baseline_limit_s if baseline else None,
                    keep_s=reserve)
     if settings.finalists > 0:

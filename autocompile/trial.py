@@ -44,11 +44,13 @@ class TrialRequest:
     header: str = ""
     measure: dict = field(default_factory=dict)  # overrides of the worker's measurement knobs
     trace: bool = False  # write a TORCH_TRACE to trial_dir/trace, for the dashboard's tlparse report
+    blocks: int | None = None  # screening: the model's repeated blocks cut to this many
+    cache_dir: str | None = None  # compile caches shared with other trials (screens only), kept after it
 
 
 def _child_env(request: TrialRequest) -> dict:
     env = dict(os.environ)
-    cache = os.path.join(request.trial_dir, "cache")
+    cache = request.cache_dir or os.path.join(request.trial_dir, "cache")  # a full trial's caches start empty
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
     env["PYTHONUNBUFFERED"] = "1"
@@ -143,7 +145,8 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
         "model": request.model, "config": request.config, "device": request.device,
         "trial_dir": os.path.abspath(request.trial_dir), "batch_size": request.batch_size,
         "seq_len": request.seq_len, "seed": request.seed, "toolchain_dir": request.toolchain_dir,
-        "header": request.header, "events": events_path, "result": result_path, **request.measure,
+        "header": request.header, "events": events_path, "result": result_path, "blocks": request.blocks,
+        **request.measure,
     }
     with open(spec_path, "w") as f:
         json.dump(spec, f, indent=1)
@@ -216,7 +219,7 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
     record["config"] = request.config
     record["wall_s"] = wall_s
     record["log"] = log_path
-    shutil.rmtree(os.path.join(request.trial_dir, "cache"), ignore_errors=True)
+    shutil.rmtree(os.path.join(request.trial_dir, "cache"), ignore_errors=True)  # a shared cache_dir is kept
     with open(result_path, "w") as f:
         json.dump(record, f, indent=1, default=str)
     return record

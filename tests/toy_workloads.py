@@ -31,10 +31,10 @@ class Block(torch.nn.Module):
 
 
 class Toy(torch.nn.Module):
-    def __init__(self, graph_break: bool = False, differs_compiled: bool = False):
+    def __init__(self, graph_break: bool = False, differs_compiled: bool = False, depth: int = 2):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, WIDTH)
-        self.blocks = torch.nn.ModuleList([Block(), Block()])
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(depth)])
         self.head = torch.nn.Linear(WIDTH, VOCAB)
         self.graph_break = graph_break
         self.differs_compiled = differs_compiled
@@ -51,10 +51,10 @@ class Toy(torch.nn.Module):
 
 
 def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN), differs=False,
-              split_loss=True, schedule=None) -> Workload:
+              split_loss=True, schedule=None, depth=2, pool=4) -> Workload:
     def build(options: WorkloadOptions):
         torch.manual_seed(options.seed)
-        model = Toy(graph_break, differs).to(options.device)
+        model = Toy(graph_break, differs, depth).to(options.device)
         return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def batches(options: WorkloadOptions, n: int):
@@ -81,7 +81,7 @@ def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN)
     return Workload(
         name=name, description=f"test workload {name}", build=build, batches=batches,
         count=lambda batch: int((batch["labels"] != -100).sum()), unit="tokens",
-        varying={"input_ids": (1, 0), "labels": (1, -100)}, max_len=lambda options: MAX_LEN, batch_pool=4,
+        varying={"input_ids": (1, 0), "labels": (1, -100)}, max_len=lambda options: MAX_LEN, batch_pool=pool,
         **({"forward": forward, "criterion": criterion} if split_loss else {"loss": loss}), schedule=schedule,
     )
 
@@ -93,6 +93,12 @@ def toy() -> Workload:
 def toy_fixed() -> Workload:
     """Every batch the same length: nothing to pad, nothing to recompile."""
     return _workload("toy-fixed", lengths=(MAX_LEN, MAX_LEN))
+
+
+def toy_deep() -> Workload:
+    """Six repeated blocks, one length, two batches: a model to screen with its blocks cut (its
+    builder ignores WorkloadOptions.blocks, as a user's file does: they are cut after it is built)."""
+    return _workload("toy-deep", lengths=(16, 16), depth=6, pool=2)
 
 
 def toy_graph_break() -> Workload:

@@ -31,13 +31,16 @@ class WorkloadOptions:
     batch_size: int | None = None  # None: the workload's own default
     seq_len: int | None = None  # longest sequence a batch may hold; None: the default
     seed: int = 0
+    blocks: int | None = None  # screening: the model's repeated blocks cut to this many (None: all)
 
 
 @dataclass
 class Workload:
     """A training job to compile.
 
-    build(options) -> (model, optimizer), on options.device.
+    build(options) -> (model, optimizer), on options.device. A builder may honour
+        options.blocks (build only that many of each list of repeated blocks, as the built-in
+        ones do); any other is cut after it is built (autocompile.screening.screened).
     batches(options, n) -> n batches (dicts of tensors on the device), each padded to its
         longest sequence, the way a typical collate function leaves them.
     loss(model, batch) -> scalar loss tensor (explicit, so it never breaks the graph). May be

@@ -27,6 +27,9 @@ def _make(name, description, vit, gpt2, vocab, image_size, batch_size, bins, poo
         encoder = ViTConfig(image_size=image_size, **vit)
         decoder = GPT2Config(vocab_size=vocab, n_positions=max(max_caption, 256), use_cache=False,
                              bos_token_id=START_ID, eos_token_id=END_ID, **gpt2)
+        if options.blocks:  # screening: both stacks of repeated blocks cut, built that way
+            encoder.num_hidden_layers = min(options.blocks, encoder.num_hidden_layers)
+            decoder.n_layer = min(options.blocks, decoder.n_layer)
         config = VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
         config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = START_ID, PAD_ID, END_ID
         torch.manual_seed(options.seed)

@@ -23,6 +23,8 @@ def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, 
 
         dtype = dtype_on_cuda if options.device.startswith("cuda") else dtype_on_cpu
         config = LlamaConfig(**config_kwargs, max_position_embeddings=max(max_len(options), 2048))
+        if options.blocks:  # screening: fewer decoder layers, built that way (never built full)
+            config.num_hidden_layers = min(options.blocks, config.num_hidden_layers)
         config._attn_implementation = "sdpa"
         config.use_cache = False  # training: no KV cache (it would also cost recompiles)
         torch.manual_seed(options.seed)

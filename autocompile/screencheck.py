@@ -1,0 +1,229 @@
+"""Whether screening ranks configurations as full trials do: `autocompile screen-check`.
+
+The distinct configurations of a finished study that ran cleanly (best full score first, at most
+`limit`) are each measured at k blocks, as a screened trial of a search is (one shared compile
+cache for the screens, eager at k blocks as the reference), and the Spearman rank correlation
+between their screened and full scores says whether a screen promotes the right ones. The table
+goes to DIR/STUDY/screening.md, the rows and figures to DIR/STUDY/screening.json.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import optuna
+
+from autocompile.errors import UserError
+
+MIN_CONFIGS = 3  # fewer distinct configurations say nothing about a ranking
+
+
+def ranks(values: list[float]) -> list[float]:
+    """Rank of each value, 1 for the highest; tied values share the average of their ranks."""
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    out = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for i in order[start:end + 1]:
+            out[i] = (start + end) / 2 + 1
+        start = end + 1
+    return out
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's rank correlation: Pearson's correlation of the (tie-averaged) ranks. None for
+    fewer than 2 pairs or a side whose values are all equal."""
+    if len(xs) != len(ys):
+        raise ValueError("spearman: the two lists differ in length")
+    if len(xs) < 2:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / (sxx * syy) ** 0.5
+
+
+def study_configs(study, limit: int) -> list:
+    """The trials of the distinct configurations that ran cleanly (eager included, finalist
+    re-runs not), best full score first, at most `limit`."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("status") == "ok" and t.value and t.user_attrs.get("role") != "finalist"]
+    seen, out = [], []
+    for t in sorted(done, key=lambda t: t.value, reverse=True):
+        if t.user_attrs["config"] not in seen:
+            seen.append(t.user_attrs["config"])
+            out.append(t)
+    return out[:limit]
+
+
+def _settings(study, directory: str, measure: dict | None):
+    """The study's own workload settings, as a SearchSettings for `screen_request`."""
+    from autocompile.study import SearchSettings
+
+    stored = study.user_attrs.get("settings")
+    if not stored:
+        raise UserError(f"study {study.study_name!r} has no stored settings: it was not made by autocompile search")
+    return SearchSettings(model=stored["model"], device=stored["device"], study=study.study_name, directory=directory,
+                          batch_size=stored.get("batch_size"), seq_len=stored.get("seq_len"),
+                          seed=stored.get("seed", 0), measure=measure)
+
+
+def _screen(settings, config: dict, k: int, folder: str, limit_s: float, eager: dict | None) -> dict:
+    from autocompile.scoring import judge
+    from autocompile.screening import screen_request
+    from autocompile.trial import run_trial
+
+    record = run_trial(screen_request(settings, config, k, folder, limit_s))
+    return judge(record, eager, settings.device, None) if eager else record
+
+
+def check_screening(study, directory: str, k: int, limit: int = 10, timeout_s: float | None = None,
+                    trial_timeout_s: float = 900.0, measure: dict | None = None, command: str = "", fresh: bool = False,
+                    say=lambda line: print(line, file=sys.stderr, flush=True)) -> dict:
+    """Screen up to `limit` configurations of `study` at k blocks; the rows and Spearman's rho.
+    The screens a search with --screen k made already (and its eager at k blocks) are used as they
+    are, unless `fresh`: they are what its pruner judged by."""
+    settings = _settings(study, directory, measure)
+    trials = study_configs(study, limit)
+    if len(trials) < MIN_CONFIGS:
+        raise UserError(f"study {study.study_name!r} has {len(trials)} distinct configurations that ran cleanly; "
+                        f"a screening check needs at least {MIN_CONFIGS}")
+    _check_here(settings, k)
+    deadline = None if timeout_s is None else time.time() + timeout_s
+    left = lambda: trial_timeout_s if deadline is None else min(trial_timeout_s, deadline - time.time())  # noqa: E731
+    from autocompile.screening import SCREENS
+
+    folder = os.path.join(settings.study_dir, SCREENS, f"check-{k}-blocks")
+    say(f"screen-check: {len(trials)} configurations of {study.study_name!r} at {k} blocks")
+    eager = None if fresh else study.user_attrs.get("screened_eager", {}).get(str(k))
+    if eager is None:
+        eager = _screen(settings, _eager(), k, os.path.join(folder, "eager"), left(), None)
+        if eager["status"] != "ok":
+            raise UserError(f"eager at {k} blocks ended {eager['status']}: {eager.get('reason', '')}")
+        eager["from"] = "check"
+    rows = [_row(t, settings, k, folder, left, eager, say, fresh) for t in trials]
+    return _verdict(study, settings, k, rows, eager, command)
+
+
+def _check_here(settings, k: int) -> None:
+    """One-line errors before anything runs: a device this machine lacks, a k that cuts nothing."""
+    from autocompile.api import resolve_device
+    from autocompile.screening import block_counts, check_blocks
+    from autocompile.workloads import WorkloadOptions
+
+    resolve_device(settings.device)
+    options = WorkloadOptions(device=settings.device, batch_size=settings.batch_size, seq_len=settings.seq_len,
+                              seed=settings.seed)
+    check_blocks(settings.model, k, block_counts(settings.model, options))
+
+
+def _eager() -> dict:
+    from autocompile.space import EAGER
+
+    return dict(EAGER)
+
+
+def _row(trial, settings, k: int, folder: str, left, eager: dict, say, fresh: bool) -> dict:
+    """One configuration: its full figures from the study, and its screen (the search's, or measured now)."""
+    from autocompile.apply import describe_config
+
+    config = trial.user_attrs["config"]
+    row = {"trial": trial.number, "config": config, "label": describe_config(config), "role": trial.user_attrs.get("role"),
+           "full_score": trial.value, "full_steps_per_s": trial.user_attrs["steps_per_s"]}
+    made = trial.user_attrs.get("screen") or {}
+    if row["role"] == "eager":  # eager at k blocks is the reference itself
+        row.update(status="ok", screened=1.0, screen_from="reference")
+    elif not fresh and eager.get("from") != "check" and made.get("blocks") == k and made.get("status") == "ok":
+        row.update(status="ok", screened=made["score"], screen_from="search")
+    elif left() < 1:
+        return {**row, "status": "not measured", "reason": "the check's --timeout was reached"}
+    else:
+        record = _screen(settings, config, k, os.path.join(folder, f"{trial.number:04d}"), left(), eager)
+        row.update(status=record["status"], reason=record.get("reason", ""), wall_s=record["wall_s"], screen_from="check")
+        if record["status"] == "ok":
+            row.update(screened_steps_per_s=record["steps_per_s"], screened=record["steps_per_s"] / eager["steps_per_s"])
+    say(f"  trial {trial.number} {row['label']}: full score {row['full_score']:.3g}, at {k} blocks "
+        + (f"{row['screened']:.3g}x eager ({row['screen_from']})" if "screened" in row
+           else f"{row['status']}: {row['reason']}"))
+    return row
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    found = {}
+    for name in ("autocompile", "torch", "triton", "transformers", "optuna"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def _verdict(study, settings, k: int, rows: list[dict], eager: dict, command: str) -> dict:
+    """The ranks of the configurations screened cleanly, and Spearman's rho between the two scores."""
+    from autocompile.report import baseline_value
+
+    ok = [row for row in rows if "screened" in row]
+    for key, rank_key in (("full_score", "rank_full"), ("screened", "rank_screened")):
+        for row, rank in zip(ok, ranks([row[key] for row in ok])):
+            row[rank_key] = rank
+    full_eager = baseline_value(study, "eager", "steps_per_s")
+    for row in rows:
+        row["full_vs_eager"] = row["full_steps_per_s"] / full_eager if full_eager else None
+    screened = [row["screened"] for row in ok]
+    return {"study": study.study_name, "model": settings.model, "device": settings.device,
+            "device_name": eager.get("device_name"), "blocks": k, "horizon": study.user_attrs.get("horizon"),
+            "configurations": len(rows), "ranked": len(ok),
+            "rho": spearman([row["full_score"] for row in ok], screened) if len(ok) >= MIN_CONFIGS else None,
+            "rho_steady": spearman([row["full_steps_per_s"] for row in ok], screened) if len(ok) >= MIN_CONFIGS else None,
+            "eager_steps_per_s": eager["steps_per_s"], "rows": rows, "command": command, "versions": _versions(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _figure(value, form: str = ".3g") -> str:
+    return "-" if value is None else format(value, form)
+
+
+def format_check(result: dict) -> str:
+    """screening.md: the table, rho, and how it was measured."""
+    k, rho = result["blocks"], result["rho"]
+    lines = [f"# Screening check: {result['study']} ({result['model']}) at {k} blocks", "",
+             f"Spearman rank correlation between the screened and the full scores: **rho = {_figure(rho, '.2f')}** "
+             f"over {result['ranked']} configurations (against the full steady speed: {_figure(result['rho_steady'], '.2f')}).",
+             "", "| trial | configuration | full score | full vs eager | screened (x eager at k) | screened by "
+             "| rank full | rank screened |", "|---|---|---|---|---|---|---|---|"]
+    for row in result["rows"]:
+        screened = _figure(row.get("screened")) if "screened" in row else f"{row['status']}: {row.get('reason', '')[:80]}"
+        lines.append(f"| {row['trial']} | {row['label']} | {row['full_score']:.3g} | {_figure(row['full_vs_eager'], '.2f')} "
+                     f"| {screened} | {row.get('screen_from', '-')} | {_figure(row.get('rank_full'), 'g')} | {_figure(row.get('rank_screened'), 'g')} |")
+    versions = ", ".join(f"{name} {version}" for name, version in result["versions"].items())
+    lines += ["", f"- command: `{result['command']}`" if result["command"] else "- command: (from Python)",
+              f"- device: {result['device_name']} ({result['device']}); {versions}",
+              f"- date: {result['date']}",
+              f"- how: eager at {k} blocks runs {result['eager_steps_per_s']:.3g} steps/s; each configuration is measured "
+              f"once at {k} blocks (its steady speed over eager's there; the screens share one compile cache), by the "
+              f"search that screened it or by this check; full scores are the study's own trials (horizon "
+              f"{result['horizon']}). Ranks: 1 is the best."]
+    return "\n".join(lines) + "\n"
+
+
+def write_check(result: dict, study_dir: str) -> tuple[str, str]:
+    """DIR/STUDY/screening.md and screening.json; returns their paths."""
+    os.makedirs(study_dir, exist_ok=True)
+    md, js = os.path.join(study_dir, "screening.md"), os.path.join(study_dir, "screening.json")
+    with open(md, "w") as f:
+        f.write(format_check(result))
+    with open(js, "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    return md, js

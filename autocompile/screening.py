@@ -1,0 +1,225 @@
+"""Cheaper screening: trials of the model with its repeated blocks cut to k, promoted to full trials
+successive-halving style.
+
+A screened trial builds the workload with each list of repeated blocks (the regional scope's
+blocks, as `find_repeated_blocks` finds them) cut to its first k, and measures it the way a full
+trial is measured. Its score is its steady speed against eager's at the same k (measured once per
+study and k, kept in the study attr `screened_eager`), reported to Optuna as the trial's
+intermediate value at step k. `ScreeningPruner` hands that step to Optuna's
+SuccessiveHalvingPruner (reduction factor 2): the top half of the screened trials so far go on to
+a full trial, the others are pruned. A full trial's own steps (its optimistic scores, from step
+k + 1) go to `CannotWinPruner` as before. Screens share one compile cache (DIR/STUDY/screens/cache):
+only their steady speed counts, which a cache hit does not change. A full trial never shares it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import optuna
+
+from autocompile.errors import UserError
+from autocompile.scoring import CannotWinPruner, judge
+from autocompile.trial import TrialRequest, run_trial
+
+SCREENS = "screens"  # DIR/STUDY/screens/: the screened eager runs and the screens' shared compile cache
+REDUCTION_FACTOR = 2  # the top 1/2 of the screened trials are promoted
+
+
+def cut_blocks(model, k: int) -> dict[str, tuple[int, int]]:
+    """Cut each list of repeated blocks of `model` to its first k, in place.
+    Returns {path: (blocks before, after)} for the lists that were longer than k."""
+    from autocompile.apply import find_repeated_blocks
+
+    cut = {}
+    for path in find_repeated_blocks(model):
+        blocks = model.get_submodule(path)
+        if len(blocks) > k:
+            cut[path] = (len(blocks), k)
+            del blocks[k:]  # ModuleList and Sequential both take a slice
+    return cut
+
+
+def _over_kept_parameters(optimizer, model):
+    """The optimizer again, of its class and with each group's settings, over the parameters the
+    model still has (the cut blocks' would hold memory and slots in a fused or compiled step)."""
+    kept = {id(p) for p in model.parameters()}
+    groups = [{**{key: value for key, value in group.items() if key != "params"},
+               "params": [p for p in group["params"] if id(p) in kept]} for group in optimizer.param_groups]
+    try:
+        rebuilt = type(optimizer)([group for group in groups if group["params"]])
+    except TypeError:  # an optimizer that needs more to be built: its cut parameters get no gradient
+        return optimizer
+    rebuilt.defaults.update(optimizer.defaults)
+    return rebuilt
+
+
+def screened(workload, k: int):
+    """`workload` with its repeated blocks cut to k: built that way where its builder honours
+    WorkloadOptions.blocks (the built-in ones), cut after it is built otherwise (a file workload)."""
+    build = workload.build
+
+    def build_screened(options):
+        model, optimizer = build(dataclasses.replace(options, blocks=k))
+        if cut_blocks(model, k):
+            optimizer = _over_kept_parameters(optimizer, model)
+        return model, optimizer
+
+    return dataclasses.replace(workload, build=build_screened)
+
+
+def block_counts(model: str, options) -> dict[str, int] | None:
+    """{path: blocks} of the workload's lists of repeated blocks, found on the meta device
+    (None: the workload cannot be built there, so they are found only when a trial builds it)."""
+    from autocompile.apply import find_repeated_blocks
+    from autocompile.workloads import get_workload
+
+    workload = get_workload(model)
+    try:
+        built, _ = workload.build(dataclasses.replace(options, device="meta"))
+    except Exception:
+        return None
+    return {path: len(built.get_submodule(path)) for path in find_repeated_blocks(built)}
+
+
+def check_blocks(model: str, k: int, counts: dict[str, int] | None) -> None:
+    """A one-line UserError for a k that would not screen anything."""
+    if k < 2:
+        raise UserError(f"screening at {k} blocks: give at least 2 (one block is no longer a repeated block)")
+    if counts is None:
+        return
+    if not counts:
+        raise UserError(f"model {model!r} has no repeated blocks (a ModuleList of blocks of one class) to cut: "
+                        "it cannot be screened")
+    if k >= max(counts.values()):
+        found = ", ".join(f"{path}: {n}" for path, n in counts.items())
+        raise UserError(f"screening at {k} blocks: the model's repeated blocks ({found}) are not longer, "
+                        "so a screen would be a full trial; give fewer")
+
+
+class ScreeningPruner(optuna.pruners.BasePruner):
+    """The screen's verdict (the value reported at step `blocks`) from Optuna's
+    SuccessiveHalvingPruner, reduction factor 2: a screened trial goes on if it is in the top half
+    of the screened trials so far (the first always does). Any other step (a full trial's
+    optimistic score) is judged by CannotWinPruner."""
+
+    def __init__(self, blocks: int):
+        self.blocks = blocks
+        self.halving = optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=blocks, reduction_factor=REDUCTION_FACTOR, min_early_stopping_rate=0)
+        self.cannot_win = CannotWinPruner()
+
+    def prune(self, study, trial) -> bool:
+        if trial.last_step == self.blocks:
+            return self.halving.prune(study, trial)
+        return self.cannot_win.prune(study, trial)
+
+
+def make_pruner(settings):
+    """The search's pruner: ScreeningPruner under `settings.screen` (checked against the
+    model's blocks first), CannotWinPruner otherwise."""
+    if not settings.screen:
+        return CannotWinPruner()
+    from autocompile.workloads import WorkloadOptions
+
+    options = WorkloadOptions(device=settings.device, batch_size=settings.batch_size, seq_len=settings.seq_len,
+                              seed=settings.seed)
+    check_blocks(settings.model, settings.screen, block_counts(settings.model, options))
+    return ScreeningPruner(settings.screen)
+
+
+def screen_request(settings, config: dict, k: int, trial_dir: str, timeout_s: float) -> TrialRequest:
+    """A trial of `config` at k blocks, with the study's shared screen cache."""
+    return TrialRequest(model=settings.model, config=config, device=settings.device, trial_dir=trial_dir,
+                        batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
+                        timeout_s=timeout_s, measure=settings.measure or {}, blocks=k,
+                        cache_dir=os.path.join(settings.study_dir, SCREENS, "cache"))
+
+
+def screen_summary(record: dict, eager: dict, k: int) -> dict:
+    """What a screen keeps on its trial: its status, speed and score (its steady speed as a
+    multiple of eager's at k blocks)."""
+    ok = record["status"] == "ok"
+    return {"blocks": k, "status": record["status"], "reason": record.get("reason", ""),
+            "steps_per_s": record.get("steps_per_s") if ok else None,
+            "score": record["steps_per_s"] / eager["steps_per_s"] if ok else None,
+            "warmup_s": record.get("warmup_s"), "wall_s": record["wall_s"],
+            "compile_caches": record.get("compile_caches")}
+
+
+def _limit(runner, limit_s: float, keep_s: float) -> float:
+    remaining = runner.remaining()
+    return limit_s if remaining is None else max(1.0, min(limit_s, remaining - keep_s))
+
+
+def screened_eager(runner, k: int, keep_s: float = 0.0) -> dict | None:
+    """Eager at k blocks, measured once per study and k (study attr `screened_eager`): the
+    reference of the screened scores. None (said on the progress) when it did not run cleanly."""
+    study, settings = runner.study, runner.settings
+    done = study.user_attrs.get("screened_eager", {})
+    if str(k) in done:
+        return done[str(k)]
+    from autocompile.space import EAGER
+
+    folder = os.path.join(settings.study_dir, SCREENS, f"eager-{k}-blocks")
+    record = run_trial(screen_request(settings, dict(EAGER), k, folder, _limit(runner, settings.baseline_limit_s, keep_s)))
+    runner.trials_wall += record["wall_s"]
+    if record["status"] != "ok":
+        runner.progress.line(f"screening: eager at {k} blocks ended {record['status']} ({record.get('reason', '')}): "
+                             "this trial is measured in full")
+        return None
+    kept = {key: record.get(key) for key in ("steps_per_s", "warmup_s", "losses", "cv", "wall_s", "torch", "device_name")}
+    study.set_user_attr("screened_eager", {**done, str(k): kept})
+    runner.progress.line(f"screening: eager at {k} blocks runs {kept['steps_per_s']:.3g} steps/s")
+    return kept
+
+
+def screen_trial(runner, trial, config: dict, role: str, k: int, keep_s: float = 0.0) -> bool:
+    """Measure `config` at k blocks as `trial`'s first rung; True when it goes on to a full trial.
+    A pruned one is told to the study here. A screen that did not run cleanly goes on too: its
+    full trial is triaged and remembered as any failure is. Under --no-prune every screen goes on,
+    with the pruner's verdict kept (`screen.promoted`): both scores of every trial, for screen-check."""
+    from autocompile.apply import describe_config
+
+    settings, progress = runner.settings, runner.progress
+    eager = screened_eager(runner, k, keep_s)
+    if eager is None:
+        return True
+    trial.set_user_attr("role", role)
+    trial.set_user_attr("config", config)  # known even if the search dies during the screen
+    label = describe_config(config)
+    folder = os.path.join(settings.study_dir, "trials", f"{trial.number:04d}", "screen")
+    beat = getattr(runner.storage, "record_heartbeat", None)
+    record = run_trial(screen_request(settings, config, k, folder, _limit(runner, settings.trial_timeout_s, keep_s)),
+                       on_event=lambda e: progress.phase(trial.number, f"{label} at {k} blocks", e),
+                       heartbeat=beat and (lambda: beat(trial._trial_id)))
+    runner.trials_wall += record["wall_s"]
+    screen = screen_summary(judge(record, eager, settings.device, None), eager, k)
+    trial.set_user_attr("screen", screen)
+    if screen["status"] != "ok":
+        progress.line(f"  trial {trial.number}: at {k} blocks it ended {screen['status']}: measured in full")
+        return True
+    trial.report(screen["score"], k)
+    screen["promoted"] = not trial.should_prune()
+    trial.set_user_attr("screen", screen)
+    if screen["promoted"] or not settings.prune:  # --no-prune: every screen goes on (both measured)
+        progress.line(f"  trial {trial.number} {label}: at {k} blocks {screen['score']:.3g}x eager: "
+                      + ("promoted to a full trial" if screen["promoted"] else "measured in full anyway (--no-prune)"))
+        return True
+    _tell_pruned(runner, trial, config, role, screen)
+    return False
+
+
+def _tell_pruned(runner, trial, config: dict, role: str, screen: dict) -> None:
+    from autocompile.apply import describe_config
+
+    record = {"status": "pruned", "config": config, "role": role, "wall_s": screen["wall_s"], "score": 0.0,
+              "notes": [], "reason": f"screened at {screen['blocks']} blocks: {screen['score']:.3g}x eager, "
+                                     "below the top half of the screened trials"}
+    for key, value in record.items():
+        trial.set_user_attr(key, value)
+    runner.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    runner.progress.done += 1
+    runner._report(trial.number, describe_config(config), record)  # the runner's own line and callbacks
+    runner._told(trial)
