@@ -34,6 +34,14 @@ PROMISE = (
 )
 
 
+# The values those changes are worth making towards (a change away from one is proposed last).
+PROMISING = {
+    "compile_loss": {True}, "fused_optimizer": {True}, "compile_optimizer": {True}, "lr_tensor": {True},
+    "mode": {"reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"},
+    "inductor.coordinate_descent_tuning": {True}, "inductor.shape_padding": {True},
+}
+
+
 def incumbent(space, study):
     """The best-scoring trial that ran cleanly, with its Optuna parameters: a recipe, neighbour
     or TPE trial, or plain torch.compile (its parameters: every dimension at its default). Not
@@ -79,26 +87,75 @@ def _order(space, study) -> list:
                                        -seen.get(d.name, 0), rank.get(d.name, len(rank))))
 
 
+# How much compile work a mode adds on top of the scope's graphs (a heavier mode never compiles faster).
+MODE_WEIGHT = {"default": 0, "reduce-overhead": 1, "max-autotune-no-cudagraphs": 2, "max-autotune": 3}
+
+
+def too_slow(study, config: dict, limit_s: float) -> str | None:
+    """Why a configuration is expected not to finish its warm-up within `limit_s`, from the trials
+    measured so far, or None: a trial of the same scope under a mode no heavier took the whole
+    limit or more to warm up, or was cut by its limit while compiling (e.g. llama-8b's whole-model
+    compile, 470 s against a 300 s trial limit). More options only add graphs to compile."""
+    if not config.get("compile") or config.get("scope") == "modular":
+        return None
+    weight = MODE_WEIGHT.get(config.get("mode"), 0)
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        seen = a.get("config", {})
+        if not t.state.is_finished() or not seen.get("compile") or seen.get("scope") != config["scope"] \
+                or MODE_WEIGHT.get(seen.get("mode"), 0) > weight:
+            continue
+        if (a.get("warmup_s") or 0) >= limit_s:
+            return (f"expected not to fit the {limit_s:.0f} s trial limit: trial {t.number} "
+                    f"({seen['scope']}, {seen.get('mode')}) took {a['warmup_s']:.0f} s to warm up")
+        if a.get("status") == "timeout" and "while compiling" in a.get("reason", "") and a.get("wall_s", 0) >= 0.9 * limit_s:
+            return (f"expected not to fit the {limit_s:.0f} s trial limit: trial {t.number} "
+                    f"({seen['scope']}, {seen.get('mode')}) was still compiling after {a['wall_s']:.0f} s")
+    return None
+
+
 def _same(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
+def fastest(space, study) -> dict:
+    """The parameters of the trial with the highest steady speed that ran cleanly (its warm-up
+    aside): the incumbent may have won on warm-up, and what made this one fast is worth borrowing."""
+    ok = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+          if t.user_attrs.get("status") == "ok" and t.user_attrs.get("config", {}).get("compile")
+          and t.user_attrs.get("role") != "finalist" and (t.params or t.user_attrs.get("role") == "compile-defaults")]
+    top = max(ok, key=lambda t: t.user_attrs.get("steps_per_s") or 0, default=None)
+    return {} if top is None else dict(top.params) if top.params else space.params_for({})
+
+
+def _rank(name: str, value, base: dict, borrow: dict) -> int:
+    """0: towards the fastest trial's value; 1: towards a promising value; 2: neither;
+    3: away from a promising value the incumbent has (even where the fastest trial did without it)."""
+    promising = PROMISING.get(name, ())
+    if any(_same(value, p) for p in promising):
+        return 0 if name in borrow and _same(borrow[name], value) else 1
+    if any(_same(base.get(name), p) for p in promising):
+        return 3
+    return 0 if name in borrow and _same(borrow[name], value) else 2
+
+
 def next_neighbour(space, study, tried) -> dict | None:
     """The next untried, feasible neighbour of the incumbent: {"params", "changed", "parent"}, or
-    None. `tried(config, params)` says whether a configuration was measured or queued already."""
+    None. `tried(config, params)` says whether a configuration was measured or queued already.
+    Changes towards the fastest trial's values come first, changes away from promising values last."""
     best, base = incumbent(space, study)
     if best is None:
         return None
-    for dim in _order(space, study):
-        for value in dim.choices:
-            if dim.name in base and _same(base[dim.name], value):
-                continue
-            params = space.params_for({**base, dim.name: value})
-            if not params or params == base or dim.name not in params:
-                continue  # not offered here, or the dimension does not apply to the incumbent
-            config = space.suggest(optuna.trial.FixedTrial(params))
-            if tried(config, params) or space.rejection(config):
-                continue
-            changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
-            return {"params": params, "changed": changed, "parent": best.number, "parent_params": base, "config": config}
+    borrow = fastest(space, study)
+    moves = [(dim, value) for dim in _order(space, study) for value in dim.choices
+             if not (dim.name in base and _same(base[dim.name], value))]
+    for dim, value in sorted(moves, key=lambda m: _rank(m[0].name, m[1], base, borrow)):  # a stable sort
+        params = space.params_for({**base, dim.name: value})
+        if not params or params == base or dim.name not in params:
+            continue  # not offered here, or the dimension does not apply to the incumbent
+        config = space.suggest(optuna.trial.FixedTrial(params))
+        if tried(config, params) or space.rejection(config):
+            continue
+        changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
+        return {"params": params, "changed": changed, "parent": best.number, "parent_params": base, "config": config}
     return None

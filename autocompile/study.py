@@ -37,7 +37,7 @@ from autocompile.errors import UserError
 from autocompile.memory import FailureMemory, store_path
 from autocompile.memory import device_name as _device_name
 from autocompile.screening import make_pruner, screen_trial
-from autocompile.strategy import next_neighbour
+from autocompile.strategy import next_neighbour, too_slow
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
 from autocompile._worker import REPLAY_VERSION
 from autocompile.scoring import (DEFAULT_HORIZON, _judged_by_an_older_guard, judge,
@@ -571,7 +571,8 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
                      deadline=None if settings.timeout_s is None else started + settings.timeout_s)
     recipes_queued, proposals = False, 0
     tried = lambda config, params: (_tried(study, config, params, settings.trial_timeout_s)  # noqa: E731
-                                    or memory.reason(config) is not None)
+                                    or memory.reason(config) is not None
+                                    or too_slow(study, config, settings.trial_timeout_s) is not None)
     for _ in range(settings.trials):
         remaining = runner.remaining()
         reserve = _finalist_reserve(study, settings.finalists) if remaining is not None else 0.0
@@ -609,7 +610,8 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
         if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
             config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
         baseline = role in ("eager", "compile-defaults")
-        why_not = None if baseline else space.rejection(config) or memory.reason(config)
+        why_not = None if baseline else (space.rejection(config) or memory.reason(config)
+                                         or too_slow(study, config, settings.trial_timeout_s))
         if why_not:
             runner.reject(trial, config, role, why_not)
             continue

@@ -46,6 +46,21 @@ def test_neighbours_change_one_dimension_of_the_incumbent_and_record_their_paren
     assert "what each setting did" in format_summary(neighbours) and f"trial 2 (from 1): {name}" in format_summary(neighbours)
 
 
+def test_a_configuration_whose_scope_did_not_warm_up_within_the_trial_limit_is_not_launched(tmp_path):
+    # plain torch.compile (whole model) takes seconds to warm up on the CPU under its generous
+    # baseline limit; under a 2 s trial limit every whole-model configuration is then expected
+    # not to fit, and is refused at no cost instead of spending the limit to find out.
+    settings = SearchSettings(model=toy(), device="cpu", study="slow", directory=str(tmp_path), trials=4,
+                              trial_timeout_s=2, baseline_timeout_s=300, measure=FAST, horizon=100_000,
+                              finalists=0, prune=False, fixed={"scope": "full"})
+    rows = run_search(settings)["rows"]
+    assert [r["role"] for r in rows[:2]] == ["eager", "compile-defaults"] and rows[1]["status"] == "ok"
+    assert rows[1]["warmup_s"] >= 2
+    refused = rows[2:]
+    assert len(refused) == 2 and all(r["status"] == "infeasible" and r["wall_s"] == 0 for r in refused)
+    assert all("expected not to fit the 2 s trial limit: trial 1 (full, default) took" in r["reason"] for r in refused)
+
+
 def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
     settings = SearchSettings(model=toy(), device="cpu", study="t", directory=str(tmp_path), trials=20,
                               timeout_s=120, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1,
