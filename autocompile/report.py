@@ -51,7 +51,7 @@ def trial_rows(study) -> list[dict]:
     default_sps = baseline_value(study, "compile-defaults", "steps_per_s")
     rows = []
     for t in study.trials:
-        if not t.state.is_finished():
+        if not t.state.is_finished() or t.user_attrs.get("status") == "duplicate":  # proposed twice, never run
             continue
         a = t.user_attrs
         config = a.get("config")

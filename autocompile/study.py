@@ -19,6 +19,7 @@ eager, and the winner is chosen from that round (`run_finalists`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -36,13 +37,15 @@ from autocompile.report import baseline_trial, baseline_value, best_trial, speed
 from autocompile.errors import UserError
 from autocompile.memory import FailureMemory, store_path
 from autocompile.memory import device_name as _device_name
+from autocompile.storage import (check_study_name, claim_lock, counted, create_or_load, fail_stale, heartbeat_s,
+                                 load_study, open_storage, set_budget, storage_url, this_worker)
 from autocompile.screening import make_pruner, screen_trial
 from autocompile.strategy import next_neighbour, too_slow
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
 from autocompile._worker import REPLAY_VERSION
 from autocompile.scoring import (DEFAULT_HORIZON, _judged_by_an_older_guard, judge,
                                  optimistic_score, score, violation)
-from autocompile.trial import TrialRequest, run_trial, triage
+from autocompile.trial import TrialRequest, reap_orphans, run_trial, triage
 
 BASELINES = (("eager", EAGER), ("compile-defaults", DEFAULTS))
 MIN_TRIAL_S = 30.0  # with less of --timeout left, no trial is started
@@ -86,45 +89,6 @@ class SearchSettings:
     @property
     def study_dir(self) -> str:
         return os.path.join(self.directory, self.study)
-
-
-def check_study_name(name: str) -> str:
-    """A study name is a name: it becomes the folder DIR/NAME, so no path separator and no '..'."""
-    if not name or name in (".", "..") or any(sep and sep in name for sep in ("/", os.sep, os.altsep)):
-        raise UserError(f"study name {name!r}: a study name is a plain name (its files go to DIR/NAME/), "
-                        "without '/' or '..'; choose the folder with --dir")
-    return name
-
-
-def storage_url(settings_storage: str | None, directory: str, study: str) -> str:
-    check_study_name(study)
-    if settings_storage:
-        return settings_storage
-    return "sqlite:///" + os.path.abspath(os.path.join(directory, study, "study.db"))
-
-
-def open_storage(url: str, create_dir: str | None = None):
-    """Optuna RDB storage with heartbeats (so trials of a dead search are failed on resume)."""
-    if url.startswith("sqlite:///") and create_dir:
-        os.makedirs(create_dir, exist_ok=True)
-    try:
-        if url.startswith(("sqlite", "postgresql", "mysql")):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
-        return optuna.storages.get_storage(url)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot open storage {url}: {first}") from None
-
-
-def load_study(name: str, url: str):
-    storage = open_storage(url)
-    try:
-        return optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
-        raise UserError(f"no study named {name!r} in {url}" + (f"; studies there: {', '.join(names)}" if names else "")) from None
 
 
 def _sampler(seed: int):
@@ -240,16 +204,20 @@ def _ran_its_course(attrs: dict, limit_s: float) -> bool:
     return attrs.get("status") != "timeout" or attrs.get("wall_s", 0) >= 0.9 * limit_s
 
 
-def _tried(study, config: dict, params: dict, trial_timeout_s: float) -> bool:
-    """Whether a configuration was measured already (or pruned), or is queued: a trial cut
-    short by a search's time bound (not by the trial limit) does not count."""
+def _tried(study, config: dict, params: dict, trial_timeout_s: float, exclude: int | None = None) -> bool:
+    """Whether a configuration was measured already (or pruned), or is queued or running (claimed by
+    a worker): a trial cut short by a search's time bound (not by the trial limit) does not count."""
     for t in study.trials:
+        if t.number == exclude:
+            continue
         if t.state == optuna.trial.TrialState.WAITING:
             if t.system_attrs.get("fixed_params") == params:
                 return True
             continue
         if {**DEFAULTS, **t.user_attrs.get("config", {})} != config:
             continue
+        if t.state == optuna.trial.TrialState.RUNNING:
+            return "config" in t.user_attrs  # claimed by a worker
         if _judged_by_an_older_guard(t.user_attrs):
             continue  # made infeasible by a numerics rule since replaced: measured again
         if t.state == optuna.trial.TrialState.PRUNED:
@@ -281,6 +249,13 @@ class _Runner:
         self.deadline = deadline
         self.callbacks = callbacks  # Optuna's signature, callback(study, frozen_trial): after each tell
         self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
+        self.space = self.memory = None  # set by open_search
+
+    def tried(self, config: dict, params: dict) -> bool:
+        """Measured, queued, claimed, remembered as failing, or expected not to warm up in time."""
+        limit = self.settings.trial_timeout_s
+        return (_tried(self.study, config, params, limit) or self.memory.reason(config) is not None
+                or too_slow(self.study, config, limit) is not None)
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.time()
@@ -293,6 +268,7 @@ class _Runner:
         limit_s = limit_s or settings.trial_timeout_s
         trial.set_user_attr("role", role)
         trial.set_user_attr("config", config)  # known even if the search dies during the trial
+        trial.set_user_attr("worker", this_worker())  # a trial of a dead worker is failed and tried again
         label = describe_config(config)
         self.progress.phase(trial.number, label, {"phase": "starting"})
         remaining = None if self.remaining() is None else self.remaining() - keep_s
@@ -307,14 +283,17 @@ class _Runner:
         beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None
         try:
             record = run_trial(request, on_event=lambda e: self.progress.phase(trial.number, label, e), heartbeat=beat,
+                               heartbeat_every_s=heartbeat_s() / 2,
                                should_stop=self._pruning(trial) if prunable and settings.prune else None)
             self.trials_wall += record["wall_s"]
             if record["status"] == "compile_error" and settings.triage and (remaining is None or
                                                                             self.remaining() > MIN_TRIAL_S):
                 self.progress.line(f"  trial {trial.number}: compile error; rerunning with simpler backends to find the layer")
-                record = triage(request, record, time_left=self.remaining())
+                record = triage(request, record, time_left=self.remaining(), heartbeat=beat)
                 self.trials_wall += sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
         except KeyboardInterrupt:
+            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("reason", "interrupted")
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
                                f"{self.url}; run the same command to resume")
@@ -538,90 +517,164 @@ def run_finalists(runner: _Runner, k: int, rounds: int = 1) -> dict | None:
     return verdict
 
 
-def run_search(settings: SearchSettings, progress: Progress | None = None, callbacks=()) -> dict:
-    """Run (or resume) a search; returns a summary with the winner. Raises UserError on bad input.
-    `callbacks` are called as callback(study, frozen_trial) after each trial is told to the study."""
-    search_started = time.time()
+def open_search(settings: SearchSettings, progress: Progress | None = None, callbacks=(), workers: int = 1,
+                seed_offset: int = 0) -> _Runner:
+    """Open (or create) the study of `settings` and a runner for it: trials of dead workers failed
+    (and tried again), their orphaned trial processes killed. Raises UserError on bad input."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
                         settings.seed, settings.fixed, settings.space_file)
     pruner = make_pruner(settings)  # a --screen that cannot work fails before the storage is made
-    url = storage_url(settings.storage, settings.directory, settings.study)
+    url = storage_url(settings.storage, settings.directory, settings.study, workers)
     storage = open_storage(url, create_dir=settings.study_dir)
-    study = optuna.create_study(study_name=settings.study, storage=storage, direction="maximize",
-                                sampler=_sampler(settings.seed), pruner=pruner, load_if_exists=True)
+    study = create_or_load(settings.study, storage, direction="maximize", sampler=_sampler(settings.seed + seed_offset),
+                           pruner=pruner)
     _check_resume(study, settings)
     progress = progress or Progress(settings.trials)
     progress.line(f"autocompile search: {settings.model} on {_device_name(settings.device)} "
                   f"(torch {space.caps.torch_version}), study {settings.study!r} in {url}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # experimental-API and heartbeat-with-ask warnings
-        running = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
-        optuna.storages.fail_stale_trials(study)
-        stale = running - len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+    reap_orphans(settings.study_dir)
+    stale = fail_stale(study)
     finished = [t for t in study.trials if t.state.is_finished()]
     if finished:
         progress.line(f"resuming study {settings.study!r}: {len(finished)} trials already finished"
                       + (f", {stale} interrupted ones marked failed" if stale else ""))
-    pending_roles = baselines_to_run(finished, settings.baseline_limit_s)
-
     memory = FailureMemory(store_path(settings.memory_path), space, _device_name(settings.device), url)
-    started = time.time()
-    runner = _Runner(study, storage, url, settings, progress, callbacks=(memory, *callbacks),
-                     deadline=None if settings.timeout_s is None else started + settings.timeout_s)
-    recipes_queued, proposals = False, 0
-    tried = lambda config, params: (_tried(study, config, params, settings.trial_timeout_s)  # noqa: E731
-                                    or memory.reason(config) is not None
-                                    or too_slow(study, config, settings.trial_timeout_s) is not None)
-    for _ in range(settings.trials):
+    runner = _Runner(study, storage, url, settings, progress, callbacks=(memory, *callbacks), deadline=None)
+    runner.space, runner.memory = space, memory
+    return runner
+
+
+def plan(runner: _Runner, trials: int, timeout_s: float | None) -> dict:
+    """The study's budget from now (`trials` more, within `timeout_s`), stored with the search's
+    settings for workers that join it (autocompile.workers)."""
+    runner.deadline = None if timeout_s is None else time.time() + timeout_s
+    runner.study.set_user_attr("search_settings", {k: v for k, v in dataclasses.asdict(runner.settings).items()
+                                                   if k not in ("storage", "directory", "memory_path")})
+    return set_budget(runner.study, counted(runner.study) + trials, runner.deadline)
+
+
+def work(runner: _Runner, budget: dict) -> None:
+    """Claim and run trials until the study's budget is spent, or --timeout (less the finalist round's reserve)."""
+    study, settings, progress = runner.study, runner.settings, runner.progress
+    state = {"recipes_queued": False, "proposals": 0, "duplicates": 0}
+    while True:
         remaining = runner.remaining()
         reserve = _finalist_reserve(study, settings.finalists) if remaining is not None else 0.0
-        expected = MIN_TRIAL_S if pending_roles else expected_trial_s(study)
+        expected = MIN_TRIAL_S if _owed_baselines(study, settings) else expected_trial_s(study)
         if remaining is not None and remaining - reserve < expected:
-            progress.line(f"search timeout of {settings.timeout_s:.0f} s reached: {max(remaining, 0):.0f} s left, "
+            progress.line(f"search timeout of {settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
                           f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
                           f"{expected:.0f} s")
-            break
-        if not pending_roles and not recipes_queued:
-            # After the baselines (study.ask would hand a queued recipe to a baseline); a
-            # recipe already tried in this study is not queued again.
-            for params in space.starting_points():
-                config = space.suggest(optuna.trial.FixedTrial(params))
-                if not _tried(study, config, params, settings.trial_timeout_s):
-                    study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
-            recipes_queued = True
-        if recipes_queued and proposals % 2 == 0 and not _waiting(study):
-            neighbour = next_neighbour(space, study, tried)  # alternating with TPE's proposals
-            if neighbour:
-                study.enqueue_trial(neighbour["params"], user_attrs={
-                    "role": "neighbour", **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
-        trial = _ask(study)
-        if pending_roles:
-            role, config = pending_roles.pop(0)
-            config = json.loads(json.dumps(config))
-        else:
-            try:
-                config = space.suggest(trial)
-            except UserError:  # e.g. a space that differs from the study's: nothing ran
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                raise
-            role = trial.user_attrs.get("role", "search")
-            proposals += role in ("search", "neighbour")
-        if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
-            config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
-        baseline = role in ("eager", "compile-defaults")
-        why_not = None if baseline else (space.rejection(config) or memory.reason(config)
-                                         or too_slow(study, config, settings.trial_timeout_s))
-        if why_not:
-            runner.reject(trial, config, role, why_not)
+            return
+        with claim_lock(runner.storage, runner.url, settings.study):
+            fail_stale(study)
+            claim = None if counted(study) >= budget["trials"] else _claim(runner, state)
+        if claim is None and counted(study) >= budget["trials"]:
+            return
+        if state["duplicates"] >= MAX_DUPLICATES:
+            progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
+            return
+        if claim in (None, "wait"):
+            time.sleep(1.0 if claim == "wait" else 0.0)
             continue
+        trial, config, role = claim
+        baseline = role in ("eager", "compile-defaults")
         if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
             continue  # pruned at its screen
         runner.run(trial, config, role, prunable=not baseline, limit_s=settings.baseline_limit_s if baseline else None,
                    keep_s=reserve)
+
+
+MAX_DUPLICATES = 5
+
+
+def _owed_baselines(study, settings: SearchSettings) -> list[tuple[str, dict]]:
+    """The baselines still owed, less those another worker is running."""
+    trials = study.get_trials(deepcopy=False)
+    running = {t.user_attrs.get("role") for t in trials if t.state == optuna.trial.TrialState.RUNNING}
+    owed = baselines_to_run([t for t in trials if t.state.is_finished()], settings.baseline_limit_s)
+    return [(role, config) for role, config in owed if role not in running]
+
+
+def _eager_running(study) -> bool:
+    return any(t.user_attrs.get("role") == "eager"
+               for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+
+
+def _claim(runner: _Runner, state: dict):
+    """Under the study's lock: choose the next trial and claim it (role, config and worker recorded
+    at once, so no other worker starts the same). Returns (trial, config, role); None when it was
+    refused before launch or is a duplicate; "wait" while eager, the reference of every judge, runs."""
+    study, settings, space = runner.study, runner.settings, runner.space
+    pending = _owed_baselines(study, settings)
+    if not pending and _eager_running(study):
+        return "wait"
+    if not pending and not state["recipes_queued"]:
+        # After the baselines (study.ask would hand a queued recipe to a baseline); a
+        # recipe already tried in this study is not queued again.
+        for params in space.starting_points():
+            config = space.suggest(optuna.trial.FixedTrial(params))
+            if not _tried(study, config, params, settings.trial_timeout_s):
+                study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
+        state["recipes_queued"] = True
+    if state["recipes_queued"] and state["proposals"] % 2 == 0 and not _waiting(study):
+        neighbour = next_neighbour(space, study, runner.tried)  # alternating with TPE's proposals
+        if neighbour:
+            study.enqueue_trial(neighbour["params"], user_attrs={
+                "role": "neighbour", **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
+    trial = _ask(study)
+    if hasattr(runner.storage, "record_heartbeat"):
+        runner.storage.record_heartbeat(trial._trial_id)  # stale from now on if this worker dies
+    role, config = _role_and_config(runner, trial, pending, state)
+    if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
+        config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
+    baseline = role in ("eager", "compile-defaults")
+    if not baseline and _tried(study, config, trial.params, settings.trial_timeout_s, exclude=trial.number):
+        return _duplicate(runner, trial, config, state)
+    state["duplicates"] = 0
+    for key, value in (("role", role), ("config", config), ("worker", this_worker())):
+        trial.set_user_attr(key, value)
+    why_not = None if baseline else (space.rejection(config) or runner.memory.reason(config)
+                                     or too_slow(study, config, settings.trial_timeout_s))
+    if why_not:
+        runner.reject(trial, config, role, why_not)
+        return None
+    return trial, config, role
+
+
+def _role_and_config(runner: _Runner, trial, pending: list, state: dict) -> tuple[str, dict]:
+    """A retried trial (its worker died) keeps its role and config; else the next baseline owed, or the sampler's proposal."""
+    if "failed_trial" in runner.storage.get_trial_system_attrs(trial._trial_id) and "config" in trial.user_attrs:
+        return trial.user_attrs.get("role", "search"), dict(trial.user_attrs["config"])
+    if pending:
+        role, config = pending[0]
+        return role, json.loads(json.dumps(config))
+    try:
+        config = runner.space.suggest(trial)
+    except UserError:  # e.g. a space that differs from the study's: nothing ran
+        runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        raise
+    role = trial.user_attrs.get("role", "search")
+    state["proposals"] += role in ("search", "neighbour")
+    return role, config
+
+
+def _duplicate(runner: _Runner, trial, config: dict, state: dict) -> None:
+    """A proposal already measured or claimed: failed (TPE ignores it, the budget does not count it), not run."""
+    trial.set_user_attr("status", "duplicate")
+    trial.set_user_attr("config", config)
+    runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    state["duplicates"] += 1
+    return None
+
+
+def finish(runner: _Runner, search_started: float) -> dict:
+    """The finalist round (once), then the summary with the winner; its snippet written."""
+    settings, progress = runner.settings, runner.progress
     if settings.finalists > 0:
         run_finalists(runner, settings.finalists)
-    summary = summarize(study, settings.study_dir)
+    summary = summarize(runner.study, settings.study_dir)
     if runner.trials_wall:
         wall = time.time() - search_started
         summary["harness"] = {"search_wall_s": wall, "trials_wall_s": runner.trials_wall,
@@ -631,3 +684,12 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
     if summary["best"]:
         write_outputs(summary, settings.study_dir)
     return summary
+
+
+def run_search(settings: SearchSettings, progress: Progress | None = None, callbacks=()) -> dict:
+    """Run (or resume) a search in this process; returns a summary with the winner. Raises UserError on bad input.
+    `callbacks` are called as callback(study, frozen_trial) after each trial is told to the study."""
+    search_started = time.time()
+    runner = open_search(settings, progress, callbacks)
+    work(runner, plan(runner, settings.trials, settings.timeout_s))
+    return finish(runner, search_started)

@@ -8,10 +8,13 @@ failure record saying how and in which phase the process ended.
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -77,6 +80,63 @@ def _read_new_events(path: str, offset: int) -> tuple[list[dict], int]:
         except ValueError:
             pass
     return events, offset + len(complete)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+PROCESS_FILE = "process.json"  # in a running trial's folder: its pid and its worker's
+
+
+def die_with_parent() -> None:
+    """preexec_fn of a trial process: on Linux it gets SIGKILL when the worker that started it dies."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _record_process(trial_dir: str, pid: int) -> str:
+    path = os.path.join(trial_dir, PROCESS_FILE)
+    with open(path, "w") as f:
+        json.dump({"pid": pid, "worker": os.getpid(), "host": socket.gethostname()}, f)
+    return path
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_trial_process(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"autocompile._worker" in f.read()
+    except OSError:
+        return sys.platform != "linux" and pid_alive(pid)
+
+
+def reap_orphans(study_dir: str) -> list[int]:
+    """Kill the trial processes recorded in `study_dir` whose worker on this host is dead (with their
+    process group: Inductor's compile workers too); returns their pids."""
+    reaped = []
+    for path in glob.glob(os.path.join(study_dir, "trials", "**", PROCESS_FILE), recursive=True):
+        try:
+            with open(path) as f:
+                entry = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if entry.get("host") != socket.gethostname() or pid_alive(entry["worker"]):
+            continue
+        if _is_trial_process(entry["pid"]):
+            try:
+                os.killpg(entry["pid"], signal.SIGKILL)
+                reaped.append(entry["pid"])
+            except (ProcessLookupError, PermissionError):
+                pass
+        os.remove(path)
+    return reaped
 
 
 def _measured(result_path: str) -> bool:
@@ -160,8 +220,9 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
         process = subprocess.Popen(
             [sys.executable, "-m", "autocompile._worker", spec_path],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=_child_env(request), start_new_session=True,
+            env=_child_env(request), start_new_session=True, preexec_fn=die_with_parent,
         )
+        pid_file = _record_process(request.trial_dir, process.pid)
         timed_out = False
         try:
             while process.poll() is None:
@@ -190,6 +251,7 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
                 except ProcessLookupError:
                     pass
                 process.wait()
+            os.remove(pid_file)
     wall_s = time.time() - started
     events, offset = _read_new_events(events_path, offset)
     for event in events:
@@ -235,7 +297,7 @@ TRIAGE_LADDER = (
 TRIAGE_MEASURE = {"min_windows": 1, "max_windows": 1, "min_window_s": 0.0, "settle_steps": 1, "numerics_replay": False}
 
 
-def triage(request: TrialRequest, record: dict, time_left: float | None = None) -> dict:
+def triage(request: TrialRequest, record: dict, time_left: float | None = None, heartbeat=None) -> dict:
     """Rerun a configuration that failed to compile down the backend ladder; name the failing layer.
 
     Each rung is a trial of its own (same configuration, model and batches) with `backend`
@@ -253,7 +315,7 @@ def triage(request: TrialRequest, record: dict, time_left: float | None = None) 
             return record
         rung = run_trial(replace(request, config={**request.config, "backend": backend}, timeout_s=left,
                                  trial_dir=os.path.join(request.trial_dir, f"triage-{backend}"),
-                                 measure={**request.measure, **TRIAGE_MEASURE}))
+                                 measure={**request.measure, **TRIAGE_MEASURE}), heartbeat=heartbeat)
         rungs.append({"backend": backend, "status": rung["status"], "reason": rung.get("reason", ""),
                       "wall_s": rung["wall_s"]})
         if rung["status"] == "timeout":
