@@ -49,18 +49,29 @@ def study_name(model: str) -> str:
     return base.removesuffix(".py").replace(os.sep, "-")
 
 
-def run(settings, verbosity: int = 1) -> SearchResult:
+def run(settings, verbosity: int = 1, gpus: list[str] | None = None) -> SearchResult:
     """Run (or resume) the search of `settings` (a SearchSettings) with the outputs a user gets:
     results.db and the dashboard's trial files kept up to date as trials finish, progress on
-    stderr as verbose as asked."""
+    stderr as verbose as asked. With several `gpus`, a worker process per GPU (autocompile.workers);
+    results.db and the trial files are then written at the end."""
     from autocompile.outputs.dashboard import ArtifactUploader, upload_study_files
     from autocompile.outputs.progress import progress_for
-    from autocompile.outputs.results import FILE_NAME, ResultsTable
+    from autocompile.outputs.results import FILE_NAME, ResultsTable, write_results
     from autocompile.study import load_study, run_search, storage_url
 
-    callbacks = [ResultsTable(os.path.join(settings.study_dir, FILE_NAME)), ArtifactUploader(settings.study_dir)]
-    summary = run_search(settings, progress_for(verbosity, settings.trials), callbacks=callbacks)
-    study = load_study(settings.study, storage_url(settings.storage, settings.directory, settings.study))
+    workers = len(gpus or ())
+    if workers > 1:
+        from autocompile.workers import search_on_workers
+
+        summary = search_on_workers(settings, gpus, verbosity, progress_for(verbosity, settings.trials))
+    else:
+        if gpus and gpus != ["0"] and settings.device.startswith("cuda"):
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]  # --gpus 3,: that GPU only
+        callbacks = [ResultsTable(os.path.join(settings.study_dir, FILE_NAME)), ArtifactUploader(settings.study_dir)]
+        summary = run_search(settings, progress_for(verbosity, settings.trials), callbacks=callbacks)
+    study = load_study(settings.study, storage_url(settings.storage, settings.directory, settings.study, workers))
+    if workers > 1:
+        write_results(study, os.path.join(settings.study_dir, FILE_NAME))
     upload_study_files(study, settings.study_dir)  # what the last callbacks could not see: the round's verdict
     return SearchResult(summary=summary, study=study)
 

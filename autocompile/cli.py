@@ -1,4 +1,4 @@
-"""The `autocompile` command: search, trial, best, report, models, space, failures, export, rejudge, dashboard,
+"""The `autocompile` command: search, worker, trial, best, report, models, space, failures, export, rejudge, dashboard,
 screen-check.
 
 Bad input ends in one line on stderr and exit status 2; an interrupted search in exit 130.
@@ -126,6 +126,21 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
                         "~/.cache/autocompile/failures.db)")
 
 
+def _gpus(text: str) -> list[str]:
+    from autocompile.workers import parse_gpus
+
+    try:
+        return parse_gpus(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _gpus_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpus", type=_gpus, default=None, metavar="N|I,J",
+                   help="a worker process per GPU of this host, sharing the study: a count (4) or GPU indices (0,2) "
+                        "(default 1); with --device cpu, N workers on the CPU (for testing)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autocompile", description="Search for the fastest torch.compile settings of a training workload.")
     parser.add_argument("--version", action=_Version)
@@ -157,7 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--screen", type=_positive_int, metavar="K",
                    help="screen each trial first with the model's repeated blocks cut to K; the top half go on to a "
                         "full trial (off by default; see `autocompile screen-check`)")
+    _gpus_arg(p)
     _memory_args(p)
+
+    p = sub.add_parser("worker", help="join a running study (from another host) and run its trials until its budget is spent")
+    p.add_argument("--study", required=True)
+    p.add_argument("--storage", required=True, help="the study's storage URL, e.g. postgresql+psycopg://user@host/db")
+    p.add_argument("--dir", default="studies", help="where this host keeps the trials' files: DIR/STUDY/trials (default: studies)")
+    p.add_argument("--timeout", type=_positive_float, help="stop after this many seconds (the study's own deadline holds too)")
+    _gpus_arg(p)
 
     p = sub.add_parser("trial", help="measure one configuration in an isolated process")
     _workload_args(p)
@@ -248,7 +271,7 @@ def cmd_search(args) -> int:
         trace=tlparse_command() is not None and not args.no_trace,  # tlparse reports in the dashboard
         memory_path=args.failure_memory, screen=args.screen,
     )
-    summary = run(settings, args.verbosity).summary
+    summary = run(settings, args.verbosity, gpus=args.gpus).summary
     print(format_summary(summary))
     if summary["best"] is None:
         print("no trial ran cleanly yet: see the reasons above and the logs in " + os.path.join(settings.study_dir, "trials"))
@@ -256,6 +279,23 @@ def cmd_search(args) -> int:
     print(f"snippet written to {os.path.join(settings.study_dir, 'apply_compilation.py')}:")
     print()
     print(summary["best"]["snippet"])
+    return 0
+
+
+def cmd_worker(args) -> int:
+    from autocompile.outputs.progress import progress_for
+    from autocompile.workers import join, run_workers
+
+    if args.gpus and len(args.gpus) > 1:
+        from autocompile.study import load_study
+
+        device = load_study(args.study, args.storage).user_attrs.get("settings", {}).get("device", "cuda")
+        codes = run_workers(args.study, args.storage, args.dir, args.gpus, device, args.verbosity, args.timeout)
+        if 130 in codes:
+            raise KeyboardInterrupt
+        return max(codes)
+    count = join(args.study, args.storage, args.dir, progress_for(args.verbosity, 0), args.timeout)
+    print(f"study {args.study!r}: {count} trials counted; this worker is done")
     return 0
 
 
@@ -307,10 +347,10 @@ def cmd_trial(args) -> int:
 
 def _existing_study(args):
     """(study, storage URL) of --study in --dir or --storage; a one-line error if absent."""
-    from autocompile.study import load_study, storage_url
+    from autocompile.storage import load_study, storage_file, storage_url
 
     url = storage_url(args.storage, args.dir, args.study)
-    path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else None
+    path = storage_file(url)
     if path and not os.path.exists(path):
         raise UserError(f"no study {args.study!r}: {path} does not exist (give --dir or --storage)")
     return load_study(args.study, url), url
@@ -477,7 +517,7 @@ def cmd_screen_check(args) -> int:
     return 0 if result["rho"] is not None else 1
 
 
-COMMANDS = {"screen-check": cmd_screen_check, "search": cmd_search, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
+COMMANDS = {"screen-check": cmd_screen_check, "search": cmd_search, "worker": cmd_worker, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
             "models": cmd_models,
             "space": cmd_space, "failures": cmd_failures, "export": cmd_export, "dashboard": cmd_dashboard}
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import os
 import shutil
 import statistics
@@ -37,10 +36,10 @@ from autocompile.report import baseline_trial, baseline_value, best_trial, speed
 from autocompile.errors import UserError
 from autocompile.memory import FailureMemory, store_path
 from autocompile.memory import device_name as _device_name
-from autocompile.storage import (check_study_name, claim_lock, counted, create_or_load, fail_stale, heartbeat_s,
+from autocompile.storage import (check_study_name, counted, create_or_load, fail_stale, heartbeat_s,  # noqa: F401
                                  load_study, open_storage, set_budget, storage_url, this_worker)
-from autocompile.screening import make_pruner, screen_trial
-from autocompile.strategy import next_neighbour, too_slow
+from autocompile.screening import make_pruner
+from autocompile.strategy import too_slow
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
 from autocompile._worker import REPLAY_VERSION
 from autocompile.scoring import (DEFAULT_HORIZON, _judged_by_an_older_guard, judge,
@@ -554,121 +553,6 @@ def plan(runner: _Runner, trials: int, timeout_s: float | None) -> dict:
     return set_budget(runner.study, counted(runner.study) + trials, runner.deadline)
 
 
-def work(runner: _Runner, budget: dict) -> None:
-    """Claim and run trials until the study's budget is spent, or --timeout (less the finalist round's reserve)."""
-    study, settings, progress = runner.study, runner.settings, runner.progress
-    state = {"recipes_queued": False, "proposals": 0, "duplicates": 0}
-    while True:
-        remaining = runner.remaining()
-        reserve = _finalist_reserve(study, settings.finalists) if remaining is not None else 0.0
-        expected = MIN_TRIAL_S if _owed_baselines(study, settings) else expected_trial_s(study)
-        if remaining is not None and remaining - reserve < expected:
-            progress.line(f"search timeout of {settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
-                          f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
-                          f"{expected:.0f} s")
-            return
-        with claim_lock(runner.storage, runner.url, settings.study):
-            fail_stale(study)
-            claim = None if counted(study) >= budget["trials"] else _claim(runner, state)
-        if claim is None and counted(study) >= budget["trials"]:
-            return
-        if state["duplicates"] >= MAX_DUPLICATES:
-            progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
-            return
-        if claim in (None, "wait"):
-            time.sleep(1.0 if claim == "wait" else 0.0)
-            continue
-        trial, config, role = claim
-        baseline = role in ("eager", "compile-defaults")
-        if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
-            continue  # pruned at its screen
-        runner.run(trial, config, role, prunable=not baseline, limit_s=settings.baseline_limit_s if baseline else None,
-                   keep_s=reserve)
-
-
-MAX_DUPLICATES = 5
-
-
-def _owed_baselines(study, settings: SearchSettings) -> list[tuple[str, dict]]:
-    """The baselines still owed, less those another worker is running."""
-    trials = study.get_trials(deepcopy=False)
-    running = {t.user_attrs.get("role") for t in trials if t.state == optuna.trial.TrialState.RUNNING}
-    owed = baselines_to_run([t for t in trials if t.state.is_finished()], settings.baseline_limit_s)
-    return [(role, config) for role, config in owed if role not in running]
-
-
-def _eager_running(study) -> bool:
-    return any(t.user_attrs.get("role") == "eager"
-               for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
-
-
-def _claim(runner: _Runner, state: dict):
-    """Under the study's lock: choose the next trial and claim it (role, config and worker recorded
-    at once, so no other worker starts the same). Returns (trial, config, role); None when it was
-    refused before launch or is a duplicate; "wait" while eager, the reference of every judge, runs."""
-    study, settings, space = runner.study, runner.settings, runner.space
-    pending = _owed_baselines(study, settings)
-    if not pending and _eager_running(study):
-        return "wait"
-    if not pending and not state["recipes_queued"]:
-        # After the baselines (study.ask would hand a queued recipe to a baseline); a
-        # recipe already tried in this study is not queued again.
-        for params in space.starting_points():
-            config = space.suggest(optuna.trial.FixedTrial(params))
-            if not _tried(study, config, params, settings.trial_timeout_s):
-                study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
-        state["recipes_queued"] = True
-    if state["recipes_queued"] and state["proposals"] % 2 == 0 and not _waiting(study):
-        neighbour = next_neighbour(space, study, runner.tried)  # alternating with TPE's proposals
-        if neighbour:
-            study.enqueue_trial(neighbour["params"], user_attrs={
-                "role": "neighbour", **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
-    trial = _ask(study)
-    if hasattr(runner.storage, "record_heartbeat"):
-        runner.storage.record_heartbeat(trial._trial_id)  # stale from now on if this worker dies
-    role, config = _role_and_config(runner, trial, pending, state)
-    if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
-        config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
-    baseline = role in ("eager", "compile-defaults")
-    if not baseline and _tried(study, config, trial.params, settings.trial_timeout_s, exclude=trial.number):
-        return _duplicate(runner, trial, config, state)
-    state["duplicates"] = 0
-    for key, value in (("role", role), ("config", config), ("worker", this_worker())):
-        trial.set_user_attr(key, value)
-    why_not = None if baseline else (space.rejection(config) or runner.memory.reason(config)
-                                     or too_slow(study, config, settings.trial_timeout_s))
-    if why_not:
-        runner.reject(trial, config, role, why_not)
-        return None
-    return trial, config, role
-
-
-def _role_and_config(runner: _Runner, trial, pending: list, state: dict) -> tuple[str, dict]:
-    """A retried trial (its worker died) keeps its role and config; else the next baseline owed, or the sampler's proposal."""
-    if "failed_trial" in runner.storage.get_trial_system_attrs(trial._trial_id) and "config" in trial.user_attrs:
-        return trial.user_attrs.get("role", "search"), dict(trial.user_attrs["config"])
-    if pending:
-        role, config = pending[0]
-        return role, json.loads(json.dumps(config))
-    try:
-        config = runner.space.suggest(trial)
-    except UserError:  # e.g. a space that differs from the study's: nothing ran
-        runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        raise
-    role = trial.user_attrs.get("role", "search")
-    state["proposals"] += role in ("search", "neighbour")
-    return role, config
-
-
-def _duplicate(runner: _Runner, trial, config: dict, state: dict) -> None:
-    """A proposal already measured or claimed: failed (TPE ignores it, the budget does not count it), not run."""
-    trial.set_user_attr("status", "duplicate")
-    trial.set_user_attr("config", config)
-    runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    state["duplicates"] += 1
-    return None
-
-
 def finish(runner: _Runner, search_started: float) -> dict:
     """The finalist round (once), then the summary with the winner; its snippet written."""
     settings, progress = runner.settings, runner.progress
@@ -689,6 +573,8 @@ def finish(runner: _Runner, search_started: float) -> dict:
 def run_search(settings: SearchSettings, progress: Progress | None = None, callbacks=()) -> dict:
     """Run (or resume) a search in this process; returns a summary with the winner. Raises UserError on bad input.
     `callbacks` are called as callback(study, frozen_trial) after each trial is told to the study."""
+    from autocompile.claims import work
+
     search_started = time.time()
     runner = open_search(settings, progress, callbacks)
     work(runner, plan(runner, settings.trials, settings.timeout_s))

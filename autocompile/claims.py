@@ -1,0 +1,136 @@
+"""One worker's loop over a shared study: claim the next trial under the study's lock, run it, until the budget is spent.
+
+The next trial is chosen as a single search chooses it (the baselines, the recipes, neighbours of the
+incumbent alternating with TPE's proposals), but from what the whole study holds: a configuration
+another worker measured, queued or is running is not started again, and compiled trials wait for
+eager (the reference every judge needs). The claim records role, config and worker at once, under
+`autocompile.storage.claim_lock`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import optuna
+
+from autocompile.errors import UserError
+from autocompile.screening import screen_trial
+from autocompile.storage import claim_lock, counted, fail_stale, this_worker
+from autocompile.strategy import next_neighbour, too_slow
+from autocompile.study import (MIN_TRIAL_S, SearchSettings, _Runner as Runner, _ask, _finalist_reserve, _tried,
+                               _waiting, baselines_to_run, expected_trial_s)
+
+def work(runner: Runner, budget: dict) -> None:
+    """Claim and run trials until the study's budget is spent, or --timeout (less the finalist round's reserve)."""
+    study, settings, progress = runner.study, runner.settings, runner.progress
+    state = {"recipes_queued": False, "proposals": 0, "duplicates": 0}
+    while True:
+        remaining = runner.remaining()
+        reserve = _finalist_reserve(study, settings.finalists) if remaining is not None else 0.0
+        expected = MIN_TRIAL_S if _owed_baselines(study, settings) else expected_trial_s(study)
+        if remaining is not None and remaining - reserve < expected:
+            progress.line(f"search timeout of {settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
+                          f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
+                          f"{expected:.0f} s")
+            return
+        with claim_lock(runner.storage, runner.url, settings.study):
+            fail_stale(study)
+            claim = None if counted(study) >= budget["trials"] else _claim(runner, state)
+        if claim is None and counted(study) >= budget["trials"]:
+            return
+        if state["duplicates"] >= MAX_DUPLICATES:
+            progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
+            return
+        if claim in (None, "wait"):
+            time.sleep(1.0 if claim == "wait" else 0.0)
+            continue
+        trial, config, role = claim
+        baseline = role in ("eager", "compile-defaults")
+        if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
+            continue  # pruned at its screen
+        runner.run(trial, config, role, prunable=not baseline, limit_s=settings.baseline_limit_s if baseline else None,
+                   keep_s=reserve)
+
+
+MAX_DUPLICATES = 5
+
+
+def _owed_baselines(study, settings: SearchSettings) -> list[tuple[str, dict]]:
+    """The baselines still owed, less those another worker is running."""
+    trials = study.get_trials(deepcopy=False)
+    running = {t.user_attrs.get("role") for t in trials if t.state == optuna.trial.TrialState.RUNNING}
+    owed = baselines_to_run([t for t in trials if t.state.is_finished()], settings.baseline_limit_s)
+    return [(role, config) for role, config in owed if role not in running]
+
+
+def _eager_running(study) -> bool:
+    return any(t.user_attrs.get("role") == "eager"
+               for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+
+
+def _claim(runner: Runner, state: dict):
+    """Under the study's lock: choose the next trial and claim it (role, config and worker recorded
+    at once, so no other worker starts the same). Returns (trial, config, role); None when it was
+    refused before launch or is a duplicate; "wait" while eager runs (the reference of every judge, as in a single search)."""
+    study, settings, space = runner.study, runner.settings, runner.space
+    if _eager_running(study):
+        return "wait"
+    pending = _owed_baselines(study, settings)
+    if not pending and not state["recipes_queued"]:
+        # After the baselines (study.ask would hand a queued recipe to a baseline); a
+        # recipe already tried in this study is not queued again.
+        for params in space.starting_points():
+            config = space.suggest(optuna.trial.FixedTrial(params))
+            if not _tried(study, config, params, settings.trial_timeout_s):
+                study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
+        state["recipes_queued"] = True
+    if state["recipes_queued"] and state["proposals"] % 2 == 0 and not _waiting(study):
+        neighbour = next_neighbour(space, study, runner.tried)  # alternating with TPE's proposals
+        if neighbour:
+            study.enqueue_trial(neighbour["params"], user_attrs={
+                "role": "neighbour", **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
+    trial = _ask(study)
+    if hasattr(runner.storage, "record_heartbeat"):
+        runner.storage.record_heartbeat(trial._trial_id)  # stale from now on if this worker dies
+    role, config = _role_and_config(runner, trial, pending, state)
+    if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
+        config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
+    baseline = role in ("eager", "compile-defaults")
+    if not baseline and _tried(study, config, trial.params, settings.trial_timeout_s, exclude=trial.number):
+        return _duplicate(runner, trial, config, state)
+    state["duplicates"] = 0
+    for key, value in (("role", role), ("config", config), ("worker", this_worker())):
+        trial.set_user_attr(key, value)
+    why_not = None if baseline else (space.rejection(config) or runner.memory.reason(config)
+                                     or too_slow(study, config, settings.trial_timeout_s))
+    if why_not:
+        runner.reject(trial, config, role, why_not)
+        return None
+    return trial, config, role
+
+
+def _role_and_config(runner: Runner, trial, pending: list, state: dict) -> tuple[str, dict]:
+    """A retried trial (its worker died) keeps its role and config; else the next baseline owed, or the sampler's proposal."""
+    if "failed_trial" in runner.storage.get_trial_system_attrs(trial._trial_id) and "config" in trial.user_attrs:
+        return trial.user_attrs.get("role", "search"), dict(trial.user_attrs["config"])
+    if pending:
+        role, config = pending[0]
+        return role, json.loads(json.dumps(config))
+    try:
+        config = runner.space.suggest(trial)
+    except UserError:  # e.g. a space that differs from the study's: nothing ran
+        runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        raise
+    role = trial.user_attrs.get("role", "search")
+    state["proposals"] += role in ("search", "neighbour")
+    return role, config
+
+
+def _duplicate(runner: Runner, trial, config: dict, state: dict) -> None:
+    """A proposal already measured or claimed: failed (TPE ignores it, the budget does not count it), not run."""
+    trial.set_user_attr("status", "duplicate")
+    trial.set_user_attr("config", config)
+    runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    state["duplicates"] += 1
+    return None
