@@ -100,13 +100,20 @@ def _record_process(trial_dir: str, pid: int) -> str:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet waited for by its parent, does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
         return False
-    except PermissionError:
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
         return True
-    return True
 
 
 def _is_trial_process(pid: int) -> bool:
