@@ -71,7 +71,9 @@ def heartbeat_s() -> int:
 
 
 def _retry_callback():
-    return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=RETRIES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=RETRIES)
 
 
 def _rdb(url: str):

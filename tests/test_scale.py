@@ -146,3 +146,81 @@ def test_a_worker_killed_mid_trial_leaves_a_stale_trial_no_orphan_and_the_study_
     assert len(counted) == SEARCH["trials"], out
     keys = [_config_key(t) for t in counted]
     assert len(set(keys)) == len(keys) and _config_key(stale) in keys  # tried again, once
+
+
+def _dead_pid() -> int:
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    return done.pid
+
+
+def _claimed_trial(study, worker: dict | None = None):
+    trial = study.ask({"x": optuna.distributions.CategoricalDistribution(["a", "b"])})
+    trial.set_user_attr("role", "search")
+    trial.set_user_attr("config", {"x": trial.params["x"]})
+    if worker:
+        trial.set_user_attr("worker", worker)
+    return trial
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_dead_workers_trial_is_failed_as_stale_and_its_configuration_queued_again(tmp_path, monkeypatch, kind):
+    # SQLite (an RDB storage): Optuna's heartbeat; the journal has none: the worker's pid on this host
+    from autocompile.storage import create_or_load, fail_stale, open_storage
+
+    monkeypatch.setenv("AUTOCOMPILE_HEARTBEAT_S", "1")
+    url = "sqlite:///" + str(tmp_path / "study.db") if kind == "sqlite" else JOURNAL + str(tmp_path / "journal.log")
+    storage = open_storage(url)
+    study = create_or_load("stale", storage, direction="maximize")
+    if kind == "sqlite":
+        trial = _claimed_trial(study)
+        storage.record_heartbeat(trial._trial_id)
+        time.sleep(3.5)  # past the grace period of twice the heartbeat (SQLite keeps whole seconds)
+    else:
+        trial = _claimed_trial(study, {"host": socket.gethostname(), "pid": _dead_pid()})
+    assert fail_stale(study) == 1
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    waiting, = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert waiting.user_attrs["config"] == {"x": trial.params["x"]} and waiting.params == trial.params
+    assert fail_stale(study) == 0
+
+
+def test_a_trial_process_whose_worker_died_is_reaped(tmp_path):
+    from autocompile.trial import reap_orphans
+
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "autocompile._worker"],
+                              start_new_session=True)
+    folder = tmp_path / "s" / "trials" / "0003"
+    folder.mkdir(parents=True)
+    (folder / "process.json").write_text(json.dumps({"pid": orphan.pid, "worker": _dead_pid(), "host": socket.gethostname()}))
+    assert reap_orphans(str(tmp_path / "s")) == [orphan.pid]
+    assert orphan.wait(timeout=5) == -signal.SIGKILL and not (folder / "process.json").exists()
+
+
+INTERRUPTED = """
+import sys
+sys.path.insert(0, {here!r})
+from autocompile.study import SearchSettings, run_search
+try:
+    run_search(SearchSettings(study="c", directory={directory!r}, **{search!r}))
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_kills_the_running_trial_marks_it_interrupted_and_keeps_the_finished_ones(tmp_path):
+    search = {**SEARCH, "trials": 3}
+    parent = subprocess.Popen([sys.executable, "-c", INTERRUPTED.format(here=HERE, directory=str(tmp_path), search=search)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process_file, deadline = tmp_path / "c" / "trials" / "0001" / "process.json", time.time() + 60
+    while not process_file.exists() and time.time() < deadline and parent.poll() is None:
+        time.sleep(0.2)
+    pid = json.loads(process_file.read_text())["pid"]
+    parent.send_signal(signal.SIGINT)
+    out, _ = parent.communicate(timeout=30)
+    assert parent.returncode == 130, out
+    assert not pid_alive(pid)
+    study = load_study("c", "sqlite:///" + str(tmp_path / "c" / "study.db"))
+    eager, stopped = study.trials
+    assert eager.state == optuna.trial.TrialState.COMPLETE and eager.user_attrs["status"] == "ok"
+    assert stopped.state == optuna.trial.TrialState.FAIL and stopped.user_attrs["reason"] == "interrupted"
