@@ -31,6 +31,7 @@ JOURNAL = "journal://"  # journal:///abs/path/journal.log: Optuna's JournalStora
 HEARTBEAT_ENV = "AUTOCOMPILE_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 30
 RETRIES = 1  # a configuration whose worker died is tried again once
+ATTEMPTS = 8  # opening a storage or study that another process is creating
 
 
 def check_study_name(name: str) -> str:
@@ -92,7 +93,9 @@ def _journal(path: str):
 
 def _racing(error: Exception) -> bool:
     """Two processes creating the same schema or study at once: the loser tries again."""
-    return "IntegrityError" in type(error).__name__ or isinstance(error, optuna.exceptions.DuplicatedStudyError)
+    text = str(error)
+    return ("IntegrityError" in type(error).__name__ or isinstance(error, optuna.exceptions.DuplicatedStudyError)
+            or any(sign in text for sign in ("already exists", "database is locked", "UNIQUE constraint")))
 
 
 def _first_line(exc: Exception) -> str:
@@ -103,7 +106,7 @@ def open_storage(url: str, create_dir: str | None = None):
     """The Optuna storage of `url` (RDB storages with heartbeats); a one-line error if it cannot be opened."""
     if storage_file(url) and create_dir:
         os.makedirs(create_dir, exist_ok=True)
-    for attempt in range(5):
+    for attempt in range(ATTEMPTS):
         try:
             if url.startswith(JOURNAL):
                 return _journal(storage_file(url))
@@ -111,7 +114,7 @@ def open_storage(url: str, create_dir: str | None = None):
                 return _rdb(url)
             return optuna.storages.get_storage(url)
         except Exception as exc:
-            if _racing(exc) and attempt < 4:
+            if _racing(exc) and attempt < ATTEMPTS - 1:
                 time.sleep(0.2 * (attempt + 1))
                 continue
             raise UserError(f"cannot open storage {url}: {_first_line(exc)}") from None
@@ -119,11 +122,11 @@ def open_storage(url: str, create_dir: str | None = None):
 
 def create_or_load(name: str, storage, **kwargs):
     """optuna.create_study(load_if_exists=True), tried again when another process created it first."""
-    for attempt in range(5):
+    for attempt in range(ATTEMPTS):
         try:
             return optuna.create_study(study_name=name, storage=storage, load_if_exists=True, **kwargs)
         except Exception as exc:
-            if not _racing(exc) or attempt == 4:
+            if not _racing(exc) or attempt == ATTEMPTS - 1:
                 raise
             time.sleep(0.2 * (attempt + 1))
 

@@ -59,12 +59,12 @@ def _relay(process: subprocess.Popen, label: str, stream) -> None:
 def run_workers(study: str, url: str, directory: str, gpus: list[str], device: str, verbosity: int = 1,
                 timeout_s: float | None = None, stream=None) -> list[int]:
     """Start a worker per GPU (they die with this process), relay their lines, wait; their exit codes.
-    Ctrl-C is passed on: each stops its trial and keeps what finished."""
+    Ctrl-C is passed on, once (the workers have sessions of their own): each stops its trial and keeps what finished."""
     stream = stream or sys.stderr
     labels = [f"gpu {gpu}" if device.startswith("cuda") else f"worker {gpu}" for gpu in gpus]
     processes = [subprocess.Popen(_worker_command(study, url, directory, verbosity, timeout_s), env=_worker_env(gpu, device),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                  bufsize=1, preexec_fn=die_with_parent) for gpu in gpus]
+                                  bufsize=1, start_new_session=True, preexec_fn=die_with_parent) for gpu in gpus]
     relays = [threading.Thread(target=_relay, args=(p, label, stream), daemon=True) for p, label in zip(processes, labels)]
     for relay in relays:
         relay.start()

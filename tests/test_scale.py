@@ -224,3 +224,30 @@ def test_ctrl_c_kills_the_running_trial_marks_it_interrupted_and_keeps_the_finis
     eager, stopped = study.trials
     assert eager.state == optuna.trial.TrialState.COMPLETE and eager.user_attrs["status"] == "ok"
     assert stopped.state == optuna.trial.TrialState.FAIL and stopped.user_attrs["reason"] == "interrupted"
+
+
+RACE = """
+import sys, time
+from autocompile.storage import create_or_load, open_storage
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+create_or_load("race", open_storage(sys.argv[1]), direction="maximize")
+"""
+
+
+def test_two_processes_starting_the_same_new_study_both_open_it(tmp_path):
+    url, start = "sqlite:///" + str(tmp_path / "study.db"), str(time.time() + 3)
+    racers = [subprocess.Popen([sys.executable, "-c", RACE, url, start], stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for racer in racers:
+        assert racer.wait(timeout=60) == 0, racer.stderr.read()
+    assert len(optuna.get_all_study_summaries(url)) == 1
+
+
+def test_a_worker_refuses_a_study_no_search_started(tmp_path, capsys):
+    from autocompile.cli import main
+    from autocompile.storage import create_or_load, open_storage
+
+    url = "sqlite:///" + str(tmp_path / "study.db")
+    create_or_load("bare", open_storage(url), direction="maximize")
+    assert main(["worker", "--study", "bare", "--storage", url]) == 2
+    assert "was not started by `autocompile search`" in capsys.readouterr().err
+    assert main(["search", "--model", "tiny-llama", "--device", "cpu", "--gpus", "two"]) == 2
