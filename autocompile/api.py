@@ -77,14 +77,15 @@ def run(settings, verbosity: int = 1, gpus: list[str] | None = None) -> SearchRe
 
 
 def search(model: str, trials: int = 10, device: str | None = None, study: str | None = None,
-           directory: str = "studies", verbosity: int = 1, **options) -> SearchResult:
-    """Search (or resume) as `autocompile search` does; `options` are SearchSettings' fields
-    (timeout_s, trial_timeout_s, horizon, finalists, fixed, space_file, storage, ...)."""
+           directory: str = "studies", verbosity: int = 1, gpus: int | str | None = None, **options) -> SearchResult:
+    """Search (or resume) as `autocompile search` does; `gpus` as --gpus (a count or "0,2"); `options`
+    are SearchSettings' fields (timeout_s, trial_timeout_s, horizon, finalists, fixed, space_file, storage, ...)."""
     from autocompile.study import SearchSettings
+    from autocompile.workers import parse_gpus
 
     try:
         settings = SearchSettings(model=model, device=resolve_device(device), study=study or study_name(model),
                                   directory=directory, trials=trials, **options)
     except TypeError as exc:  # an option SearchSettings does not have
         raise UserError(f"search(): {exc}") from None
-    return run(settings, verbosity)
+    return run(settings, verbosity, gpus=None if gpus is None else parse_gpus(str(gpus)))
