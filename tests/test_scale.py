@@ -21,9 +21,9 @@ from conftest import FAST, HERE, toy
 
 PG_BIN = "/usr/lib/postgresql/15/bin"
 COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-# Compiled trials are cut at 8 s (the baselines at 20 s): what is tested is who runs what, not speed;
+# Compiled trials are cut at 8 s (the baselines at 15 s): what is tested is who runs what, not speed;
 # a whole-model compile that timed out makes the other whole-model configurations refused at no cost.
-SEARCH = dict(model=toy(), device="cpu", trials=5, trial_timeout_s=8, baseline_timeout_s=20, measure=FAST, finalists=0)
+SEARCH = dict(model=toy(), device="cpu", trials=5, trial_timeout_s=8, baseline_timeout_s=15, measure=FAST, finalists=0)
 
 
 @pytest.fixture(autouse=True)
