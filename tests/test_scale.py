@@ -163,16 +163,17 @@ def _claimed_trial(study, worker: dict | None = None):
     return trial
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_a_dead_workers_trial_is_failed_as_stale_and_its_configuration_queued_again(tmp_path, monkeypatch, kind):
-    # SQLite (an RDB storage): Optuna's heartbeat; the journal has none: the worker's pid on this host
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "journal"])
+def test_a_dead_workers_trial_is_failed_as_stale_and_its_configuration_queued_again(tmp_path, monkeypatch, kind, request):
+    # RDB storages (SQLite, PostgreSQL): Optuna's heartbeat; the journal has none: the worker's pid on this host
     from autocompile.storage import create_or_load, fail_stale, open_storage
 
     monkeypatch.setenv("AUTOCOMPILE_HEARTBEAT_S", "1")
-    url = "sqlite:///" + str(tmp_path / "study.db") if kind == "sqlite" else JOURNAL + str(tmp_path / "journal.log")
+    url = {"sqlite": lambda: "sqlite:///" + str(tmp_path / "study.db"), "journal": lambda: JOURNAL + str(tmp_path / "journal.log"),
+           "postgres": lambda: request.getfixturevalue("postgres")}[kind]()
     storage = open_storage(url)
     study = create_or_load("stale", storage, direction="maximize")
-    if kind == "sqlite":
+    if kind != "journal":
         trial = _claimed_trial(study)
         storage.record_heartbeat(trial._trial_id)
         time.sleep(3.5)  # past the grace period of twice the heartbeat (SQLite keeps whole seconds)

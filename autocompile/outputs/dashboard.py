@@ -177,4 +177,5 @@ def serve(study, url: str, study_dir: str, host: str = "127.0.0.1", port: int = 
     import optuna_dashboard
 
     upload_study_files(study, study_dir)
-    optuna_dashboard.run_server(url, host=host, port=port, artifact_store=artifact_store(study_dir))
+    storage = study._storage if url.startswith("journal:") else url  # a journal file has no URL Optuna knows
+    optuna_dashboard.run_server(storage, host=host, port=port, artifact_store=artifact_store(study_dir))
