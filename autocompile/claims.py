@@ -73,10 +73,25 @@ def _claim(runner: Runner, state: dict):
     """Under the study's lock: choose the next trial and claim it (role, config and worker recorded
     at once, so no other worker starts the same). Returns (trial, config, role); None when it was
     refused before launch or is a duplicate; "wait" while eager runs (the reference of every judge, as in a single search)."""
-    study, settings, space = runner.study, runner.settings, runner.space
+    study = runner.study
     if _eager_running(study):
         return "wait"
-    pending = _owed_baselines(study, settings)
+    pending = _owed_baselines(study, runner.settings)
+    _queue_proposals(runner, state, pending)
+    trial = _ask(study)
+    try:
+        return _attribute(runner, trial, pending, state)
+    except KeyboardInterrupt:  # Ctrl-C between ask and launch: nothing ran
+        trial.set_user_attr("status", "interrupted")
+        trial.set_user_attr("reason", "interrupted")
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        raise
+
+
+def _queue_proposals(runner: Runner, state: dict, pending: list) -> None:
+    """The recipes once the baselines are claimed (those not tried yet), then a neighbour of the
+    incumbent every other proposal, alternating with TPE's."""
+    study, settings, space = runner.study, runner.settings, runner.space
     if not pending and not state["recipes_queued"]:
         # After the baselines (study.ask would hand a queued recipe to a baseline); a
         # recipe already tried in this study is not queued again.
@@ -90,7 +105,12 @@ def _claim(runner: Runner, state: dict):
         if neighbour:
             study.enqueue_trial(neighbour["params"], user_attrs={
                 "role": "neighbour", **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
-    trial = _ask(study)
+
+
+def _attribute(runner: Runner, trial, pending: list, state: dict):
+    """Give the asked trial its role and config, and record them with this worker; refuse it (None)
+    if it is a duplicate or cannot work here."""
+    study, settings, space = runner.study, runner.settings, runner.space
     if hasattr(runner.storage, "record_heartbeat"):
         runner.storage.record_heartbeat(trial._trial_id)  # stale from now on if this worker dies
     role, config = _role_and_config(runner, trial, pending, state)

@@ -109,9 +109,9 @@ search_on_workers(SearchSettings(study="kill", directory={directory!r}, storage=
 """
 
 
-def _running_trial(study_dir: str, url: str, role: str):
+def _running_trial(study_dir: str, url: str, role: str, name: str = "kill"):
     """(trial, its process's pid) of a running `role` trial whose process has started; None if none yet."""
-    for t in load_study("kill", url).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+    for t in load_study(name, url).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         path = os.path.join(study_dir, "trials", f"{t.number:04d}", "process.json")
         if t.user_attrs.get("role") == role and "worker" in t.user_attrs and os.path.exists(path):
             with open(path) as f:
@@ -252,3 +252,36 @@ def test_a_worker_refuses_a_study_no_search_started(tmp_path, capsys):
     assert main(["worker", "--study", "bare", "--storage", url]) == 2
     assert "was not started by `autocompile search`" in capsys.readouterr().err
     assert main(["search", "--model", "tiny-llama", "--device", "cpu", "--gpus", "two"]) == 2
+
+
+PARALLEL_INTERRUPTED = """
+import sys
+sys.path.insert(0, {here!r})
+from autocompile.study import SearchSettings
+from autocompile.workers import search_on_workers
+try:
+    search_on_workers(SearchSettings(study="cc", directory={directory!r}, **{search!r}), ["0", "1"])
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_stops_every_worker_and_keeps_the_finished_trials(tmp_path):
+    url = JOURNAL + str(tmp_path / "cc" / "journal.log")
+    script = PARALLEL_INTERRUPTED.format(here=HERE, directory=str(tmp_path), search=SEARCH)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline, found = time.time() + 90, None
+    while found is None and time.time() < deadline and parent.poll() is None:
+        time.sleep(0.3)
+        if os.path.exists(tmp_path / "cc" / "journal.log"):
+            found = _running_trial(str(tmp_path / "cc"), url, "compile-defaults", "cc")
+    assert found, "no compile-defaults trial was seen running"
+    parent.send_signal(signal.SIGINT)  # as `kill -INT`: the search passes it on to its workers
+    out, _ = parent.communicate(timeout=60)
+    assert parent.returncode == 130, out
+    assert not pid_alive(found[1])
+    study = load_study("cc", url)
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,)), out
+    assert study.trials[0].user_attrs["role"] == "eager" and study.trials[0].state == optuna.trial.TrialState.COMPLETE
+    stopped = study.trials[found[0].number]
+    assert stopped.state == optuna.trial.TrialState.FAIL and stopped.user_attrs["reason"] == "interrupted"
