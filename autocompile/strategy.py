@@ -93,9 +93,10 @@ MODE_WEIGHT = {"default": 0, "reduce-overhead": 1, "max-autotune-no-cudagraphs":
 
 def too_slow(study, config: dict, limit_s: float) -> str | None:
     """Why a configuration is expected not to finish its warm-up within `limit_s`, from the trials
-    measured so far, or None: a trial of the same scope under a mode no heavier took the whole
-    limit or more to warm up, or was cut by its limit while compiling (e.g. llama-8b's whole-model
-    compile, 470 s against a 300 s trial limit). More options only add graphs to compile."""
+    measured so far, or None: the model alone compiled in the same scope under a mode no heavier
+    (no compiled optimizer step or loss) took the whole limit or more to warm up, or was cut by
+    its limit while compiling (e.g. llama-8b's whole-model compile, 470 s against a 300 s trial
+    limit). What a configuration adds to that compile only adds to its time."""
     if not config.get("compile") or config.get("scope") == "modular":
         return None
     weight = MODE_WEIGHT.get(config.get("mode"), 0)
@@ -103,8 +104,8 @@ def too_slow(study, config: dict, limit_s: float) -> str | None:
         a = t.user_attrs
         seen = a.get("config", {})
         if not t.state.is_finished() or not seen.get("compile") or seen.get("scope") != config["scope"] \
-                or MODE_WEIGHT.get(seen.get("mode"), 0) > weight:
-            continue
+                or MODE_WEIGHT.get(seen.get("mode"), 0) > weight or seen.get("compile_optimizer") or seen.get("compile_loss"):
+            continue  # evidence is the model's own compile: a compiled step or loss may be what took the time
         if (a.get("warmup_s") or 0) >= limit_s:
             return (f"expected not to fit the {limit_s:.0f} s trial limit: trial {t.number} "
                     f"({seen['scope']}, {seen.get('mode')}) took {a['warmup_s']:.0f} s to warm up")
@@ -150,7 +151,7 @@ def next_neighbour(space, study, tried) -> dict | None:
     moves = [(dim, value) for dim in _order(space, study) for value in dim.choices
              if not (dim.name in base and _same(base[dim.name], value))]
     for dim, value in sorted(moves, key=lambda m: _rank(m[0].name, m[1], base, borrow)):  # a stable sort
-        params = space.params_for({**base, dim.name: value})
+        params = space.params_for({**borrow, **base, dim.name: value})  # what the move brings in: as the fastest had it
         if not params or params == base or dim.name not in params:
             continue  # not offered here, or the dimension does not apply to the incumbent
         config = space.suggest(optuna.trial.FixedTrial(params))

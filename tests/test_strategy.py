@@ -61,6 +61,17 @@ def test_a_configuration_whose_scope_did_not_warm_up_within_the_trial_limit_is_n
     assert all("expected not to fit the 2 s trial limit: trial 1 (full, default) took" in r["reason"] for r in refused)
 
 
+def test_neighbours_borrow_from_the_fastest_trial_first_and_give_up_a_promising_value_last():
+    from autocompile.strategy import _rank
+    base = {"compile_loss": True, "compile_optimizer": False, "mode": "default", "padding": "multiple"}
+    fastest = {"compile_loss": False, "compile_optimizer": True, "mode": "default", "padding": "buckets"}
+    assert _rank("compile_optimizer", True, base, fastest) == 0  # the fastest had it, and it promises
+    assert _rank("padding", "buckets", base, fastest) == 0  # the fastest had it
+    assert _rank("mode", "reduce-overhead", base, fastest) == 1  # promising, not yet seen
+    assert _rank("padding", "max", base, fastest) == 2
+    assert _rank("compile_loss", False, base, fastest) == 3  # away from a promising value, though the fastest did so
+
+
 def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
     settings = SearchSettings(model=toy(), device="cpu", study="t", directory=str(tmp_path), trials=20,
                               timeout_s=120, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1,
