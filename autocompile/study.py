@@ -581,7 +581,7 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
     recipes_queued, proposals = False, 0
     tried = lambda config, params: (_tried(study, config, params, settings.trial_timeout_s)  # noqa: E731
                                     or memory.reason(config) is not None
-                                    or too_slow(study, config, settings.trial_timeout_s) is not None)
+                                    or too_slow(study, config, settings.trial_timeout_s, space.rejection) is not None)
     for _ in range(settings.trials):
         remaining = runner.remaining()
         reserve = _finalist_reserve(study, settings.finalists) if remaining is not None else 0.0
@@ -620,7 +620,7 @@ def run_search(settings: SearchSettings, progress: Progress | None = None, callb
             config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
         baseline = role in ("eager", "compile-defaults")
         why_not = None if baseline else (space.rejection(config) or memory.reason(config)
-                                         or too_slow(study, config, settings.trial_timeout_s))
+                                         or too_slow(study, config, settings.trial_timeout_s, space.rejection))
         if why_not:
             runner.reject(trial, config, role, why_not)
             continue
