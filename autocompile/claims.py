@@ -123,7 +123,7 @@ def _attribute(runner: Runner, trial, pending: list, state: dict):
     for key, value in (("role", role), ("config", config), ("worker", this_worker())):
         trial.set_user_attr(key, value)
     why_not = None if baseline else (space.rejection(config) or runner.memory.reason(config)
-                                     or too_slow(study, config, settings.trial_timeout_s))
+                                     or too_slow(study, config, settings.trial_timeout_s, space.rejection))
     if why_not:
         runner.reject(trial, config, role, why_not)
         return None

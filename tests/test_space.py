@@ -6,6 +6,7 @@ import pytest
 
 from autocompile.errors import UserError
 from autocompile.space import DEFAULTS, Capabilities, SearchSpace, WorkloadTraits
+from autocompile.space.rules import doomed
 from autocompile.study import build_space
 from conftest import toy
 
@@ -125,6 +126,10 @@ def test_compile_loss_and_lr_tensor_are_offered_only_where_they_mean_something()
     scheduled = build_space(toy("toy_scheduled"), "cpu")
     lr_tensor = scheduled.dimension("lr_tensor")
     assert lr_tensor.active({**DEFAULTS, "compile_optimizer": True}) and not lr_tensor.active(DEFAULTS)
+    float_lr = scheduled.rejection({**DEFAULTS, "compile_optimizer": True, "lr_tensor": False})
+    assert float_lr and "compiles again for each new value the LR schedule gives it" in float_lr
+    assert scheduled.rejection({**DEFAULTS, "compile_optimizer": True, "lr_tensor": True}) is None
+    assert plain.rejection({**DEFAULTS, "compile_optimizer": True}) is None  # no schedule: nothing changes
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     seen = set()
     for _ in range(30):
@@ -294,12 +299,13 @@ def test_possible_combinations_pass_and_cuda_graph_options_with_cuda_graphs():
     cuda = SearchSpace(Capabilities.detect("cuda"), WorkloadTraits(**CPU_TOY))
     assert cuda.rejection(cuda.validate({"mode": "reduce-overhead", "inductor": {"triton.cudagraph_trees": False}})) is None
     # a suggested configuration never needs rejecting for what the conditions already prevent
+    # (a doomed one, possible but futile, is refused by rules.doomed with its own reason)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
     for _ in range(60):
         trial = study.ask()
         config = cuda.suggest(trial)
         study.tell(trial, 0.0)
-        assert cuda.rejection(config) is None, config
+        assert cuda.rejection(config) in (None, doomed(config, cuda.traits, cuda.caps)), config
 
 
 def test_trial_turns_an_impossible_config_away_in_one_line(capsys):

@@ -1,5 +1,6 @@
 """What the search proposes after its recipes, and what it refuses before launch (real searches of a toy)."""
 
+import optuna
 import pytest
 
 from autocompile.space import DEFAULTS
@@ -59,6 +60,35 @@ def test_a_configuration_whose_scope_did_not_warm_up_within_the_trial_limit_is_n
     refused = rows[2:]
     assert len(refused) == 2 and all(r["status"] == "infeasible" and r["wall_s"] == 0 for r in refused)
     assert all("expected not to fit the 2 s trial limit: trial 1 (full, default) took" in r["reason"] for r in refused)
+
+
+def test_too_slow_takes_evidence_only_from_trials_compiling_no_more_than_the_candidate():
+    # the shape of llama-8b's trials 19 and 21 (H200, 2026-11-23): regional max-autotune with a
+    # compiled step and loss was still compiling after 300 s; its no-CUDA-graph twin then spent
+    # its limit too. Recorded trials (as a search records them), judged without a run.
+    from autocompile.strategy import too_slow
+    study = optuna.create_study(direction="maximize")
+    slow = {"compile": True, "scope": "regional", "mode": "max-autotune", "compile_optimizer": True, "compile_loss": True}
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
+        "config": slow, "status": "timeout", "wall_s": 300.0, "reason": "no result within the 300 s limit (while compiling)"}))
+    twin = {**slow, "mode": "max-autotune-no-cudagraphs"}
+    assert "trial 0 (regional, max-autotune) was still compiling after 300 s" in too_slow(study, twin, 300)
+    assert too_slow(study, twin, 600) is None  # a longer limit may hold it
+    assert too_slow(study, {**twin, "compile_loss": False}, 300) is None  # the evidence compiled more
+    assert too_slow(study, {**slow, "mode": "default"}, 300) is None  # a lighter mode
+    assert too_slow(study, {**twin, "scope": "full"}, 300) is None  # another scope
+    assert too_slow(study, twin, 300, explained=lambda config: "a rule's reason") is None  # a rule explains it
+
+
+def test_neighbours_borrow_from_the_fastest_trial_first_and_give_up_a_promising_value_last():
+    from autocompile.strategy import _rank
+    base = {"compile_loss": True, "compile_optimizer": False, "mode": "default", "padding": "multiple"}
+    fastest = {"compile_loss": False, "compile_optimizer": True, "mode": "default", "padding": "buckets"}
+    assert _rank("compile_optimizer", True, base, fastest) == 0  # the fastest had it, and it promises
+    assert _rank("padding", "buckets", base, fastest) == 0  # the fastest had it
+    assert _rank("mode", "reduce-overhead", base, fastest) == 1  # promising, not yet seen
+    assert _rank("padding", "max", base, fastest) == 2
+    assert _rank("compile_loss", False, base, fastest) == 3  # away from a promising value, though the fastest did so
 
 
 def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):

@@ -244,6 +244,11 @@ def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
     assert clear["winner"] == 3 and not clear["within_noise"] and clear["margin"] == pytest.approx(1 / 9)
     close = choose_winner([row(3, 10.0, 0.02, 90.0), row(5, 9.8, 0.02, 20.0)], 0, 5.0, 1000)
     assert close["winner"] == 5 and close["within_noise"] and "shorter warm-up" in close["why"]
+    # a runner-up whose two measurements disagree does not take the win with its shorter warm-up:
+    # only its window spread counts against the leader (the captioner's round, H200, 2026-11-23)
+    unsteady = {**row(8, 12.2, 0.31, 33.6), "spread": 0.05}
+    steady = choose_winner([{**row(9, 15.4, 0.026, 137.1), "spread": 0.026}, unsteady], 0, 10.6, 10000)
+    assert steady["winner"] == 9 and not steady["within_noise"] and steady["noise"] == pytest.approx(0.076)
     assert choose_winner([row(3, 10.0, 0.02, 90.0)], 0, 12.0, 1000)["winner"] == 0  # eager above all
     assert choose_winner([{"trial": 3, "status": "failed again"}], 0, 12.0, 1000) == {"winner": None}
 

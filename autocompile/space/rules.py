@@ -41,7 +41,17 @@ def doomed(config: dict, traits, caps) -> str | None:
     for releases, applies, reason in SEEN_FAILING:
         if caps.torch_version.startswith(releases) and applies(config):
             return reason
-    return _over_the_recompile_limit(config, traits, caps)
+    return _a_float_lr_under_a_schedule(config, traits) or _over_the_recompile_limit(config, traits, caps)
+
+
+def _a_float_lr_under_a_schedule(config: dict, traits) -> str | None:
+    """A compiled optimizer step guards on its learning rate as a Python float: under a schedule
+    each new value compiles the step again (test_apply shows it on the CPU; llama-8b's trial 12
+    was still compiling after 300 s, H200, 2026-11-23)."""
+    if config["compile_optimizer"] and traits.schedule and not config["lr_tensor"]:
+        return ("a compiled optimizer step with the learning rate as a float compiles again for each new "
+                "value the LR schedule gives it; set lr_tensor (the learning rate as a tensor)")
+    return None
 
 
 def _over_the_recompile_limit(config: dict, traits, caps) -> str | None:
