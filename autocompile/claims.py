@@ -21,18 +21,17 @@ from autocompile.strategy import next_neighbour, too_slow
 from autocompile.study import (MIN_TRIAL_S, SearchSettings, _Runner as Runner, _ask, _finalist_reserve, _tried,
                                _waiting, baselines_to_run, expected_trial_s)
 
-def work(runner: Runner, budget: dict) -> None:
-    """Claim and run trials until the study's budget is spent, or --timeout (less the finalist round's reserve)."""
+MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
+
+
+def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
+    """Claim and run trials until the study's budget is spent, or --timeout (less the finalist round's
+    reserve). With `study_wide`, the progress counts the study's trials (a worker), not this process's."""
     study, settings, progress = runner.study, runner.settings, runner.progress
     state = {"recipes_queued": False, "proposals": 0, "duplicates": 0}
     while True:
-        remaining = runner.remaining()
-        reserve = _finalist_reserve(study, settings.finalists) if remaining is not None else 0.0
-        expected = MIN_TRIAL_S if _owed_baselines(study, settings) else expected_trial_s(study)
-        if remaining is not None and remaining - reserve < expected:
-            progress.line(f"search timeout of {settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
-                          f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
-                          f"{expected:.0f} s")
+        reserve = _finalist_reserve(study, settings.finalists) if runner.remaining() is not None else 0.0
+        if _out_of_time(runner, reserve):
             return
         with claim_lock(runner.storage, runner.url, settings.study):
             fail_stale(study)
@@ -46,6 +45,8 @@ def work(runner: Runner, budget: dict) -> None:
             time.sleep(1.0 if claim == "wait" else 0.0)
             continue
         trial, config, role = claim
+        if study_wide:
+            progress.done = counted(study) - 1  # this trial's place in the study's budget
         baseline = role in ("eager", "compile-defaults")
         if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
             continue  # pruned at its screen
@@ -53,7 +54,18 @@ def work(runner: Runner, budget: dict) -> None:
                    keep_s=reserve)
 
 
-MAX_DUPLICATES = 5
+def _out_of_time(runner: Runner, reserve: float) -> bool:
+    """Whether the next trial is not expected to fit what is left of --timeout, less the finalist round's reserve."""
+    remaining, settings = runner.remaining(), runner.settings
+    if remaining is None:
+        return False
+    expected = MIN_TRIAL_S if _owed_baselines(runner.study, settings) else expected_trial_s(runner.study)
+    if remaining - reserve >= expected:
+        return False
+    runner.progress.line(f"search timeout of {settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
+                         f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
+                         f"{expected:.0f} s")
+    return True
 
 
 def _owed_baselines(study, settings: SearchSettings) -> list[tuple[str, dict]]:

@@ -140,5 +140,5 @@ def join(study_name: str, url: str, directory: str, progress=None, timeout_s: fl
     deadlines = [d for d in (budget.get("deadline"), timeout_s and time.time() + timeout_s) if d]
     runner.deadline = min(deadlines) if deadlines else None
     runner.progress.total = budget["trials"]
-    work(runner, budget)
+    work(runner, budget, study_wide=True)
     return counted(runner.study)

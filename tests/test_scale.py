@@ -163,6 +163,7 @@ def _claimed_trial(study, worker: dict | None = None):
     return trial
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # ask() without optimize(): we beat ourselves
 @pytest.mark.parametrize("kind", ["sqlite", "postgres", "journal"])
 def test_a_dead_workers_trial_is_failed_as_stale_and_its_configuration_queued_again(tmp_path, monkeypatch, kind, request):
     # RDB storages (SQLite, PostgreSQL): Optuna's heartbeat; the journal has none: the worker's pid on this host
