@@ -27,6 +27,8 @@ import uuid
 
 import optuna
 
+from autocompile.records import full_record
+
 ARTIFACTS_DIR = "artifacts"  # DIR/STUDY/artifacts/
 TRIAL_FILES = ("apply_compilation.py", "log.txt", "events.jsonl", "result.json", "log-hard-mark.txt")
 TRACE_DIR, REPORT_DIR = "trace", "tlparse"  # in a trial's folder: TORCH_TRACE's logs, tlparse's report
@@ -116,7 +118,7 @@ def upload_trial_files(study, trial, study_dir: str, store=None) -> list[str]:
     store = store or artifact_store(study_dir)
     have = uploaded(study, trial)
     names = []
-    for name, path in trial_files(folder, trial.user_attrs):
+    for name, path in trial_files(folder, full_record(trial, study_dir)):
         if name not in have:
             _attach(study, trial, store, name, path)
             names.append(name)
