@@ -29,10 +29,16 @@ def shortened(value, limit: int = ATTR_CHARS):
     text = _json(value)
     if len(text) <= limit:
         return value
-    if isinstance(value, dict):
-        inner = {key: shortened(item, 60) for key, item in value.items()}
-        if len(_json(inner)) <= limit:
-            return inner  # still a mapping: its short keys (a verdict's method, version) stay readable
+    if isinstance(value, dict):  # stays a mapping where it can: a verdict's method, figures stay readable
+        for inner_limit in (60, 30):
+            inner = {key: shortened(item, inner_limit) for key, item in value.items()}
+            if len(_json(inner)) <= limit:
+                return inner
+        kept = {key: item for key, item in value.items()
+                if item is None or isinstance(item, (bool, int, float)) or (isinstance(item, str) and len(item) <= 30)}
+        kept["…"] = f"{len(value) - len(kept)} more keys in result.json"
+        if len(_json(kept)) <= limit:
+            return kept
         head = f"{len(value)} keys (all in result.json): "
     elif isinstance(value, (list, tuple)):
         head = f"{len(value)} items (all in result.json); first: "
