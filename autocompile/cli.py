@@ -360,7 +360,8 @@ def cmd_best(args) -> int:
     from autocompile.report import format_best, format_effects, summarize
 
     study, _ = _existing_study(args)
-    summary = summarize(study, None, horizon=args.horizon)
+    # The study's folder holds each trial's whole record (the winner's snippet); nothing is written
+    summary = summarize(study, os.path.join(args.dir, args.study), horizon=args.horizon)
     if summary["best"] is None:
         raise UserError(f"study {args.study!r} has no trial that ran cleanly yet")
     if args.pareto:

@@ -12,6 +12,7 @@ import os
 
 import optuna
 
+from autocompile.records import concise, full_record, save_record, trial_folder
 from autocompile.scoring import _judged_by_an_older_guard, judge, score, violation
 from autocompile.study import _eager_record
 from autocompile.trial import TrialRequest, run_trial
@@ -49,16 +50,17 @@ def rejudge(study, study_dir: str, timeout_s: float = 900.0, dry_run: bool = Fal
         if replayed["status"] != "ok" or "error" in replayed.get("replay", {}):
             say(f"  the replay did not finish: {replayed.get('reason') or replayed.get('replay')}")
             continue
-        measured = {k: v for k, v in original.user_attrs.items() if k not in _VERDICT_KEYS}
+        measured = {k: v for k, v in full_record(original, study_dir).items() if k not in _VERDICT_KEYS}
         record = judge({**measured, "status": "ok", "reason": "", "replay": replayed["replay"]}, eager,
                        settings["device"], None)
         record["score"] = score(record, horizon)
         record["rejudged_from"] = original.number
         record["notes"] = list(record.get("notes", [])) + [
             f"re-judged from trial {original.number}: its measurement, the numerics of the current replay"]
+        save_record(trial_folder(study_dir, len(study.trials)), record)  # the number add_trial gives it
         study.add_trial(optuna.trial.create_trial(
             state=optuna.trial.TrialState.COMPLETE, value=record["score"], params=original.params,
-            distributions=original.distributions, user_attrs=record,
+            distributions=original.distributions, user_attrs=concise(record),
             system_attrs={"constraints": [violation(record)]}))
         say(f"  re-judged as trial {len(study.trials) - 1}: {record['status']}"
             + (f" ({record['reason'][:120]})" if record["reason"] else "")

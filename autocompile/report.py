@@ -6,6 +6,7 @@ import json
 import os
 
 from autocompile.apply import describe_config
+from autocompile.records import full_record
 from autocompile.strategy import effects
 
 
@@ -100,7 +101,7 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
                                  "graph_breaks", "peak_mem_gb", "cv", "device_name", "torch", "transformers")},
         "vs_eager": a["steps_per_s"] / eager_sps if eager_sps else None,
         "vs_default": a["steps_per_s"] / default_sps if default_sps else None,
-        "snippet": winner_snippet(study, best),
+        "snippet": winner_snippet(study, best, study_dir),
     }
     default = baseline_trial(study, "compile-defaults")
     if default is not None:  # measured: scores weigh warm-up in, over the horizon
@@ -125,9 +126,10 @@ def write_outputs(summary: dict, study_dir: str) -> None:
         json.dump({k: v for k, v in summary.items()}, f, indent=1, default=str)
 
 
-def winner_snippet(study, best) -> str:
-    """The code the winning trial ran, under a docstring that says what it measured."""
-    a = best.user_attrs
+def winner_snippet(study, best, study_dir: str | None = None) -> str:
+    """The code the winning trial ran, under a docstring that says what it measured (the
+    snippet from the trial's whole record: the study holds only its start)."""
+    a = full_record(best, study_dir)
     eager = baseline_value(study, "eager", "steps_per_s")
     default = baseline_value(study, "compile-defaults", "steps_per_s")
     measured = (

@@ -20,6 +20,7 @@ import os
 import optuna
 
 from autocompile.errors import UserError
+from autocompile.records import concise, shortened
 from autocompile.scoring import CannotWinPruner, judge
 from autocompile.trial import TrialRequest, run_trial
 
@@ -196,13 +197,13 @@ def screen_trial(runner, trial, config: dict, role: str, k: int, keep_s: float =
                        heartbeat=beat and (lambda: beat(trial._trial_id)))
     runner.trials_wall += record["wall_s"]
     screen = screen_summary(judge(record, eager, settings.device, None), eager, k)
-    trial.set_user_attr("screen", screen)
+    trial.set_user_attr("screen", shortened(screen))  # a long reason cut; the screen's folder has it all
     if screen["status"] != "ok":
         progress.line(f"  trial {trial.number}: at {k} blocks it ended {screen['status']}: measured in full")
         return True
     trial.report(screen["score"], k)
     screen["promoted"] = not trial.should_prune()
-    trial.set_user_attr("screen", screen)
+    trial.set_user_attr("screen", shortened(screen))  # a long reason cut; the screen's folder has it all
     if screen["promoted"] or not settings.prune:  # --no-prune: every screen goes on (both measured)
         progress.line(f"  trial {trial.number} {label}: at {k} blocks {screen['score']:.3g}x eager: "
                       + ("promoted to a full trial" if screen["promoted"] else "measured in full anyway (--no-prune)"))
@@ -217,7 +218,7 @@ def _tell_pruned(runner, trial, config: dict, role: str, screen: dict) -> None:
     record = {"status": "pruned", "config": config, "role": role, "wall_s": screen["wall_s"], "score": 0.0,
               "notes": [], "reason": f"screened at {screen['blocks']} blocks: {screen['score']:.3g}x eager, "
                                      "below the top half of the screened trials"}
-    for key, value in record.items():
+    for key, value in concise(record).items():
         trial.set_user_attr(key, value)
     runner.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     runner.progress.done += 1

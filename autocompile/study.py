@@ -45,6 +45,7 @@ from autocompile._worker import REPLAY_VERSION
 from autocompile.scoring import (DEFAULT_HORIZON, _judged_by_an_older_guard, judge,
                                  optimistic_score, score, violation)
 from autocompile.trial import TrialRequest, reap_orphans, run_trial, triage
+from autocompile.records import concise, save_record
 
 BASELINES = (("eager", EAGER), ("compile-defaults", DEFAULTS))
 MIN_TRIAL_S = 30.0  # with less of --timeout left, no trial is started
@@ -299,7 +300,8 @@ class _Runner:
             raise
         record = judge(record, _eager_record(self.study), settings.device, settings.max_memory_gb)
         record["score"] = score(record, settings.horizon)
-        for key, value in record.items():
+        save_record(request.trial_dir, record)  # the whole record; the study keeps it concise
+        for key, value in concise(record).items():
             trial.set_user_attr(key, value)
         if record["status"] == "pruned":
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
@@ -321,7 +323,7 @@ class _Runner:
         record = {"status": "infeasible", "reason": "rejected before launch: " + reason, "config": config,
                   "wall_s": 0.0, "score": 0.0, "notes": []}
         trial.set_user_attr("role", role)
-        for key, value in record.items():
+        for key, value in concise(record).items():
             trial.set_user_attr(key, value)
         trial.set_constraint("failed", violation(record))
         self.study.tell(trial, 0.0)

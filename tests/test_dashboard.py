@@ -13,6 +13,7 @@ import pytest
 
 from autocompile.outputs.dashboard import (ArtifactUploader, artifact_store, trial_dir, tlparse_command, upload_study_files,
                                            uploaded)
+from autocompile.records import full_record
 from autocompile.study import SearchSettings, load_study, run_search, storage_url
 from conftest import FAST, ROOT, toy
 
@@ -42,7 +43,7 @@ def test_each_trials_files_are_uploaded_once(study):
     for trial in (eager, compiled):
         ids = uploaded(study, trial)
         with store.open_reader(ids["apply_compilation.py"]) as f:
-            assert f.read().decode() == trial.user_attrs["snippet"]
+            assert f.read().decode() == full_record(trial, study_dir)["snippet"]
     assert compiled.user_attrs["recompiles"] > 0  # a trial worth a tlparse report
     assert files | {"log.txt"} <= set(uploaded(study, compiled))  # its log has the recompile messages
     assert not os.path.exists(os.path.join(trial_dir(study_dir, eager.number), "trace"))  # nothing to read: removed
@@ -59,7 +60,7 @@ def test_the_study_note_shows_the_winner_and_its_snippet(study):
     upload_study_files(study, study_dir)
     note = get_note(study)
     winner = study.trials[int(re.search(r"winner for \d+ steps: trial (\d+)", note).group(1))]
-    code = winner.user_attrs["snippet"].split('"""', 2)[2]  # what follows the module's docstring
+    code = full_record(winner, study_dir)["snippet"].split('"""', 2)[2]  # what follows the module's docstring
     assert all(line in note for line in code.splitlines()) and "def apply_compilation" in code
 
 
@@ -99,7 +100,7 @@ def test_the_dashboard_shows_the_trials_and_opens_a_snippet(study):
         link = re.search(r'download="apply_compilation.py" href="([^"]+)"', dom)
         assert link, "no link to the trial's snippet on its page"
         with urllib.request.urlopen(base + link.group(1), timeout=10) as response:
-            assert response.read().decode() == trial.user_attrs["snippet"]
+            assert response.read().decode() == full_record(trial, study_dir)["snippet"]
     finally:
         server.terminate()
         server.wait(timeout=10)

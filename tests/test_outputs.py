@@ -13,6 +13,8 @@ import pytest
 
 from conftest import FAST, ROOT, toy
 
+from autocompile.records import full_record
+
 STUDIES = os.path.join(ROOT, "studies")
 
 
@@ -67,10 +69,33 @@ def test_the_results_table_matches_the_study(searched):
         assert row["steps_per_s"] == pytest.approx(a["steps_per_s"]) and row["warmup_s"] == pytest.approx(a["warmup_s"])
         assert row["score"] == pytest.approx(t.value)
         recompiles = db.execute("select sum(count) from recompile_reasons where trial = ?", [t.number]).fetchone()[0]
-        assert (recompiles or 0) == len(a["recompile_reasons"])
+        assert (recompiles or 0) == len(full_record(t, study_dir).get("recompile_reasons") or [])
     # Columns a user can select by name, as `autocompile space` names the dimensions.
     columns = {c[1] for c in db.execute("pragma table_info(trials)")}
     assert {"mode", "dynamic", "padding", "cv", "peak_mem_gb", "recompiles_after_warmup", "reason"} <= columns
+
+
+def test_trials_carry_concise_user_attrs(searched):
+    """The study (and the dashboard showing it) holds each trial's figures in short user attributes;
+    the whole record (window rates, losses, reasons, the snippet) stays in the trial's result.json."""
+    from autocompile.records import ATTR_CHARS, WHOLE, full_record
+
+    result, study_dir, _ = searched
+    finished = [t for t in result.study.trials if t.state.is_finished()]
+    for t in finished:
+        for key, value in t.user_attrs.items():
+            if key not in WHOLE:  # the configuration itself stays whole: the search reads it back
+                assert len(json.dumps(value, default=str)) <= ATTR_CHARS, (t.number, key, value)
+    measured = [t for t in finished if t.user_attrs.get("status") == "ok"]
+    assert measured
+    for t in measured:
+        record = full_record(t, study_dir)
+        assert isinstance(record["window_rates"], list) and len(record["window_rates"]) >= 1
+        assert all(isinstance(rate, float) for rate in record["window_rates"])
+        assert isinstance(record["losses"], list) and isinstance(record["recompile_reasons"], list)
+        assert "def apply_compilation(model, optimizer):" in record["snippet"]
+        assert t.user_attrs["snippet"].endswith("…") and record["snippet"].startswith(t.user_attrs["snippet"][:40])
+        assert record["steps_per_s"] == t.user_attrs["steps_per_s"] and record["score"] == pytest.approx(t.value)
 
 
 def _image(path):

@@ -123,3 +123,26 @@ def test_builtins_split_their_loss_and_the_llamas_follow_an_lr_schedule():
     logits = workload.forward(model, batch)
     assert logits.shape[:2] == batch["input_ids"].shape
     assert torch.equal(workload.criterion(logits, batch), workload.loss(model, batch))
+
+
+def test_the_cpu_quickstart_space_and_preset():
+    """scripts/quickstart.sh's CPU search: tiny-llama as sized for 2 cores, and the space file that
+    leaves one recipe, so that its 3 minutes hold the baselines, the recipe, a neighbour and the
+    finalist round (its measured run: studies/runs/2026-11-23-cpu-quickstart.log)."""
+    import os
+
+    from autocompile.study import build_space
+    from conftest import ROOT
+
+    config = get_workload("tiny-llama").build(WorkloadOptions(device="meta"))[0].config
+    assert (config.num_hidden_layers, config.hidden_size, config.intermediate_size, config.vocab_size) == (2, 32, 64, 256)
+    assert config._attn_implementation == "eager"  # attention's small ops are what Inductor fuses
+    space_file = os.path.join(ROOT, "studies", "quickstart-cpu.toml")
+    with open(os.path.join(ROOT, "scripts", "quickstart.sh")) as f:
+        assert "--space studies/quickstart-cpu.toml" in f.read()
+    space = build_space("tiny-llama", "cpu", space_file=space_file)
+    assert {"scope": "regional", "compile_optimizer": True, "lr_tensor": True, "padding": "multiple",
+            "pad_multiple": 64}.items() <= space.fixed.items()
+    assert len(space.starting_points()) == 1
+    recipe = space.suggest(__import__("optuna").trial.FixedTrial(space.starting_points()[0]))
+    assert space.rejection(recipe) is None

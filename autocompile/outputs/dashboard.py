@@ -27,6 +27,8 @@ import uuid
 
 import optuna
 
+from autocompile.records import full_record
+
 ARTIFACTS_DIR = "artifacts"  # DIR/STUDY/artifacts/
 TRIAL_FILES = ("apply_compilation.py", "log.txt", "events.jsonl", "result.json", "log-hard-mark.txt")
 TRACE_DIR, REPORT_DIR = "trace", "tlparse"  # in a trial's folder: TORCH_TRACE's logs, tlparse's report
@@ -116,7 +118,7 @@ def upload_trial_files(study, trial, study_dir: str, store=None) -> list[str]:
     store = store or artifact_store(study_dir)
     have = uploaded(study, trial)
     names = []
-    for name, path in trial_files(folder, trial.user_attrs):
+    for name, path in trial_files(folder, full_record(trial, study_dir)):
         if name not in have:
             _attach(study, trial, store, name, path)
             names.append(name)
@@ -128,7 +130,7 @@ def upload_study_files(study, study_dir: str) -> int:
     Returns how many files were uploaded."""
     store = artifact_store(study_dir)
     count = sum(len(upload_trial_files(study, t, study_dir, store)) for t in study.get_trials(deepcopy=False))
-    save_winner_note(study)
+    save_winner_note(study, study_dir)
     return count
 
 
@@ -141,14 +143,15 @@ class ArtifactUploader:
 
     def __call__(self, study, frozen_trial) -> None:
         upload_trial_files(study, frozen_trial, self.study_dir, self.store)
-        save_winner_note(study)
+        save_winner_note(study, self.study_dir)
 
 
-def winner_note(study) -> str:
-    """The study page's note (Markdown): the current winner, its speed-ups and its snippet."""
+def winner_note(study, study_dir: str | None = None) -> str:
+    """The study page's note (Markdown): the current winner, its speed-ups and its snippet (whole
+    from the trial's result.json in study_dir: the study holds only its start)."""
     from autocompile.report import format_best, format_finalists, summarize
 
-    summary = summarize(study, None)
+    summary = summarize(study, study_dir)  # writes nothing
     best = summary["best"]
     if best is None:
         return f"# {study.study_name}\n\nNo trial has run cleanly yet."
@@ -160,14 +163,14 @@ def winner_note(study) -> str:
     return "\n".join(lines)
 
 
-def save_winner_note(study) -> None:
+def save_winner_note(study, study_dir: str | None = None) -> None:
     """Write the winner's note on the study page, unless it says that already (or
     optuna-dashboard, whose format the note has, is not installed)."""
     try:
         from optuna_dashboard import get_note, save_note
     except ImportError:
         return
-    body = winner_note(study)
+    body = winner_note(study, study_dir)
     if get_note(study) != body:
         save_note(study, body)
 

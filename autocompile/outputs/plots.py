@@ -315,7 +315,7 @@ def write_report(study, study_dir: str) -> str:
 
     out = os.path.join(study_dir, "report")
     os.makedirs(out, exist_ok=True)
-    summary = summarize(study, None)
+    summary = summarize(study, study_dir)  # writes nothing; the snippet from the trials' records
     plot_scores(study, os.path.join(out, "scores.png"))
     pareto = plot_pareto(study, os.path.join(out, "pareto.png"))
     effects = plot_effects(study, os.path.join(out, "effects.png"))

@@ -18,6 +18,7 @@ import os
 import sqlite_utils
 
 from autocompile.apply import describe_config
+from autocompile.records import full_record
 
 FILE_NAME = "results.db"
 # User attributes that are not columns: the code is on disk, the config is flattened, the
@@ -54,10 +55,11 @@ def _cell(value):
     return json.dumps(value, default=str) if isinstance(value, (list, dict, tuple)) else value
 
 
-def trial_row(trial) -> dict:
+def trial_row(trial, study_dir: str | None = None) -> dict:
     """One trial as a flat row: its state, each dimension (None where automatic, e.g. `dynamic`),
-    then every user attribute; other keys whose value is None are left out (NULL)."""
-    attrs = trial.user_attrs
+    then every field of its whole record (`full_record`: the lists the study holds as counts
+    whole again); other keys whose value is None are left out (NULL)."""
+    attrs = full_record(trial, study_dir)
     config = attrs.get("config")
     row = {"number": trial.number, "state": trial.state.name, "status": _status(trial),
            "config": describe_config(config) if config else None, "value": trial.value}
@@ -71,9 +73,9 @@ def trial_row(trial) -> dict:
             **{k: v for k, v in measured.items() if v is not None}}
 
 
-def reason_rows(trial) -> tuple[list[dict], list[dict]]:
+def reason_rows(trial, study_dir: str | None = None) -> tuple[list[dict], list[dict]]:
     """(recompile reasons, graph-break reasons) of a trial as (trial, reason, count) rows."""
-    attrs = trial.user_attrs
+    attrs = full_record(trial, study_dir)
     recompiles = collections.Counter(attrs.get("recompile_reasons") or [])
     breaks = collections.Counter()
     for item in attrs.get("graph_break_reasons") or []:
@@ -102,7 +104,8 @@ def _reason_table(db, name: str):
 def write_results(study, path: str) -> str:
     """(Re)write results.db at `path` from the study's finished trials; the file is replaced at once."""
     trials = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
-    rows = [trial_row(t) for t in trials]
+    study_dir = os.path.dirname(os.path.abspath(path))  # results.db lies in the study's folder
+    rows = [trial_row(t, study_dir) for t in trials]
     temporary = path + ".tmp"
     if os.path.exists(temporary):
         os.remove(temporary)
@@ -111,7 +114,7 @@ def write_results(study, path: str) -> str:
     db["trials"].insert_all(rows, alter=True)
     recompiles, breaks = _reason_table(db, "recompile_reasons"), _reason_table(db, "graph_break_reasons")
     for t in trials:
-        recompile_rows, break_rows = reason_rows(t)
+        recompile_rows, break_rows = reason_rows(t, study_dir)
         recompiles.insert_all(recompile_rows)
         breaks.insert_all(break_rows)
     db.close()
@@ -122,8 +125,9 @@ def write_results(study, path: str) -> str:
 def upsert_trial(path: str, trial) -> None:
     """Insert or update one trial's row and its reasons in an existing results.db."""
     db = sqlite_utils.Database(path)
-    db["trials"].upsert(trial_row(trial), pk="number", alter=True)
-    for table, rows in zip(("recompile_reasons", "graph_break_reasons"), reason_rows(trial)):
+    study_dir = os.path.dirname(os.path.abspath(path))
+    db["trials"].upsert(trial_row(trial, study_dir), pk="number", alter=True)
+    for table, rows in zip(("recompile_reasons", "graph_break_reasons"), reason_rows(trial, study_dir)):
         _reason_table(db, table).delete_where("trial = ?", [trial.number])
         db[table].insert_all(rows)
     db.close()

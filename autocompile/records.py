@@ -1,0 +1,84 @@
+"""A trial's record: concise as the trial's user attributes, whole in its result.json.
+
+The study (and the dashboard that shows it) keeps each value of a record short: a long list
+(window rates, recompile and graph-break reasons, losses, notes, triage rungs) becomes its
+length and first item, a long text (the snippet) or mapping (the numerics series) its start.
+The whole record is written to the trial's folder, `DIR/STUDY/trials/NNNN/result.json`
+(uploaded to the dashboard as an artifact); `full_record` reads it back for whatever needs
+more than the attributes hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+ATTR_CHARS = 300  # the longest a user attribute's value may be, as JSON
+# The configuration stays whole: the search reads it back to resume, dedupe and take
+# neighbours. It is one flat mapping of settings (up to ~450 characters with Inductor options).
+WHOLE = ("config",)
+
+
+def _json(value) -> str:
+    return json.dumps(value, default=str)
+
+
+def shortened(value, limit: int = ATTR_CHARS):
+    """`value` if its JSON is at most `limit` long; else a mapping with its long values shortened
+    (where that is enough), or a text saying what it was."""
+    text = _json(value)
+    if len(text) <= limit:
+        return value
+    if isinstance(value, dict):  # stays a mapping where it can: a verdict's method, figures stay readable
+        for inner_limit in (60, 30):
+            inner = {key: shortened(item, inner_limit) for key, item in value.items()}
+            if len(_json(inner)) <= limit:
+                return inner
+        kept = {key: item for key, item in value.items()
+                if item is None or isinstance(item, (bool, int, float)) or (isinstance(item, str) and len(item) <= 30)}
+        kept["…"] = f"{len(value) - len(kept)} more keys in result.json"
+        if len(_json(kept)) <= limit:
+            return kept
+        head = f"{len(value)} keys (all in result.json): "
+    elif isinstance(value, (list, tuple)):
+        head = f"{len(value)} items (all in result.json); first: "
+        text = _json(value[0])
+    else:
+        head, text = "", str(value)
+    cut = max(limit - len(head) - 4, 0)
+    while cut > 0 and len(_json(head + text[:cut] + "…")) > limit:
+        cut -= 10  # escapes (newlines, quotes) make the JSON longer than the text
+    return head + text[:cut] + "…"
+
+
+def concise(record: dict) -> dict:
+    """The record as user attributes: every value at most ATTR_CHARS of JSON (but WHOLE's)."""
+    return {key: value if key in WHOLE else shortened(value) for key, value in record.items()}
+
+
+def trial_folder(study_dir: str, number: int) -> str:
+    return os.path.join(study_dir, "trials", f"{number:04d}")
+
+
+def save_record(folder: str, record: dict) -> None:
+    """Write the whole record to folder/result.json (the folder the trial ran in)."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "result.json"), "w") as f:
+        json.dump(record, f, indent=1, default=str)
+
+
+def full_record(trial, study_dir: str | None) -> dict:
+    """A trial's whole record: its user attributes, with each value they hold shortened read back
+    from its result.json. A study made before attributes were concise holds it all already."""
+    attrs = dict(trial.user_attrs)
+    if not study_dir:
+        return attrs
+    try:
+        with open(os.path.join(trial_folder(study_dir, trial.number), "result.json")) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return attrs
+    for key, value in saved.items():
+        if key not in attrs or (attrs[key] != value and shortened(value) == attrs[key]):
+            attrs[key] = value
+    return attrs
