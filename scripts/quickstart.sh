@@ -16,6 +16,6 @@ else
   # keeps the space to what pays off on 2 cores and fits that time; the horizon is a run of
   # 100000 steps (10 minutes of this toy), over which a warm-up of 15-40 s must pay for itself (see "Scoring" in
   # README.md). A run of it: studies/runs/2026-11-23-cpu-quickstart.log.
-  autocompile search --model tiny-llama --trials 5 --finalists 1 --timeout 165 --baseline-timeout 60 \
+  autocompile search --model tiny-llama --trials 5 --finalists 1 --timeout 180 --baseline-timeout 60 \
     --horizon-steps 100000 --space studies/quickstart-cpu.toml "$@"
 fi
