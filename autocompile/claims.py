@@ -17,7 +17,7 @@ import optuna
 from autocompile.errors import UserError
 from autocompile.screening import screen_trial
 from autocompile.storage import claim_lock, counted, fail_stale, this_worker
-from autocompile.strategy import next_neighbour, too_slow
+from autocompile.strategy import next_neighbour
 from autocompile.study import (MIN_TRIAL_S, SearchSettings, _Runner as Runner, _ask, _finalist_reserve, _tried,
                                _waiting, baselines_to_run, expected_trial_s)
 
@@ -134,8 +134,7 @@ def _attribute(runner: Runner, trial, pending: list, state: dict):
     state["duplicates"] = 0
     for key, value in (("role", role), ("config", config), ("worker", this_worker())):
         trial.set_user_attr(key, value)
-    why_not = None if baseline else (space.rejection(config) or runner.memory.reason(config)
-                                     or too_slow(study, config, settings.trial_timeout_s, space.rejection))
+    why_not = None if baseline else runner.refusal(config)
     if why_not:
         runner.reject(trial, config, role, why_not)
         return None

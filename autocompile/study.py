@@ -251,11 +251,15 @@ class _Runner:
         self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
         self.space = self.memory = None  # set by open_search
 
+    def refusal(self, config: dict) -> str | None:
+        """Why `config` is not launched, before any process: it cannot work or is doomed here,
+        it failed the same way twice before, or it is expected not to warm up in time."""
+        return (self.space.rejection(config) or self.memory.reason(config)
+                or too_slow(self.study, config, self.settings.trial_timeout_s, self.space.rejection))
+
     def tried(self, config: dict, params: dict) -> bool:
-        """Measured, queued, claimed, remembered as failing, or expected not to warm up in time."""
-        limit = self.settings.trial_timeout_s
-        return (_tried(self.study, config, params, limit) or self.memory.reason(config) is not None
-                or too_slow(self.study, config, limit, self.space.rejection) is not None)
+        """Measured, queued or claimed, or refused before launch (see refusal)."""
+        return _tried(self.study, config, params, self.settings.trial_timeout_s) or self.refusal(config) is not None
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.time()
