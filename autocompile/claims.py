@@ -18,8 +18,9 @@ from autocompile.errors import UserError
 from autocompile.screening import screen_trial
 from autocompile.storage import claim_lock, counted, fail_stale, this_worker
 from autocompile.strategy import next_neighbour
-from autocompile.study import (MIN_TRIAL_S, SearchSettings, _Runner as Runner, _ask, _finalist_reserve, _tried,
-                               _waiting, baselines_to_run, expected_trial_s)
+from autocompile.finalists import finalist_reserve
+from autocompile.runner import MIN_TRIAL_S, Runner, already_tried, ask, baselines_to_run, expected_trial_s, waiting
+from autocompile.study import SearchSettings
 
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
 
@@ -30,7 +31,7 @@ def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
     study, settings, progress = runner.study, runner.settings, runner.progress
     state = {"recipes_queued": False, "proposals": 0, "duplicates": 0}
     while True:
-        reserve = _finalist_reserve(study, settings.finalists) if runner.remaining() is not None else 0.0
+        reserve = finalist_reserve(study, settings.finalists) if runner.remaining() is not None else 0.0
         if _out_of_time(runner, reserve):
             return
         with claim_lock(runner.storage, runner.url, settings.study):
@@ -90,7 +91,7 @@ def _claim(runner: Runner, state: dict):
         return "wait"
     pending = _owed_baselines(study, runner.settings)
     _queue_proposals(runner, state, pending)
-    trial = _ask(study)
+    trial = ask(study)
     try:
         return _attribute(runner, trial, pending, state)
     except KeyboardInterrupt:  # Ctrl-C between ask and launch: nothing ran
@@ -109,10 +110,10 @@ def _queue_proposals(runner: Runner, state: dict, pending: list) -> None:
         # recipe already tried in this study is not queued again.
         for params in space.starting_points():
             config = space.suggest(optuna.trial.FixedTrial(params))
-            if not _tried(study, config, params, settings.trial_timeout_s):
+            if not already_tried(study, config, params, settings.trial_timeout_s):
                 study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
         state["recipes_queued"] = True
-    if state["recipes_queued"] and state["proposals"] % 2 == 0 and not _waiting(study):
+    if state["recipes_queued"] and state["proposals"] % 2 == 0 and not waiting(study):
         neighbour = next_neighbour(space, study, runner.tried)  # alternating with TPE's proposals
         if neighbour:
             study.enqueue_trial(neighbour["params"], user_attrs={
@@ -129,7 +130,7 @@ def _attribute(runner: Runner, trial, pending: list, state: dict):
     if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
         config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
     baseline = role in ("eager", "compile-defaults")
-    if not baseline and _tried(study, config, trial.params, settings.trial_timeout_s, exclude=trial.number):
+    if not baseline and already_tried(study, config, trial.params, settings.trial_timeout_s, exclude=trial.number):
         return _duplicate(runner, trial, config, state)
     state["duplicates"] = 0
     for key, value in (("role", role), ("config", config), ("worker", this_worker())):

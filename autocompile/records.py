@@ -1,4 +1,5 @@
-"""A trial's record: concise as the trial's user attributes, whole in its result.json.
+"""A trial's record: concise as the trial's user attributes, whole in its result.json; and the
+study's records read back (the baselines, the candidates, the winner).
 
 The study (and the dashboard that shows it) keeps each value of a record short: a long list
 (window rates, recompile and graph-break reasons, losses, notes, triage rungs) becomes its
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+
+import optuna
 
 ATTR_CHARS = 300  # the longest a user attribute's value may be, as JSON
 # The configuration stays whole: the search reads it back to resume, dedupe and take
@@ -82,3 +85,47 @@ def full_record(trial, study_dir: str | None) -> dict:
         if key not in attrs or (attrs[key] != value and shortened(value) == attrs[key]):
             attrs[key] = value
     return attrs
+
+
+def baseline_trial(study, role: str):
+    """The first trial of a baseline role ("eager", "compile-defaults") that ran cleanly."""
+    return next((t for t in study.trials if t.user_attrs.get("role") == role and t.user_attrs.get("status") == "ok"),
+                None)
+
+
+def baseline_value(study, role: str, key: str):
+    trial = baseline_trial(study, role)
+    return trial.user_attrs.get(key) if trial else None
+
+
+def eager_record(study) -> dict | None:
+    eager = baseline_trial(study, "eager")
+    return eager.user_attrs if eager else None
+
+
+def search_candidates(study) -> list:
+    """Trials of distinct compiled configurations that ran cleanly, best score first."""
+    seen, out = [], []
+    ranked = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value
+                     and t.user_attrs.get("status") == "ok" and t.user_attrs.get("role") != "finalist"
+                     and t.user_attrs.get("config", {}).get("compile")), key=lambda t: t.value, reverse=True)
+    for t in ranked:
+        if t.user_attrs["config"] not in seen:
+            seen.append(t.user_attrs["config"])
+            out.append(t)
+    return out
+
+
+def best_trial(study):
+    """The winner: the finalist round's choice while its finalists are still the top ones,
+    else the highest-scoring trial that ran cleanly (Optuna's best_trial ignores our status)."""
+    candidates = search_candidates(study)
+    verdict = study.user_attrs.get("finalists") or {}
+    if verdict.get("winner") is not None and verdict["finalists"] == [t.number for t in candidates[:len(verdict["finalists"])]]:
+        return study.trials[verdict["winner"]]
+    eager = baseline_trial(study, "eager")
+    return max(candidates + ([eager] if eager else []), key=lambda t: t.value, default=None)
+
+
+def speedup(value: float | None, base: float | None) -> str:
+    return f"{value / base:.2f}x" if value and base else "-"

@@ -14,7 +14,7 @@ import optuna
 
 from autocompile.records import concise, full_record, save_record, trial_folder
 from autocompile.scoring import _judged_by_an_older_guard, judge, score, violation
-from autocompile.study import _eager_record
+from autocompile.records import eager_record
 from autocompile.trial import TrialRequest, run_trial
 
 # What the new trial does not copy from the original: its verdict, and what follows from it.
@@ -33,7 +33,7 @@ def rejudge(study, study_dir: str, timeout_s: float = 900.0, dry_run: bool = Fal
     """Replay each distinct configuration of `to_rejudge(study)` with the current guard and add
     the re-judged trials; returns their records."""
     settings, horizon = study.user_attrs["settings"], study.user_attrs.get("horizon", 1000)
-    eager, replays, records = _eager_record(study), {}, []
+    eager, replays, records = eager_record(study), {}, []
     for original in to_rejudge(study):
         say(f"trial {original.number}: {original.user_attrs['reason'][:120]}")
         if dry_run:

@@ -6,36 +6,8 @@ import json
 import os
 
 from autocompile.apply import describe_config
-from autocompile.records import full_record
+from autocompile.records import baseline_trial, baseline_value, best_trial, full_record, speedup  # noqa: F401
 from autocompile.strategy import effects
-
-
-def baseline_trial(study, role: str):
-    """The first trial of a baseline role ("eager", "compile-defaults") that ran cleanly."""
-    return next((t for t in study.trials if t.user_attrs.get("role") == role and t.user_attrs.get("status") == "ok"),
-                None)
-
-
-def baseline_value(study, role: str, key: str):
-    trial = baseline_trial(study, role)
-    return trial.user_attrs.get(key) if trial else None
-
-
-def speedup(value: float | None, base: float | None) -> str:
-    return f"{value / base:.2f}x" if value and base else "-"
-
-
-def best_trial(study):
-    """The winner: the finalist round's choice while its finalists are still the top ones,
-    else the highest-scoring trial that ran cleanly (Optuna's best_trial ignores our status)."""
-    from autocompile.study import search_candidates
-
-    candidates = search_candidates(study)
-    verdict = study.user_attrs.get("finalists") or {}
-    if verdict.get("winner") is not None and verdict["finalists"] == [t.number for t in candidates[:len(verdict["finalists"])]]:
-        return study.trials[verdict["winner"]]
-    eager = baseline_trial(study, "eager")
-    return max(candidates + ([eager] if eager else []), key=lambda t: t.value, default=None)
 
 
 def default_score_bound(study, horizon: int) -> float | None:

@@ -172,7 +172,7 @@ def _versions() -> dict:
 
 def _verdict(study, settings, k: int, rows: list[dict], eager: dict, command: str) -> dict:
     """The ranks of the configurations screened cleanly, and Spearman's rho between the two scores."""
-    from autocompile.report import baseline_value
+    from autocompile.records import baseline_value
 
     ok = [row for row in rows if "screened" in row]
     for key, rank_key in (("full_score", "rank_full"), ("screened", "rank_screened")):

@@ -88,7 +88,7 @@ def test_a_screen_below_the_top_half_is_told_pruned(tmp_path, monkeypatch):
     """The search's side of a pruned screen, its measurements stubbed (the real ones are below):
     told PRUNED with its reason and screen, the callbacks called, no full trial started."""
     import autocompile.screening as screening
-    from autocompile.study import Progress, _Runner
+    from autocompile.runner import Progress, Runner
 
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, direction="maximize", pruner=ScreeningPruner(K))
@@ -98,7 +98,7 @@ def test_a_screen_below_the_top_half_is_told_pruned(tmp_path, monkeypatch):
         "status": "ok", "steps_per_s": next(speeds), "wall_s": 1.0, "config": request.config})
     settings = SearchSettings(model=DEEP, device="cpu", study="p", directory=str(tmp_path), screen=K)
     told = []
-    runner = _Runner(study, storage, "memory", settings, Progress(2), None, callbacks=[lambda s, t: told.append(t)])
+    runner = Runner(study, storage, "memory", settings, Progress(2), None, callbacks=[lambda s, t: told.append(t)])
     config = {"compile": True, "scope": "regional"}
     first, second = study.ask(), study.ask()
     assert screening.screen_trial(runner, first, config, "recipe", K) is True  # the first screen goes on

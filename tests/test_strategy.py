@@ -106,7 +106,7 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
 def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_elsewhere():
     import io
 
-    from autocompile.study import Progress
+    from autocompile.runner import Progress
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -9,7 +9,7 @@ import pytest
 
 from autocompile.apply import load_snippet
 from autocompile.errors import UserError
-from autocompile.report import best_trial
+from autocompile.records import best_trial
 from autocompile.scoring import score
 from autocompile.study import SearchSettings, load_study, run_search
 from autocompile.workloads import WorkloadOptions, get_workload
@@ -235,7 +235,7 @@ def test_the_search_timeout_bounds_the_search(tmp_path, capsys):
 
 
 def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
-    from autocompile.study import choose_winner
+    from autocompile.finalists import choose_winner
 
     def row(trial, score, noise, warmup_s):
         return {"trial": trial, "status": "ok", "score": score, "noise": noise, "warmup_s": warmup_s}
@@ -256,7 +256,7 @@ def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
 def test_a_baseline_that_timed_out_under_a_shorter_limit_is_measured_again():
     import optuna
 
-    from autocompile.study import baselines_to_run
+    from autocompile.runner import baselines_to_run
 
     def finished(role, status, wall_s):
         return optuna.trial.create_trial(value=0.0, user_attrs={"role": role, "status": status, "wall_s": wall_s})

@@ -58,7 +58,8 @@ def _status(trial) -> str:
 def plot_scores(study, path: str) -> dict:
     """(a) The score of each trial in order, by role; failures at 0, pruned trials at the bound
     they could still reach; eager and plain torch.compile as horizontal lines."""
-    from autocompile.report import baseline_trial, best_trial, default_score_bound
+    from autocompile.records import baseline_trial, best_trial
+    from autocompile.report import default_score_bound
 
     horizon, figure = _horizon(study), _figure(9, 4.8)
     ax = figure.add_subplot()

@@ -1,0 +1,139 @@
+"""The finalist round and the winner: the top configurations measured again, alternating with
+eager, and the verdict chosen from that round; the time the round keeps under --timeout."""
+
+from __future__ import annotations
+
+import statistics
+
+from autocompile._worker import REPLAY_VERSION
+from autocompile.records import baseline_trial, eager_record, search_candidates
+from autocompile.runner import Runner, ask
+
+
+def finalist_reserve(study, k: int) -> float:
+    """Seconds to keep for the finalist round under --timeout: what the current top k (and eager)
+    took in their own runs, which the round repeats. Kept from the start (a resumed study knows
+    it at once) and updated as trials finish, so the round always runs. A tenth more for runs that
+    take longer the second time (llama-8b's round kept 331 s, had 330 s and left out its third
+    finalist, 45 s long, H200, 2026-11-23)."""
+    if k <= 0:
+        return 0.0
+    eager = eager_record(study) or {}
+    return 1.1 * (sum(t.user_attrs.get("wall_s", 0) for t in search_candidates(study)[:k]) + eager.get("wall_s", 0))
+
+
+def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int) -> dict:
+    """The finalist round's verdict from its rows (trial, status, score, noise, spread, warmup_s):
+    the best score, unless the top two are within noise (then the shorter warm-up), or eager
+    scores above the chosen one. Returns winner, why, and the margin.
+
+    The noise is the leader's (its window spread or the gap between its two measurements, the
+    larger) plus the runner-up's window spread: a runner-up whose own measurements disagree is
+    less to be trusted, not a closer rival (the captioner's trial 3 ran at 17.3 then 12.7 steps/s
+    and took the win from a CUDA-graph configuration steady at 19.9 and 19.6, H200, 2026-11-23)."""
+    ranked = sorted((row for row in rows if row["status"] == "ok"), key=lambda row: row["score"], reverse=True)
+    if not ranked:
+        return {"winner": None}
+    verdict = {}
+    winner, why = ranked[0], f"trial {ranked[0]['trial']} has the best score in the finalist round"
+    if len(ranked) > 1:
+        second = ranked[1]
+        margin = winner["score"] / second["score"] - 1
+        noise = winner["noise"] + second.get("spread", second["noise"])
+        verdict.update(margin=margin, noise=noise, within_noise=margin <= noise)
+        if margin <= noise:
+            quicker = min(winner, second, key=lambda row: row["warmup_s"])
+            why = (f"trials {winner['trial']} and {second['trial']} are within noise ({margin:.1%} apart, "
+                   f"noise {noise:.1%}): trial {quicker['trial']} wins with the shorter warm-up")
+            winner = quicker
+        else:
+            why += f", {margin:.1%} ahead of trial {second['trial']} (noise {noise:.1%})"
+    if eager_score > winner["score"]:
+        why = (f"eager scores {eager_score:.3g} in the finalist round, above trial {winner['trial']}'s "
+               f"{winner['score']:.3g}: at horizon {horizon} no compiled setting pays for its warm-up")
+        winner = {"trial": eager_number}
+    return {**verdict, "winner": winner["trial"], "why": why}
+
+
+def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
+    """Measure the top k configurations again, alternating with eager, and choose the winner.
+
+    Each round runs eager then the finalists (in reverse order every other round), so drift
+    of the machine reaches all of them alike. The winner has the best score in the round;
+    when the top two are within noise (see choose_winner), the one with the shorter warm-up wins.
+    """
+    study, progress = runner.study, runner.progress
+    eager = baseline_trial(study, "eager")
+    if eager is None:
+        return None
+    finalists, remaining, overrun = [], runner.remaining(), 0.0
+    budget = None if remaining is None else remaining / rounds - eager.user_attrs["wall_s"]
+    candidates = search_candidates(study)[:k]
+    for t in candidates:  # under --timeout, those whose rerun fits, best first
+        if budget is not None and t.user_attrs["wall_s"] > budget:
+            progress.line(f"finalist round: no time left to measure trial {t.number} again "
+                          f"(it took {t.user_attrs['wall_s']:.0f} s)")
+            break
+        finalists.append(t)
+        budget = None if budget is None else budget - t.user_attrs["wall_s"]
+    if not candidates:
+        return None
+    if not finalists:  # the round always runs: the best of them at least, past --timeout if need be
+        finalists = candidates[:1]
+        overrun = 1.5 * (finalists[0].user_attrs["wall_s"] + eager.user_attrs["wall_s"]) - max(remaining, 0.0)
+        progress.line(f"finalist round: trial {finalists[0].number} measured again even though it runs past "
+                      f"--timeout, by up to {overrun:.0f} s: the winner comes from the round")
+    numbers = [t.number for t in finalists]
+    done = study.user_attrs.get("finalists")
+    if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
+        return done  # this round was run already for these finalists, under the current numerics guard
+    progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager")
+    progress.total = progress.done + rounds * (len(finalists) + 1)
+    runs: dict[int, list[dict]] = {t.number: [] for t in [eager, *finalists]}
+    for r in range(rounds):
+        order = [eager, *(finalists if r % 2 == 0 else finalists[::-1])]
+        for original in order:
+            remaining = runner.remaining()
+            # the round was planned from what its runs took (the reserve): a run is left out only
+            # when what it took no longer fits, and the first round's eager and leader always run
+            must = r == 0 and original.number in (eager.number, finalists[0].number)
+            if remaining is not None and not must and remaining + overrun < original.user_attrs["wall_s"]:
+                progress.line(f"finalist round: search timeout reached, trial {original.number} not measured again")
+                break
+            trial = ask(study)
+            trial.set_user_attr("remeasure_of", original.number)
+            trial.set_user_attr("finalist_round", r)
+            # a rerun may take longer than its first run (a loaded host compiles slower): it is
+            # not cut short of 1.5x what that took, even past --timeout
+            keep = -overrun if remaining is None else min(-overrun, remaining - 1.5 * original.user_attrs["wall_s"])
+            record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False, keep_s=keep)
+            runs[original.number].append({**record, "trial": trial.number})
+    eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"]
+    eager_pace = statistics.mean([x["steps_per_s"] for x in eager_runs]) if eager_runs else None
+    rows = []
+    for t in finalists:
+        ok = [x for x in runs[t.number] if x["status"] == "ok"]
+        if not ok:
+            rows.append({"trial": t.number, "config": t.user_attrs["config"], "status": "failed again",
+                         "reason": "; ".join(x.get("reason", "") for x in runs[t.number]) or "not run"})
+            continue
+        paces = [t.user_attrs["steps_per_s"]] + [x["steps_per_s"] for x in ok]
+        agreement = (max(paces) - min(paces)) / statistics.mean(paces)
+        spread = max([x.get("cv", 0) for x in ok] + [t.user_attrs.get("cv", 0)])
+        rows.append({
+            "trial": t.number, "config": t.user_attrs["config"], "status": "ok", "reruns": [x["trial"] for x in ok],
+            "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value,
+            "steps_per_s": statistics.mean(x["steps_per_s"] for x in ok),
+            "warmup_s": statistics.mean(x["warmup_s"] for x in ok),
+            "score": statistics.mean(x["score"] for x in ok),
+            "vs_eager": (statistics.mean(x["steps_per_s"] for x in ok) / eager_pace) if eager_pace else None,
+            "agreement": agreement, "spread": spread, "noise": max(agreement, spread),
+        })
+    verdict = {"finalists": numbers, "rounds": rounds, "eager_steps_per_s": eager_pace, "candidates": rows,
+               "numerics_guard": REPLAY_VERSION,
+               **choose_winner(rows, eager.number, statistics.mean(x["score"] for x in eager_runs) if eager_runs else 0.0,
+                               runner.settings.horizon)}
+    if verdict["winner"] is not None:
+        progress.line("finalists: " + verdict["why"])
+    study.set_user_attr("finalists", verdict)
+    return verdict

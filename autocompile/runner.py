@@ -1,0 +1,253 @@
+"""One trial at a time against the study: launch it in its own process, prune, triage, judge,
+tell the study, and the progress a search shows while it does.
+
+The runner keeps the search's deadline (--timeout) and the callbacks (Optuna's signature,
+callback(study, frozen_trial)) that outputs such as the results table hang on each finished trial.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+import warnings
+from typing import TYPE_CHECKING
+
+import optuna
+
+from autocompile.apply import describe_config
+from autocompile.records import baseline_value, best_trial, concise, eager_record, save_record, speedup
+from autocompile.scoring import _judged_by_an_older_guard, judge, optimistic_score, score, violation
+from autocompile.space import DEFAULTS, EAGER
+from autocompile.storage import heartbeat_s, this_worker
+from autocompile.strategy import too_slow
+from autocompile.trial import TrialRequest, run_trial, triage
+
+if TYPE_CHECKING:
+    from autocompile.study import SearchSettings
+
+BASELINES = (("eager", EAGER), ("compile-defaults", DEFAULTS))
+MIN_TRIAL_S = 30.0  # with less of --timeout left, no trial is started
+
+
+class Progress:
+    """The search's progress on stderr. On a terminal, one live status line (trial n of N, its
+    phase, its warm-up step or measured window, the best so far) above which each result is
+    printed; elsewhere (a log file, a pipe) one plain line when a trial changes phase."""
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.stream, self.done = total, stream or sys.stderr, 0
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.best = ""  # "best: trial N 1.2x eager", kept by the runner
+
+    def line(self, text: str) -> None:
+        if self.live:
+            self.stream.write("\r\x1b[2K")  # the status line gives way to the result
+        print(text, file=self.stream, flush=True)
+
+    def phase(self, number: int, label: str, event: dict) -> None:
+        phase = event.get("phase")
+        head = f"[{self.done + 1}/{self.total}] trial {number} {label}: {phase}"
+        if self.live:
+            detail = (f" step {event['step']}" if "step" in event else
+                      f" window {event['window']} at {event['steps_per_s']:.3g} steps/s" if "window" in event else "")
+            status = head + detail + (f"  | {self.best}" if self.best else "")
+            columns = shutil.get_terminal_size((120, 20)).columns
+            self.stream.write("\r\x1b[2K" + status[: columns - 1])
+            self.stream.flush()
+        elif phase in ("building", "compiling", "warming up", "measuring") and "step" not in event and "window" not in event:
+            self.line("  " + head)
+
+
+def _header(settings: SearchSettings, number: int) -> str:
+    return f"Compile settings for {settings.model} (study {settings.study!r}, trial {number}), found by autocompile."
+
+
+def _ran_its_course(attrs: dict, limit_s: float) -> bool:
+    """Whether a finished trial's result stands: anything but a timeout, or a timeout that had
+    (nearly) the whole of `limit_s` (one cut short sooner may be measured again)."""
+    return attrs.get("status") != "timeout" or attrs.get("wall_s", 0) >= 0.9 * limit_s
+
+
+def already_tried(study, config: dict, params: dict, trial_timeout_s: float, exclude: int | None = None) -> bool:
+    """Whether a configuration was measured already (or pruned), or is queued or running (claimed by
+    a worker): a trial cut short by a search's time bound (not by the trial limit) does not count."""
+    for t in study.trials:
+        if t.number == exclude:
+            continue
+        if t.state == optuna.trial.TrialState.WAITING:
+            if t.system_attrs.get("fixed_params") == params:
+                return True
+            continue
+        if {**DEFAULTS, **t.user_attrs.get("config", {})} != config:
+            continue
+        if t.state == optuna.trial.TrialState.RUNNING:
+            return "config" in t.user_attrs  # claimed by a worker
+        if _judged_by_an_older_guard(t.user_attrs):
+            continue  # made infeasible by a numerics rule since replaced: measured again
+        if t.state == optuna.trial.TrialState.PRUNED:
+            return True  # it could not win when it ran
+        if t.state == optuna.trial.TrialState.COMPLETE and _ran_its_course(t.user_attrs, trial_timeout_s):
+            return True
+    return False
+
+
+def baselines_to_run(finished: list, limit_s: float) -> list[tuple[str, dict]]:
+    """The baselines (role, config) a search still owes its study: those never measured, and
+    one that timed out under a shorter limit than `limit_s` (it is measured again)."""
+    done = {t.user_attrs.get("role") for t in finished if t.state == optuna.trial.TrialState.COMPLETE
+            and _ran_its_course(t.user_attrs, limit_s) and not _judged_by_an_older_guard(t.user_attrs)}
+    return [(role, config) for role, config in BASELINES if role not in done]
+
+
+def expected_trial_s(study) -> float:
+    """What the next compiled trial is expected to take: the median time of the compiled trials
+    measured so far (recipes, neighbours, TPE; pruned ones at the time they took), at least
+    MIN_TRIAL_S. A trial that is not expected to fit what is left of --timeout is not started."""
+    walls = sorted(t.user_attrs["wall_s"] for t in study.get_trials(deepcopy=False)
+                   if t.state.is_finished() and t.user_attrs.get("wall_s") and t.user_attrs.get("config", {}).get("compile")
+                   and t.user_attrs.get("role") not in ("compile-defaults", "finalist"))
+    return max(MIN_TRIAL_S, walls[len(walls) // 2]) if walls else MIN_TRIAL_S
+
+
+def waiting(study) -> bool:
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+
+
+def ask(study):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "heartbeat is meant for optimize()": we beat ourselves
+        return study.ask()
+
+
+class Runner:
+    """Runs trials of one search against its study: launch, prune, triage, judge, tell."""
+
+    def __init__(self, study, storage, url: str, settings: SearchSettings, progress: Progress, deadline: float | None,
+                 callbacks=()):
+        self.study, self.storage, self.url, self.settings, self.progress = study, storage, url, settings, progress
+        self.deadline = deadline
+        self.callbacks = callbacks  # Optuna's signature, callback(study, frozen_trial): after each tell
+        self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
+        self.space = self.memory = None  # set by open_search
+
+    def refusal(self, config: dict) -> str | None:
+        """Why `config` is not launched, before any process: it cannot work or is doomed here,
+        it failed the same way twice before, or it is expected not to warm up in time."""
+        return (self.space.rejection(config) or self.memory.reason(config)
+                or too_slow(self.study, config, self.settings.trial_timeout_s, self.space.rejection))
+
+    def tried(self, config: dict, params: dict) -> bool:
+        """Measured, queued or claimed, or refused before launch (see refusal)."""
+        return already_tried(self.study, config, params, self.settings.trial_timeout_s) or self.refusal(config) is not None
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.time()
+
+    def run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None = None,
+            keep_s: float = 0.0) -> dict:
+        """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
+        of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record."""
+        settings = self.settings
+        limit_s = limit_s or settings.trial_timeout_s
+        trial.set_user_attr("role", role)
+        trial.set_user_attr("config", config)  # known even if the search dies during the trial
+        trial.set_user_attr("worker", this_worker())  # a trial of a dead worker is failed and tried again
+        label = describe_config(config)
+        self.progress.phase(trial.number, label, {"phase": "starting"})
+        remaining = None if self.remaining() is None else self.remaining() - keep_s
+        request = TrialRequest(
+            model=settings.model, config=config, device=settings.device,
+            trial_dir=os.path.join(settings.study_dir, "trials", f"{trial.number:04d}"),
+            batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
+            timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining)),
+            header=_header(settings, trial.number), measure=settings.measure or {}, trace=settings.trace,
+        )
+        storage = self.storage
+        beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None
+        try:
+            record = run_trial(request, on_event=lambda e: self.progress.phase(trial.number, label, e), heartbeat=beat,
+                               heartbeat_every_s=heartbeat_s() / 2,
+                               should_stop=self._pruning(trial) if prunable and settings.prune else None)
+            self.trials_wall += record["wall_s"]
+            if record["status"] == "compile_error" and settings.triage and (remaining is None or
+                                                                            self.remaining() > MIN_TRIAL_S):
+                self.progress.line(f"  trial {trial.number}: compile error; rerunning with simpler backends to find the layer")
+                record = triage(request, record, time_left=self.remaining(), heartbeat=beat)
+                self.trials_wall += sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
+        except KeyboardInterrupt:
+            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("reason", "interrupted")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
+                               f"{self.url}; run the same command to resume")
+            raise
+        record = judge(record, eager_record(self.study), settings.device, settings.max_memory_gb)
+        record["score"] = score(record, settings.horizon)
+        save_record(request.trial_dir, record)  # the whole record; the study keeps it concise
+        for key, value in concise(record).items():
+            trial.set_user_attr(key, value)
+        if record["status"] == "pruned":
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        elif record["status"] == "timeout" and request.timeout_s < limit_s:
+            # Cut short by the search's own time bound, not by its trial limit: says nothing
+            # of the configuration, so it is not told as infeasible (and may be tried again).
+            trial.set_user_attr("reason", record["reason"] + "; cut by the search --timeout")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            trial.set_constraint("failed", violation(record))
+            self.study.tell(trial, record["score"])
+        self.progress.done += 1
+        self._report(trial.number, label, record)
+        self._told(trial)
+        return record
+
+    def reject(self, trial, config: dict, role: str, reason: str) -> None:
+        """A configuration that cannot work here: infeasible before launch, at no GPU cost."""
+        record = {"status": "infeasible", "reason": "rejected before launch: " + reason, "config": config,
+                  "wall_s": 0.0, "score": 0.0, "notes": []}
+        trial.set_user_attr("role", role)
+        for key, value in concise(record).items():
+            trial.set_user_attr(key, value)
+        trial.set_constraint("failed", violation(record))
+        self.study.tell(trial, 0.0)
+        self.progress.done += 1
+        self._report(trial.number, describe_config(config), record)
+        self._told(trial)
+
+    def _told(self, trial) -> None:
+        frozen = self.storage.get_trial(trial._trial_id)
+        for callback in self.callbacks:
+            callback(self.study, frozen)
+
+    def _pruning(self, trial):
+        """should_stop for run_trial: report the optimistic score, ask the study's pruner."""
+        # After a screen's step (autocompile.screening): a full trial's steps come later
+        horizon, state = self.settings.horizon, {"step": (self.settings.screen or -1) + 1, "last": None}
+
+        def should_stop(events: list[dict]) -> str | None:
+            bound = optimistic_score(events, horizon)
+            if bound is None or bound == state["last"]:
+                return None
+            state["last"] = bound
+            trial.report(bound, state["step"])
+            state["step"] += 1
+            if trial.should_prune():
+                return f"pruned: it can reach a score of at most {bound:.3g} at horizon {horizon}, below the best so far"
+            return None
+
+        return should_stop
+
+    def _report(self, number: int, label: str, record: dict) -> None:
+        eager = baseline_value(self.study, "eager", "steps_per_s")
+        best = best_trial(self.study)
+        if best:
+            self.progress.best = f"best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager"
+        self.progress.line(
+            f"[{self.progress.done}/{self.progress.total}] trial {number} {label}: {record['status']}"
+            + (f"  {record['steps_per_s']:.3g} steps/s ({speedup(record['steps_per_s'], eager)} eager),"
+               f" warm-up {record['warmup_s']:.1f} s, score {record['score']:.3g}" if record["status"] == "ok"
+               else f" - {record.get('reason', '')}")
+            + (f"  | best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager" if best else "")
+        )
