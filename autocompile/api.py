@@ -52,28 +52,34 @@ def study_name(model: str) -> str:
 def run(settings, verbosity: int = 1, gpus: list[str] | None = None) -> SearchResult:
     """Run (or resume) the search of `settings` (a SearchSettings) with the outputs a user gets:
     results.db and the dashboard's trial files kept up to date as trials finish, progress on
-    stderr as verbose as asked. With several `gpus`, a worker process per GPU (autocompile.workers);
-    results.db and the trial files are then written at the end."""
-    from autocompile.outputs.dashboard import ArtifactUploader, upload_study_files
+    stderr as verbose as asked. With several `gpus`, a worker process per GPU (autocompile.workers),
+    each keeping the same outputs up to date (`autocompile worker` gets them from `live_outputs`)."""
+    from autocompile.outputs.dashboard import upload_study_files
     from autocompile.outputs.progress import progress_for
-    from autocompile.outputs.results import FILE_NAME, ResultsTable, write_results
     from autocompile.study import load_study, run_search, storage_url
 
     workers = len(gpus or ())
+    callbacks = live_outputs(settings.study_dir)
     if workers > 1:
         from autocompile.workers import search_on_workers
 
-        summary = search_on_workers(settings, gpus, verbosity, progress_for(verbosity, settings.trials))
+        summary = search_on_workers(settings, gpus, verbosity, progress_for(verbosity, settings.trials), callbacks)
     else:
         if gpus and gpus != ["0"] and settings.device.startswith("cuda"):
             os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]  # --gpus 3,: that GPU only
-        callbacks = [ResultsTable(os.path.join(settings.study_dir, FILE_NAME)), ArtifactUploader(settings.study_dir)]
         summary = run_search(settings, progress_for(verbosity, settings.trials), callbacks=callbacks)
     study = load_study(settings.study, storage_url(settings.storage, settings.directory, settings.study, workers))
-    if workers > 1:
-        write_results(study, os.path.join(settings.study_dir, FILE_NAME))
     upload_study_files(study, settings.study_dir)  # what the last callbacks could not see: the round's verdict
     return SearchResult(summary=summary, study=study)
+
+
+def live_outputs(study_dir: str) -> list:
+    """The callbacks (Optuna's signature) that keep what a user sees current as each trial finishes:
+    results.db, and each trial's files with the winner's note in the dashboard's artifact store."""
+    from autocompile.outputs.dashboard import ArtifactUploader
+    from autocompile.outputs.results import FILE_NAME, ResultsTable
+
+    return [ResultsTable(os.path.join(study_dir, FILE_NAME)), ArtifactUploader(study_dir)]
 
 
 def search(model: str, trials: int = 10, device: str | None = None, study: str | None = None,

@@ -283,6 +283,7 @@ def cmd_search(args) -> int:
 
 
 def cmd_worker(args) -> int:
+    from autocompile.api import live_outputs
     from autocompile.outputs.progress import progress_for
     from autocompile.workers import join, run_workers
 
@@ -294,7 +295,8 @@ def cmd_worker(args) -> int:
         if 130 in codes:
             raise KeyboardInterrupt
         return max(codes)
-    count = join(args.study, args.storage, args.dir, progress_for(args.verbosity, 0), args.timeout)
+    count = join(args.study, args.storage, args.dir, progress_for(args.verbosity, 0), args.timeout,
+                 callbacks=live_outputs(os.path.join(args.dir, args.study)))
     print(f"study {args.study!r}: {count} trials counted; this worker is done")
     return 0
 

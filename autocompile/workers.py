@@ -100,13 +100,13 @@ def _wait_for_others(runner) -> None:
         time.sleep(WAIT_FOR_OTHERS_S)
 
 
-def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=None) -> dict:
+def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=None, callbacks=()) -> dict:
     """`search --gpus N`: the study and its budget made here, the trials run by a worker per GPU,
     the finalist round run here once (on the first GPU); returns the summary as run_search does."""
     from autocompile.study import finish, open_search, plan
 
     started = time.time()
-    runner = open_search(settings, progress, workers=len(gpus))
+    runner = open_search(settings, progress, callbacks, workers=len(gpus))  # callbacks: the finalist round's
     if len(gpus) > 1 and not runner.url.startswith(("journal", "postgresql", "mysql")):
         runner.progress.line(f"note: {runner.url} is shared by {len(gpus)} workers; Optuna recommends its journal "
                              "file (or a PostgreSQL server) for several processes")
@@ -123,7 +123,8 @@ def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=No
     return finish(runner, started)
 
 
-def join(study_name: str, url: str, directory: str, progress=None, timeout_s: float | None = None) -> int:
+def join(study_name: str, url: str, directory: str, progress=None, timeout_s: float | None = None,
+         callbacks=()) -> int:
     """`autocompile worker`: run trials of a study made by `autocompile search` until its budget or
     deadline (or this worker's `timeout_s`) is spent; returns how many trials the study counts."""
     from autocompile.claims import work
@@ -136,7 +137,7 @@ def join(study_name: str, url: str, directory: str, progress=None, timeout_s: fl
         raise UserError(f"study {study_name!r} in {url} was not started by `autocompile search` "
                         "(it has no budget to work through): start it with `autocompile search` first")
     settings = SearchSettings(**{**stored, "storage": url, "directory": directory})
-    runner = open_search(settings, progress, seed_offset=os.getpid())  # workers' samplers differ
+    runner = open_search(settings, progress, callbacks, seed_offset=os.getpid())  # workers' samplers differ
     deadlines = [d for d in (budget.get("deadline"), timeout_s and time.time() + timeout_s) if d]
     runner.deadline = min(deadlines) if deadlines else None
     runner.progress.total = budget["trials"]

@@ -59,7 +59,16 @@ def test_two_workers_on_one_host_share_a_study(tmp_path):
     settings = SearchSettings(study="two", directory=str(tmp_path), **SEARCH)
     summary = search_on_workers(settings, ["0", "1"])
     assert len(summary["rows"]) == settings.trials and all(r["status"] != "duplicate" for r in summary["rows"])
-    _check_shared(load_study("two", JOURNAL + str(tmp_path / "two" / "journal.log")), settings.trials)
+    study = load_study("two", JOURNAL + str(tmp_path / "two" / "journal.log"))
+    _check_shared(study, settings.trials)
+    # the workers kept results.db as their trials finished (this search was given no outputs of its own)
+    import sqlite_utils
+
+    rows = {row["number"]: row for row in sqlite_utils.Database(tmp_path / "two" / "results.db")["trials"].rows}
+    finished = {t.number: t for t in study.trials if t.state.is_finished()}
+    assert set(rows) == set(finished)
+    assert all(rows[n]["status"] == t.user_attrs.get("status") and rows[n]["role"] == t.user_attrs["role"]
+               for n, t in finished.items())
 
 
 def _free_port() -> int:

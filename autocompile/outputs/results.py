@@ -6,12 +6,15 @@ names them: `scope`, `mode`, `mode.encoder`, `inductor.epilogue_fusion`, ...), a
 measurement. `recompile_reasons` and `graph_break_reasons` hold (trial, reason, count).
 
 `write_results(study, path)` (re)writes the whole file from a study; `ResultsTable(path)` is a
-callback with Optuna's signature that keeps it up to date as trials finish.
+callback with Optuna's signature that keeps it up to date as trials finish, also when several
+workers of one host (`search --gpus N`) write it: each write holds the file's lock.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import fcntl
 import json
 import os
 
@@ -144,9 +147,20 @@ class ResultsTable:
         self.path, self._written = path, False
 
     def __call__(self, study, frozen_trial) -> None:
-        if not self._written:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            write_results(study, self.path)
-            self._written = True
-        else:
-            upsert_trial(self.path, frozen_trial)
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        with _locked(self.path):  # a whole rewrite by one worker never drops another's row
+            if not self._written or not os.path.exists(self.path):
+                write_results(study, self.path)
+                self._written = True
+            else:
+                upsert_trial(self.path, frozen_trial)
+
+
+@contextlib.contextmanager
+def _locked(path: str):
+    with open(path + ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
