@@ -78,7 +78,7 @@ def test_triage_names_inductor_when_only_inductor_fails(tmp_path, toolchain_dir)
 
 
 def test_a_hard_mark_the_model_refuses_falls_back_to_maybe_mark_dynamic(tmp_path, toolchain_dir):
-    # As on llama-8b (GPU, session 4): with the loss compiled apart, the labels' length is
+    # As on llama-8b (GPU, 2026-11-22): with the loss compiled apart, the labels' length is
     # marked dynamic but must equal the length of logits nobody marked, so Dynamo raises
     # ConstraintViolationError; the trial measures maybe_mark_dynamic instead and says so.
     asked = {"scope": "regional", "compile_loss": True, "mark_dynamic": "mark"}
