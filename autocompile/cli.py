@@ -242,7 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_positive_float, help="bound on the whole check, seconds")
     p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for one screen, seconds (default 900)")
     p.add_argument("--fresh", action="store_true",
-                   help="measure every screen now, even those a search with --screen K made (used as they are otherwise)")
+                   help="measure every screen now, even those a search with --screen K or an earlier check made "
+                        "(used as they are otherwise)")
+    p.add_argument("--also", action="append", default=[], metavar="STUDY",
+                   help="another study of the same workload (in --dir) whose configurations join the check; repeatable")
 
     p = sub.add_parser("dashboard", help="open a study in optuna-dashboard")
     p.add_argument("--study", required=True)
@@ -508,11 +511,13 @@ def cmd_screen_check(args) -> int:
     from autocompile.screencheck import check_screening, write_check
 
     study, _ = _existing_study(args)
+    others = [_existing_study(argparse.Namespace(study=name, dir=args.dir, storage=None))[0] for name in args.also]
     command = (f"autocompile screen-check --study {args.study} --blocks {args.blocks} --limit {args.limit} --dir {args.dir}"
                + (f" --storage {args.storage}" if args.storage else "") + (f" --timeout {args.timeout:g}" if args.timeout else "")
-               + f" --trial-timeout {args.trial_timeout:g}" + (" --fresh" if args.fresh else ""))
+               + f" --trial-timeout {args.trial_timeout:g}" + (" --fresh" if args.fresh else "")
+               + "".join(f" --also {name}" for name in args.also))
     result = check_screening(study, args.dir, args.blocks, limit=args.limit, timeout_s=args.timeout,
-                             trial_timeout_s=args.trial_timeout, command=command, fresh=args.fresh)
+                             trial_timeout_s=args.trial_timeout, command=command, fresh=args.fresh, others=others)
     md, _ = write_check(result, os.path.join(args.dir, args.study))
     rho = "n/a (fewer than 3 configurations screened cleanly)" if result["rho"] is None else f"{result['rho']:.2f}"
     print(f"Spearman rho between screened (at {args.blocks} blocks) and full scores: {rho} over "

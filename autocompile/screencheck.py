@@ -5,6 +5,10 @@ The distinct configurations of a finished study that ran cleanly (best full scor
 cache for the screens, eager at k blocks as the reference), and the Spearman rank correlation
 between their screened and full scores says whether a screen promotes the right ones. The table
 goes to DIR/STUDY/screening.md, the rows and figures to DIR/STUDY/screening.json.
+
+Other studies of the same workload (`--also`) add their configurations, their full scores taken
+again at the first study's horizon from their steady speed and warm-up. A check run again at the
+same k uses the screens its screening.json holds and measures only the rest (GPU time is scarce).
 """
 
 from __future__ import annotations
@@ -53,17 +57,56 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     return sxy / (sxx * syy) ** 0.5
 
 
-def study_configs(study, limit: int) -> list:
-    """The trials of the distinct configurations that ran cleanly (eager included, finalist
-    re-runs not), best full score first, at most `limit`."""
-    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if t.user_attrs.get("status") == "ok" and t.value and t.user_attrs.get("role") != "finalist"]
+def study_configs(study, limit: int, others=()) -> list:
+    """(study, trial, full score) of the distinct configurations that ran cleanly (eager
+    included, finalist re-runs not), best full score first, at most `limit`. The trials of `others`
+    are scored at `study`'s horizon; a configuration in several studies counts once, from the first."""
+    from autocompile.scoring import score
+
+    horizon = study.user_attrs.get("horizon")
+    found = []
+    for source in (study, *others):
+        done = [t for t in source.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                if t.user_attrs.get("status") == "ok" and t.value and t.user_attrs.get("role") != "finalist"]
+        for t in sorted(done, key=lambda t: t.value, reverse=True):
+            full = t.value if source is study or not horizon else score(t.user_attrs, horizon)
+            found.append((source, t, full))
     seen, out = [], []
-    for t in sorted(done, key=lambda t: t.value, reverse=True):
+    for source, t, full in found:
         if t.user_attrs["config"] not in seen:
             seen.append(t.user_attrs["config"])
-            out.append(t)
-    return out[:limit]
+            out.append((source, t, full))
+    return sorted(out, key=lambda item: item[2], reverse=True)[:limit]
+
+
+def _same_workload(study, others) -> None:
+    """Other studies join the check only if they measured the same workload on the same device."""
+    mine = study.user_attrs.get("settings")
+    for other in others:
+        if other.user_attrs.get("settings") != mine:
+            raise UserError(f"study {other.study_name!r} was made with {other.user_attrs.get('settings')}, "
+                            f"not as {study.study_name!r} ({mine}): only studies of the same workload join a check")
+
+
+def _previous(study_dir: str, k: int, fresh: bool) -> dict:
+    """The screens an earlier check at k blocks measured (screening.json), by configuration."""
+    path = os.path.join(study_dir, "screening.json")
+    if fresh or not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if earlier.get("blocks") != k:
+        return {}
+    rows = {_key(row["config"]): row for row in earlier.get("rows", [])
+            if row.get("screen_from") == "check" and row.get("status") == "ok" and row.get("screened_steps_per_s")}
+    return {"rows": rows, "eager": earlier.get("eager"), "date": earlier.get("date")}
+
+
+def _key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)
 
 
 def _settings(study, directory: str, measure: dict | None):
@@ -89,12 +132,14 @@ def _screen(settings, config: dict, k: int, folder: str, limit_s: float, eager: 
 
 def check_screening(study, directory: str, k: int, limit: int = 10, timeout_s: float | None = None,
                     trial_timeout_s: float = 900.0, measure: dict | None = None, command: str = "", fresh: bool = False,
-                    say=lambda line: print(line, file=sys.stderr, flush=True)) -> dict:
-    """Screen up to `limit` configurations of `study` at k blocks; the rows and Spearman's rho.
-    The screens a search with --screen k made already (and its eager at k blocks) are used as they
-    are, unless `fresh`: they are what its pruner judged by."""
+                    others=(), say=lambda line: print(line, file=sys.stderr, flush=True)) -> dict:
+    """Screen up to `limit` configurations of `study` (and of `others`, the same workload) at k blocks;
+    the rows and Spearman's rho. The screens a search with --screen k made already (and its eager at
+    k blocks) are used as they are, and so are those an earlier check at k measured, unless `fresh`:
+    they are what its pruner judged by."""
     settings = _settings(study, directory, measure)
-    trials = study_configs(study, limit)
+    _same_workload(study, others)
+    trials = study_configs(study, limit, others)
     if len(trials) < MIN_CONFIGS:
         raise UserError(f"study {study.study_name!r} has {len(trials)} distinct configurations that ran cleanly; "
                         f"a screening check needs at least {MIN_CONFIGS}")
@@ -104,14 +149,19 @@ def check_screening(study, directory: str, k: int, limit: int = 10, timeout_s: f
     from autocompile.screening import SCREENS
 
     folder = os.path.join(settings.study_dir, SCREENS, f"check-{k}-blocks")
-    say(f"screen-check: {len(trials)} configurations of {study.study_name!r} at {k} blocks")
-    eager = None if fresh else study.user_attrs.get("screened_eager", {}).get(str(k))
+    names = ", ".join(repr(s.study_name) for s in (study, *others))
+    say(f"screen-check: {len(trials)} configurations of {names} at {k} blocks")
+    previous = _previous(settings.study_dir, k, fresh)
+    eager = None if fresh else study.user_attrs.get("screened_eager", {}).get(str(k)) or previous.get("eager")
     if eager is None:
         eager = _screen(settings, _eager(), k, os.path.join(folder, "eager"), left(), None)
         if eager["status"] != "ok":
             raise UserError(f"eager at {k} blocks ended {eager['status']}: {eager.get('reason', '')}")
         eager["from"] = "check"
-    rows = [_row(t, settings, k, folder, left, eager, say, fresh) for t in trials]
+    if previous.get("rows"):
+        say(f"  {len(previous['rows'])} screens of the check of {previous['date']} used again")
+    rows = [_row(source, t, full, settings, k, folder, left, eager, say, fresh, previous.get("rows", {}))
+            for source, t, full in trials]
     return _verdict(study, settings, k, rows, eager, command)
 
 
@@ -133,18 +183,26 @@ def _eager() -> dict:
     return dict(EAGER)
 
 
-def _row(trial, settings, k: int, folder: str, left, eager: dict, say, fresh: bool) -> dict:
-    """One configuration: its full figures from the study, and its screen (the search's, or measured now)."""
+def _row(source, trial, full: float, settings, k: int, folder: str, left, eager: dict, say, fresh: bool,
+         previous: dict) -> dict:
+    """One configuration: its full figures from its study, and its screen (the search's, an earlier
+    check's, or measured now)."""
     from autocompile.apply import describe_config
+    from autocompile.records import baseline_value
 
     config = trial.user_attrs["config"]
-    row = {"trial": trial.number, "config": config, "label": describe_config(config), "role": trial.user_attrs.get("role"),
-           "full_score": trial.value, "full_steps_per_s": trial.user_attrs["steps_per_s"]}
+    row = {"study": source.study_name, "trial": trial.number, "config": config, "label": describe_config(config),
+           "role": trial.user_attrs.get("role"), "full_score": full, "full_steps_per_s": trial.user_attrs["steps_per_s"],
+           "full_eager_steps_per_s": baseline_value(source, "eager", "steps_per_s")}
     made = trial.user_attrs.get("screen") or {}
+    earlier = previous.get(_key(config))
     if row["role"] == "eager":  # eager at k blocks is the reference itself
         row.update(status="ok", screened=1.0, screen_from="reference")
     elif not fresh and eager.get("from") != "check" and made.get("blocks") == k and made.get("status") == "ok":
         row.update(status="ok", screened=made["score"], screen_from="search")
+    elif earlier:  # measured by an earlier check: its speed over this check's eager
+        row.update(status="ok", screened_steps_per_s=earlier["screened_steps_per_s"], screen_from="check",
+                   screened=earlier["screened_steps_per_s"] / eager["steps_per_s"], wall_s=earlier.get("wall_s"))
     elif left() < 1:
         return {**row, "status": "not measured", "reason": "the check's --timeout was reached"}
     else:
@@ -178,8 +236,8 @@ def _verdict(study, settings, k: int, rows: list[dict], eager: dict, command: st
     for key, rank_key in (("full_score", "rank_full"), ("screened", "rank_screened")):
         for row, rank in zip(ok, ranks([row[key] for row in ok])):
             row[rank_key] = rank
-    full_eager = baseline_value(study, "eager", "steps_per_s")
     for row in rows:
+        full_eager = row.pop("full_eager_steps_per_s", None) or baseline_value(study, "eager", "steps_per_s")
         row["full_vs_eager"] = row["full_steps_per_s"] / full_eager if full_eager else None
     screened = [row["screened"] for row in ok]
     return {"study": study.study_name, "model": settings.model, "device": settings.device,
@@ -187,7 +245,9 @@ def _verdict(study, settings, k: int, rows: list[dict], eager: dict, command: st
             "configurations": len(rows), "ranked": len(ok),
             "rho": spearman([row["full_score"] for row in ok], screened) if len(ok) >= MIN_CONFIGS else None,
             "rho_steady": spearman([row["full_steps_per_s"] for row in ok], screened) if len(ok) >= MIN_CONFIGS else None,
-            "eager_steps_per_s": eager["steps_per_s"], "rows": rows, "command": command, "versions": _versions(),
+            "eager_steps_per_s": eager["steps_per_s"], "eager": eager, "rows": rows, "command": command,
+            "studies": sorted({row["study"] for row in rows}, key=[study.study_name, *[r["study"] for r in rows]].index),
+            "versions": _versions(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -204,8 +264,9 @@ def format_check(result: dict) -> str:
              "", "| trial | configuration | full score | full vs eager | screened (x eager at k) | screened by "
              "| rank full | rank screened |", "|---|---|---|---|---|---|---|---|"]
     for row in result["rows"]:
+        trial = row["trial"] if row.get("study", result["study"]) == result["study"] else f"{row['study']} {row['trial']}"
         screened = _figure(row.get("screened")) if "screened" in row else f"{row['status']}: {row.get('reason', '')[:80]}"
-        lines.append(f"| {row['trial']} | {row['label']} | {row['full_score']:.3g} | {_figure(row['full_vs_eager'], '.2f')} "
+        lines.append(f"| {trial} | {row['label']} | {row['full_score']:.3g} | {_figure(row['full_vs_eager'], '.2f')} "
                      f"| {screened} | {row.get('screen_from', '-')} | {_figure(row.get('rank_full'), 'g')} | {_figure(row.get('rank_screened'), 'g')} |")
     versions = ", ".join(f"{name} {version}" for name, version in result["versions"].items())
     lines += ["", f"- command: `{result['command']}`" if result["command"] else "- command: (from Python)",
@@ -214,7 +275,8 @@ def format_check(result: dict) -> str:
               f"- how: eager at {k} blocks runs {result['eager_steps_per_s']:.3g} steps/s; each configuration is measured "
               f"once at {k} blocks (its steady speed over eager's there; the screens share one compile cache), by the "
               f"search that screened it or by this check; full scores are the study's own trials (horizon "
-              f"{result['horizon']}). Ranks: 1 is the best."]
+              f"{result['horizon']})" + (", and those of " + ", ".join(result["studies"][1:]) + " taken at that horizon"
+                                         if len(result.get("studies", [])) > 1 else "") + ". Ranks: 1 is the best."]
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run studies on the GPU machine in the background and follow them across device calls.
-#   bash scripts/gpu_study.sh start 'MODEL ARGS...' ['MODEL ARGS...' ...]  # one search after another
+#   bash scripts/gpu_study.sh start 'ARGS...' ['ARGS...' ...]  # one after another: search ARGS, or
+#       a job that names its command first ('screen-check --study S ...', 'export --study S ...')
 #   bash scripts/gpu_study.sh watch SECONDS   # print progress for up to SECONDS, then collect into $OUT
 # Studies live in $RUNS (default /root/autocompile-runs) so that they outlive each call;
 # a search killed with its machine resumes from RUNS/STUDY/study.db.
@@ -18,10 +19,13 @@ case "$1" in
     # change the code under a running study.
     rm -rf "$RUNS/src" && mkdir -p "$RUNS/src" && cp -r autocompile "$RUNS/src/"
     : > "$RUNS/commands.txt"
-    for job in "$@"; do echo "python3 -m autocompile search $job --dir $RUNS" >> "$RUNS/commands.txt"; done
+    for job in "$@"; do
+      case "$job" in screen-check*|export*|best*|report*|rejudge*) cmd=$job ;; *) cmd="search $job" ;; esac
+      echo "python3 -m autocompile $cmd --dir $RUNS" >> "$RUNS/commands.txt"
+    done
     setsid nohup env PYTHONPATH="$RUNS/src:$PYTHONPATH" bash -c "cd $RUNS/src; while read -r cmd; do echo \"\$ \$cmd (\$(date -u +%FT%TZ))\"; \$cmd; echo \"exit \$?\"; done < $RUNS/commands.txt" \
       > "$RUNS/search.log" 2>&1 < /dev/null &
-    echo "started: $(cat "$RUNS/commands.txt" | wc -l) searches, log $RUNS/search.log"
+    echo "started: $(cat "$RUNS/commands.txt" | wc -l) jobs, log $RUNS/search.log"
     ;;
   watch)
     end=$((SECONDS + ${2:-500}))

@@ -167,6 +167,31 @@ def test_screen_check_writes_the_table_with_rho(screened_study):
     assert table.count("\n| ") == 1 + result["configurations"]  # the header and one row each
 
 
+def test_screen_check_uses_an_earlier_checks_screens_and_joins_studies_of_the_same_workload(screened_study):
+    import shutil
+
+    folder, study = screened_study
+    first = check_screening(study, str(folder), K, trial_timeout_s=120, measure=FAST, command="(test)")
+    write_check(first, str(folder / "s"))
+    shutil.rmtree(folder / "s" / "screens" / f"check-{K}-blocks", ignore_errors=True)
+    lines = []
+    again = check_screening(study, str(folder), K, trial_timeout_s=120, measure=FAST, command="(test)", say=lines.append)
+    plain = {row["role"]: row for row in again["rows"]}["compile-defaults"]
+    assert plain["screen_from"] == "check" and plain["screened"] == pytest.approx(
+        {row["role"]: row for row in first["rows"]}["compile-defaults"]["screened"])
+    assert not os.path.exists(folder / "s" / "screens" / f"check-{K}-blocks")  # nothing measured again
+    assert any("used again" in line for line in lines)
+    # Another study of the same workload joins; a configuration both hold counts once, from the first.
+    url = "sqlite:///" + str(folder / "s" / "study.db")
+    optuna.copy_study(from_study_name="s", from_storage=url, to_storage=url, to_study_name="s2")
+    other = load_study("s2", url)
+    joined = check_screening(study, str(folder), K, trial_timeout_s=120, measure=FAST, others=[other], say=lines.append)
+    assert len(joined["rows"]) == len(again["rows"]) and {row["study"] for row in joined["rows"]} == {"s"}
+    other.set_user_attr("settings", {**study.user_attrs["settings"], "batch_size": 99})
+    with pytest.raises(UserError, match="same workload"):
+        check_screening(study, str(folder), K, others=[other], measure=FAST)
+
+
 def test_screen_check_needs_three_configurations(tmp_path, capsys):
     storage = "sqlite:///" + str(tmp_path / "s" / "study.db")
     os.makedirs(tmp_path / "s")
