@@ -19,8 +19,13 @@ import statistics
 import sys
 import time
 import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet
+
+if TYPE_CHECKING:
+    from autocompile.workloads import Workload, WorkloadOptions
 
 
 class Events:
@@ -188,12 +193,46 @@ class Training:
         return loss
 
 
+@dataclass
+class Setup:
+    """What a trial is built from: the workload, its options and batches, and the snippet."""
+
+    workload: Workload
+    options: WorkloadOptions
+    pool: int
+    batches: list
+    counts: list[int]
+    info: ModelInfo
+    snippet: str = ""
+    snippet_path: str = ""
+
+
 def run(spec: dict, events: Events, result: dict) -> None:
+    """One trial, step by step: build, apply, warm up, measure, replay; all it finds goes into `result`."""
     events.emit(phase="building")
     import torch
 
-    from autocompile.workloads import WorkloadOptions, get_workload
+    watcher = _prepare(torch, spec, result)
+    setup, built = _build(spec, result)
+    _write_snippet(spec, result, setup)
+    if spec.get("replay_only"):  # the numerics replay alone, for a configuration measured before
+        del built
+        _replay_only(torch, spec, result, setup)
+        return
+    _check_randomness(torch, spec, events, result, setup, built[0])
+    training = _apply(spec, result, setup, built)
+    del built  # the model and optimizer live on in `training` only
+    sync = _device_sync(torch, spec["device"])
+    warm = _warm_up(training, watcher, spec, events, result, sync, setup.pool)
+    _save_cache(torch, spec, result, training)
+    _measure(torch, training, watcher, warm, spec, events, result, sync, setup.counts, setup.workload.unit)
+    if result.get("rng_dependent") and spec.get("numerics_replay", True) and result["status"] == "ok":
+        del training  # the replay builds models of its own
+        _check_numerics(torch, spec, events, result, setup, sync)
 
+
+def _prepare(torch, spec: dict, result: dict) -> CompileWatcher:
+    """Check the device, pre-run the CPU probe, hook a compile watcher and record the versions."""
     notes: list[str] = result["notes"]
     device, config = spec["device"], spec["config"]
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -203,6 +242,12 @@ def run(spec: dict, events: Events, result: dict) -> None:
     watcher = CompileWatcher()
     notes += watcher.install(torch)
     _versions(torch, device, result)
+    return watcher
+
+
+def _build(spec: dict, result: dict) -> tuple[Setup, tuple]:
+    """The workload (screened if asked), its batches, and a fresh model and optimizer."""
+    from autocompile.workloads import WorkloadOptions, get_workload
 
     workload = get_workload(spec["model"])
     if spec.get("blocks"):  # a screened trial: the same model with its repeated blocks cut
@@ -210,52 +255,76 @@ def run(spec: dict, events: Events, result: dict) -> None:
 
         workload = screened(workload, spec["blocks"])
         result["blocks"] = spec["blocks"]
-    options = WorkloadOptions(device=device, batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"),
+    options = WorkloadOptions(device=spec["device"], batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"),
                               seed=spec.get("seed", 0))
     pool = spec.get("batch_pool") or workload.batch_pool
     batches = workload.batches(options, pool)
     counts = [workload.count(b) for b in batches]
     model, optimizer = workload.build(options)
     info = _model_info(workload, options, model, result)
-    if config["compile"] and config["scope"] == "regional" and not info.regions:
-        raise ValueError("scope 'regional': no repeated blocks found in the model")
-    snippet = render_snippet(config, info, header=spec.get("header", ""))
-    snippet_path = os.path.join(spec["trial_dir"], "apply_compilation.py")
-    with open(snippet_path, "w") as f:
-        f.write(snippet)
-    result["snippet"] = snippet
+    return Setup(workload, options, pool, batches, counts, info), (model, optimizer)
 
-    if spec.get("replay_only"):  # the numerics replay alone, for a configuration measured before
-        del model, optimizer
-        result.update(status="ok", reason="replay only: nothing measured",
-                      replay=_replay(torch, spec, workload, options, batches, info, snippet, lambda: None))
-        return
-    if config["compile"]:
-        # Whether the loss depends on the random stream (dropout): then the first losses of a compiled
-        # run differ from eager's by the noise of the masks, and the numerics are judged by a replay.
+
+def _write_snippet(spec: dict, result: dict, setup: Setup) -> None:
+    """The configuration's snippet, rendered for this model and written to the trial's folder."""
+    config = spec["config"]
+    if config["compile"] and config["scope"] == "regional" and not setup.info.regions:
+        raise ValueError("scope 'regional': no repeated blocks found in the model")
+    setup.snippet = render_snippet(config, setup.info, header=spec.get("header", ""))
+    setup.snippet_path = os.path.join(spec["trial_dir"], "apply_compilation.py")
+    with open(setup.snippet_path, "w") as f:
+        f.write(setup.snippet)
+    result["snippet"] = setup.snippet
+
+
+def _replay_only(torch, spec: dict, result: dict, setup: Setup) -> None:
+    """The numerics replay alone, with nothing measured."""
+    result.update(status="ok", reason="replay only: nothing measured",
+                  replay=_replay(torch, spec, setup.workload, setup.options, setup.batches, setup.info, setup.snippet,
+                                 lambda: None))
+
+
+def _check_randomness(torch, spec: dict, events: Events, result: dict, setup: Setup, model) -> None:
+    """For a compiled trial, whether the loss depends on the random stream (see `_rng_dependent`)."""
+    # Then (dropout) the first losses of a compiled run differ from eager's by the noise of the
+    # masks, and the numerics are judged by a replay.
+    if spec["config"]["compile"]:
         events.emit(phase="checking randomness")
-        result["rng_dependent"] = _rng_dependent(torch, workload, model, batches[0])
-    training = Training(workload, (model, optimizer), batches, snippet, snippet_path, spec.get("load_cache"))
-    del model, optimizer
+        result["rng_dependent"] = _rng_dependent(torch, setup.workload, model, setup.batches[0])
+
+
+def _apply(spec: dict, result: dict, setup: Setup, built: tuple) -> Training:
+    """The snippet applied to the fresh model and optimizer, after the compile cache it is given, if any."""
+    training = Training(setup.workload, built, setup.batches, setup.snippet, setup.snippet_path, spec.get("load_cache"))
     if training.cache_loaded is not None:
         result["cache_loaded"] = training.cache_loaded
+    return training
+
+
+def _device_sync(torch, device: str):
+    """The device's synchronise (none on the CPU); on CUDA the peak memory is counted from here."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    warm = _warm_up(training, watcher, spec, events, result, sync, pool)
-    if spec.get("save_cache"):  # `autocompile export`: what the warm-up compiled, for a warm start
+    return sync
+
+
+def _save_cache(torch, spec: dict, result: dict, training: Training) -> None:
+    """For `autocompile export`: what the warm-up compiled, saved for a warm start."""
+    if spec.get("save_cache"):
         result["cache"] = _save_compile_cache(torch, spec["save_cache"], training.namespace["compile_cache_key"]())
-    _measure(torch, training, watcher, warm, spec, events, result, sync, counts, workload.unit)
-    replay = result.get("rng_dependent") and spec.get("numerics_replay", True)
-    if replay and result["status"] == "ok":
-        del training
-        _write_result(spec, result)  # the measurement stands even if the replay runs out of time
-        events.emit(phase="checking numerics")
-        try:
-            result["replay"] = _replay(torch, spec, workload, options, batches, info, snippet, sync)
-        except Exception as exc:  # the measurement stands; the verdict says it could not be reached
-            traceback.print_exc()
-            result["replay"] = {"error": _shorten(f"{type(exc).__name__}: {_first_line(exc)}", 400)}
+
+
+def _check_numerics(torch, spec: dict, events: Events, result: dict, setup: Setup, sync) -> None:
+    """The numerics replay, after the measurement is written: that stands whatever the replay does."""
+    _write_result(spec, result)  # the measurement stands even if the replay runs out of time
+    events.emit(phase="checking numerics")
+    try:
+        result["replay"] = _replay(torch, spec, setup.workload, setup.options, setup.batches, setup.info, setup.snippet,
+                                   sync)
+    except Exception as exc:  # the measurement stands; the verdict says it could not be reached
+        traceback.print_exc()
+        result["replay"] = {"error": _shorten(f"{type(exc).__name__}: {_first_line(exc)}", 400)}
 
 
 def _versions(torch, device: str, result: dict) -> None:
