@@ -56,21 +56,32 @@ def run(settings, verbosity: int = 1, gpus: list[str] | None = None) -> SearchRe
     each keeping the same outputs up to date (`autocompile worker` gets them from `live_outputs`)."""
     from autocompile.outputs.dashboard import upload_study_files
     from autocompile.outputs.progress import progress_for
-    from autocompile.study import load_study, run_search, storage_url
+    from autocompile.report import search_summary
+    from autocompile.study import load_study, search_study, storage_url
 
     workers = len(gpus or ())
     callbacks = live_outputs(settings.study_dir)
     if workers > 1:
         from autocompile.workers import search_on_workers
 
-        summary = search_on_workers(settings, gpus, verbosity, progress_for(verbosity, settings.trials), callbacks)
+        runner = search_on_workers(settings, gpus, verbosity, progress_for(verbosity, settings.trials), callbacks)
     else:
         if gpus and gpus != ["0"] and settings.device.startswith("cuda"):
             os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]  # --gpus 3,: that GPU only
-        summary = run_search(settings, progress_for(verbosity, settings.trials), callbacks=callbacks)
+        runner = search_study(settings, progress_for(verbosity, settings.trials), callbacks=callbacks)
+    summary = search_summary(runner)
     study = load_study(settings.study, storage_url(settings.storage, settings.directory, settings.study, workers))
     upload_study_files(study, settings.study_dir)  # what the last callbacks could not see: the round's verdict
     return SearchResult(summary=summary, study=study)
+
+
+def run_search(settings, progress=None, callbacks=()) -> dict:
+    """Run (or resume) the search of `settings` in this process with only the given outputs (`callbacks`);
+    its summary (see report.search_summary), the winner's files written beside the study."""
+    from autocompile.report import search_summary
+    from autocompile.study import search_study
+
+    return search_summary(search_study(settings, progress, callbacks))
 
 
 def live_outputs(study_dir: str) -> list:

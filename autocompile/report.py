@@ -87,6 +87,24 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
     return summary
 
 
+def search_summary(runner) -> dict:
+    """The summary of a search that has ended (autocompile.study.search_study): its table, its winner
+    and what the harness added around the trials; the winner's files written beside the study."""
+    import time
+
+    settings = runner.settings
+    summary = summarize(runner.study, settings.study_dir)
+    if runner.trials_wall:
+        wall = time.time() - runner.started
+        summary["harness"] = {"search_wall_s": wall, "trials_wall_s": runner.trials_wall,
+                              "ratio": wall / runner.trials_wall}
+        runner.progress.line(f"harness: this search took {wall:.0f} s for {runner.trials_wall:.0f} s of trials "
+                             f"({wall / runner.trials_wall:.2f}x)")
+    if summary["best"]:
+        write_outputs(summary, settings.study_dir)
+    return summary
+
+
 def write_outputs(summary: dict, study_dir: str) -> None:
     """The winner's snippet, the trial table and the rows as JSON, beside the study."""
     os.makedirs(study_dir, exist_ok=True)

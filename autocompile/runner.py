@@ -130,6 +130,7 @@ class Runner:
         self.deadline = deadline
         self.callbacks = callbacks  # Optuna's signature, callback(study, frozen_trial): after each tell
         self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
+        self.started = time.time()  # when the search began (set by open_search)
         self.space = self.memory = None  # set by open_search
 
     def refusal(self, config: dict) -> str | None:

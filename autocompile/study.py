@@ -34,7 +34,6 @@ from autocompile.errors import UserError
 from autocompile.finalists import run_finalists
 from autocompile.memory import FailureMemory, store_path
 from autocompile.memory import device_name as _device_name
-from autocompile.report import summarize, write_outputs
 from autocompile.runner import Progress, Runner
 from autocompile.screening import make_pruner
 from autocompile.scoring import DEFAULT_HORIZON
@@ -164,6 +163,7 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     """Open (or create) the study of `settings` and a runner for it: trials of dead workers failed
     (and tried again), their orphaned trial processes killed. Raises UserError on bad input."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    started = time.time()
     space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
                         settings.seed, settings.fixed, settings.space_file)
     pruner = make_pruner(settings)  # a --screen that cannot work fails before the storage is made
@@ -183,7 +183,7 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
                       + (f", {stale} interrupted ones marked failed" if stale else ""))
     memory = FailureMemory(store_path(settings.memory_path), space, _device_name(settings.device), url)
     runner = Runner(study, storage, url, settings, progress, callbacks=(memory, *callbacks), deadline=None)
-    runner.space, runner.memory = space, memory
+    runner.space, runner.memory, runner.started = space, memory, started
     return runner
 
 
@@ -196,29 +196,19 @@ def plan(runner: Runner, trials: int, timeout_s: float | None) -> dict:
     return set_budget(runner.study, counted(runner.study) + trials, runner.deadline)
 
 
-def finish(runner: Runner, search_started: float) -> dict:
-    """The finalist round (once), then the summary with the winner; its snippet written."""
-    settings, progress = runner.settings, runner.progress
-    if settings.finalists > 0:
-        run_finalists(runner, settings.finalists)
-    summary = summarize(runner.study, settings.study_dir)
-    if runner.trials_wall:
-        wall = time.time() - search_started
-        summary["harness"] = {"search_wall_s": wall, "trials_wall_s": runner.trials_wall,
-                              "ratio": wall / runner.trials_wall}
-        progress.line(f"harness: this search took {wall:.0f} s for {runner.trials_wall:.0f} s of trials "
-                      f"({wall / runner.trials_wall:.2f}x)")
-    if summary["best"]:
-        write_outputs(summary, settings.study_dir)
-    return summary
+def conclude(runner: Runner) -> Runner:
+    """The end of a search: its finalist round, once (the summary is the outputs' part: report.py)."""
+    if runner.settings.finalists > 0:
+        run_finalists(runner, runner.settings.finalists)
+    return runner
 
 
-def run_search(settings: SearchSettings, progress: Progress | None = None, callbacks=()) -> dict:
-    """Run (or resume) a search in this process; returns a summary with the winner. Raises UserError on bad input.
-    `callbacks` are called as callback(study, frozen_trial) after each trial is told to the study."""
+def search_study(settings: SearchSettings, progress: Progress | None = None, callbacks=()) -> Runner:
+    """Run (or resume) a search in this process, the finalist round included; the runner, whose study
+    holds every trial. Raises UserError on bad input. `callbacks` are called as
+    callback(study, frozen_trial) after each trial is told to the study."""
     from autocompile.claims import work
 
-    search_started = time.time()
     runner = open_search(settings, progress, callbacks)
     work(runner, plan(runner, settings.trials, settings.timeout_s))
-    return finish(runner, search_started)
+    return conclude(runner)

@@ -100,12 +100,11 @@ def _wait_for_others(runner) -> None:
         time.sleep(WAIT_FOR_OTHERS_S)
 
 
-def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=None, callbacks=()) -> dict:
+def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=None, callbacks=()):
     """`search --gpus N`: the study and its budget made here, the trials run by a worker per GPU,
-    the finalist round run here once (on the first GPU); returns the summary as run_search does."""
-    from autocompile.study import finish, open_search, plan
+    the finalist round run here once (on the first GPU); the runner, as search_study returns it."""
+    from autocompile.study import conclude, open_search, plan
 
-    started = time.time()
     runner = open_search(settings, progress, callbacks, workers=len(gpus))  # callbacks: the finalist round's
     if len(gpus) > 1 and not runner.url.startswith(("journal", "postgresql", "mysql")):
         runner.progress.line(f"note: {runner.url} is shared by {len(gpus)} workers; Optuna recommends its journal "
@@ -120,7 +119,7 @@ def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=No
     runner.trials_wall = sum(t.user_attrs.get("wall_s", 0) for t in runner.study.get_trials(deepcopy=False)[first:])
     if settings.device.startswith("cuda"):
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]  # the finalist round's trials: one GPU, as a single search
-    return finish(runner, started)
+    return conclude(runner)
 
 
 def join(study_name: str, url: str, directory: str, progress=None, timeout_s: float | None = None,

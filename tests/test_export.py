@@ -10,7 +10,8 @@ import pytest
 
 from autocompile.apply import load_snippet
 from autocompile.outputs.export import check_warm_start, export
-from autocompile.study import SearchSettings, load_study, run_search, storage_url
+from autocompile.api import run_search
+from autocompile.study import SearchSettings, load_study, storage_url
 from conftest import FAST, ROOT, toy
 
 

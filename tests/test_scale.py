@@ -16,6 +16,7 @@ import pytest
 from autocompile.storage import JOURNAL, load_study
 from autocompile.study import SearchSettings
 from autocompile.trial import pid_alive
+from autocompile.report import search_summary
 from autocompile.workers import parse_gpus, search_on_workers
 from conftest import FAST, HERE, toy
 
@@ -57,7 +58,7 @@ def test_gpus_takes_a_count_or_a_list():
 
 def test_two_workers_on_one_host_share_a_study(tmp_path):
     settings = SearchSettings(study="two", directory=str(tmp_path), **SEARCH)
-    summary = search_on_workers(settings, ["0", "1"])
+    summary = search_summary(search_on_workers(settings, ["0", "1"]))
     assert len(summary["rows"]) == settings.trials and all(r["status"] != "duplicate" for r in summary["rows"])
     study = load_study("two", JOURNAL + str(tmp_path / "two" / "journal.log"))
     _check_shared(study, settings.trials)
@@ -211,7 +212,8 @@ def test_a_trial_process_whose_worker_died_is_reaped(tmp_path):
 INTERRUPTED = """
 import sys
 sys.path.insert(0, {here!r})
-from autocompile.study import SearchSettings, run_search
+from autocompile.api import run_search
+from autocompile.study import SearchSettings
 try:
     run_search(SearchSettings(study="c", directory={directory!r}, **{search!r}))
 except KeyboardInterrupt:

@@ -12,7 +12,8 @@ from autocompile import cli
 from autocompile.screencheck import check_screening, ranks, spearman, write_check
 from autocompile.errors import UserError
 from autocompile.screening import ScreeningPruner, check_blocks, cut_blocks, screened
-from autocompile.study import SearchSettings, load_study, run_search
+from autocompile.api import run_search
+from autocompile.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
 from conftest import FAST, toy
 

@@ -11,7 +11,8 @@ from autocompile.apply import load_snippet
 from autocompile.errors import UserError
 from autocompile.records import best_trial
 from autocompile.scoring import score
-from autocompile.study import SearchSettings, load_study, run_search
+from autocompile.api import run_search
+from autocompile.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
 from conftest import FAST, ROOT, toy
 
