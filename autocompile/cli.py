@@ -219,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--forget", metavar="DIM=VALUE", help="forget the failures with this value (e.g. fullgraph=true)")
     group.add_argument("--forget-all", action="store_true", help="forget everything remembered")
 
-    p = sub.add_parser("rejudge", help="re-judge the numerics of trials measured under an older guard (nothing measured again)")
+    p = sub.add_parser("rejudge", help="re-judge the numerics of trials measured under an older guard, and choose "
+                                       "the finalist round's winner again under the current rule (nothing measured again)")
     p.add_argument("--study", required=True)
     _storage_args(p)
     p.add_argument("--dry-run", action="store_true", help="list the trials it would re-judge")
@@ -499,11 +500,19 @@ def cmd_dashboard(args) -> int:
 def cmd_rejudge(args) -> int:
     from autocompile.rejudge import rejudge, to_rejudge
 
+    from autocompile.finalists import WINNER_RULE, rechoose
+    from autocompile.report import summarize
+
     study, _ = _existing_study(args)
+    study_dir = os.path.join(args.dir, args.study)
     if not to_rejudge(study):
         print(f"study {args.study!r}: every verdict comes from the current numerics guard")
-        return 0
-    rejudge(study, os.path.join(args.dir, args.study), dry_run=args.dry_run)
+    else:
+        rejudge(study, study_dir, dry_run=args.dry_run)
+    verdict = study.user_attrs.get("finalists")
+    if verdict and verdict.get("winner_rule") != WINNER_RULE and not args.dry_run:
+        rechoose(study, study.user_attrs.get("horizon", 1000))
+        summarize(study, study_dir, write=True)  # the winner's files, as the round now chooses
     return 0
 
 

@@ -9,6 +9,10 @@ from autocompile._worker import REPLAY_VERSION
 from autocompile.records import baseline_trial, eager_record, search_candidates
 from autocompile.runner import Runner, ask
 
+# choose_winner's rule; a stored verdict of an older rule is chosen again from its own rows (rechoose).
+# 2: a runner-up's disagreement between its two runs no longer counts as noise against the leader.
+WINNER_RULE = 2
+
 
 def finalist_reserve(study, k: int) -> float:
     """Seconds to keep for the finalist round under --timeout: what the current top k (and eager)
@@ -86,7 +90,8 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     numbers = [t.number for t in finalists]
     done = study.user_attrs.get("finalists")
     if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
-        return done  # this round was run already for these finalists, under the current numerics guard
+        # this round was run already for these finalists, under the current numerics guard
+        return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, runner.settings.horizon, progress.line)
     progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager")
     progress.total = progress.done + rounds * (len(finalists) + 1)
     runs: dict[int, list[dict]] = {t.number: [] for t in [eager, *finalists]}
@@ -129,11 +134,37 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
             "vs_eager": (statistics.mean(x["steps_per_s"] for x in ok) / eager_pace) if eager_pace else None,
             "agreement": agreement, "spread": spread, "noise": max(agreement, spread),
         })
-    verdict = {"finalists": numbers, "rounds": rounds, "eager_steps_per_s": eager_pace, "candidates": rows,
-               "numerics_guard": REPLAY_VERSION,
-               **choose_winner(rows, eager.number, statistics.mean(x["score"] for x in eager_runs) if eager_runs else 0.0,
-                               runner.settings.horizon)}
+    eager_score = statistics.mean(x["score"] for x in eager_runs) if eager_runs else 0.0
+    verdict = {"finalists": numbers, "rounds": rounds, "eager_steps_per_s": eager_pace, "eager_score": eager_score,
+               "candidates": rows, "numerics_guard": REPLAY_VERSION, "winner_rule": WINNER_RULE,
+               **choose_winner(rows, eager.number, eager_score, runner.settings.horizon)}
     if verdict["winner"] is not None:
         progress.line("finalists: " + verdict["why"])
     study.set_user_attr("finalists", verdict)
     return verdict
+
+
+def rechoose(study, horizon: int, say=print) -> dict | None:
+    """The study's finalist verdict chosen again under the current rule from the round's own rows,
+    without measuring: each candidate's window spread read back from its trials where an older round
+    did not keep it, eager's score in the round from its rerun. Stored, and said when the winner changes."""
+    verdict = study.user_attrs.get("finalists")
+    eager = baseline_trial(study, "eager")
+    if not verdict or verdict.get("winner_rule") == WINNER_RULE or eager is None:
+        return verdict
+    rows = [row if row["status"] != "ok" or "spread" in row else
+            {**row, "spread": max(study.trials[n].user_attrs.get("cv", 0) for n in [row["trial"], *row["reruns"]])}
+            for row in verdict["candidates"]]
+    eager_score = verdict.get("eager_score")
+    if eager_score is None:  # an older round kept eager's speed only: its rerun's score, found by that speed
+        reruns = [t.value for t in study.trials if t.user_attrs.get("remeasure_of") == eager.number
+                  and t.user_attrs.get("steps_per_s") == verdict.get("eager_steps_per_s")]
+        eager_score = reruns[-1] if reruns else verdict.get("eager_steps_per_s") or 0.0
+    kept = {k: v for k, v in verdict.items() if k not in ("margin", "noise", "within_noise", "winner", "why")}
+    again = {**kept, "candidates": rows, "eager_score": eager_score, "winner_rule": WINNER_RULE,
+             **choose_winner(rows, eager.number, eager_score, horizon)}
+    if again["winner"] != verdict.get("winner"):
+        say(f"finalist round of trials {', '.join(map(str, verdict['finalists']))} chosen again under the current "
+            f"rule: trial {again['winner']} wins (was trial {verdict.get('winner')}): {again['why']}")
+    study.set_user_attr("finalists", again)
+    return again

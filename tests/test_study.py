@@ -254,6 +254,32 @@ def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
     assert choose_winner([{"trial": 3, "status": "failed again"}], 0, 12.0, 1000) == {"winner": None}
 
 
+def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_rows(tmp_path, capsys):
+    # The captioner's round on the H200 (2026-11-23), judged before WINNER_RULE 2: trial 3 (17.3 then
+    # 12.7 steps/s) took the win from trial 5 (19.9 then 19.6) on warm-up, "within noise" only through
+    # its own disagreement. Chosen again from the round's rows, nothing measured: trial 5.
+    import shutil
+
+    from autocompile import cli
+    from autocompile.finalists import WINNER_RULE
+
+    shutil.copytree(os.path.join(ROOT, "studies", "captioner-search"), tmp_path / "captioner-search",
+                    ignore=shutil.ignore_patterns("artifacts", "report"))
+    study = load_study("captioner-search", "sqlite:///" + str(tmp_path / "captioner-search" / "study.db"))
+    before = study.user_attrs["finalists"]
+    assert before["winner"] == 3 and "winner_rule" not in before
+    assert cli.main(["rejudge", "--study", "captioner-search", "--dir", str(tmp_path)]) == 0
+    assert "trial 5 wins (was trial 3)" in capsys.readouterr().out
+    after = load_study("captioner-search", "sqlite:///" + str(tmp_path / "captioner-search" / "study.db")).user_attrs["finalists"]
+    assert after["winner"] == 5 and after["winner_rule"] == WINNER_RULE and not after["within_noise"]
+    assert [row["trial"] for row in after["candidates"]] == before["finalists"]
+    assert all(row["spread"] >= 0 for row in after["candidates"] if row["status"] == "ok")
+    with open(tmp_path / "captioner-search" / "trials.txt") as f:
+        assert "winner for 10000 steps: trial 5" in f.read()
+    assert cli.main(["rejudge", "--study", "captioner-search", "--dir", str(tmp_path)]) == 0  # once is enough
+    assert "chosen again" not in capsys.readouterr().out
+
+
 def test_a_baseline_that_timed_out_under_a_shorter_limit_is_measured_again():
     import optuna
 
