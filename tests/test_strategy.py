@@ -160,3 +160,20 @@ def test_a_study_name_that_would_leave_dir_is_refused_in_one_line(tmp_path):
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert "a study name is a plain name" in done.stderr
     assert not os.listdir(tmp_path)  # nothing written anywhere
+
+
+def test_the_incumbent_is_judged_by_every_measurement_of_it(tmp_path):
+    # The captioner's search on the H200 (2026-11-23): trial 3 scored best in the search (16.7) but
+    # 12.2 in its finalist round; trial 5 16.0 then 15.4. Neighbours start from trial 5.
+    import shutil
+
+    from autocompile.strategy import incumbent
+    from autocompile.study import load_study
+    from conftest import ROOT
+
+    shutil.copy(f"{ROOT}/studies/captioner-search/study.db", tmp_path / "study.db")
+    study = load_study("captioner-search", f"sqlite:///{tmp_path}/study.db")
+    searched = [t for t in study.trials if t.user_attrs.get("role") not in ("finalist", "eager") and t.value]
+    assert max(searched, key=lambda t: t.value).number == 3
+    best, params = incumbent(build_space("tiny-captioner", "cpu"), study)
+    assert best.number == 5 and params == best.params
