@@ -12,304 +12,55 @@ with the reason. Conditions keep the search from sampling combinations that mean
 pinned value), so they are turned away before any trial starts. Users narrow or extend the
 space with a space file (`load_space_file`: values to pin, to leave out, extra Inductor
 options to try).
+
+The parts have modules of their own: `dimensions` (DEFAULTS, the modes, scopes, paddings and
+Inductor option groups, `Dimension`), `capabilities` (what the installed torch and device
+support), `rules` (rejections and doomed configurations, each with its reason) and `spacefile`
+(the user's file). This module holds `SearchSpace` and re-exports their public names.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from dataclasses import replace
 
 from autocompile.errors import UserError
-from autocompile.space.rules import doomed
-
-MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
-SCOPES = ("full", "regional", "modular")
-PADDINGS = ("longest", "multiple", "buckets", "max")
-MARK_DYNAMIC = ("off", "mark", "maybe")
-
-# The configuration of plain `torch.compile(model)`: every key a configuration may hold.
-DEFAULTS: dict[str, Any] = {
-    "compile": True,
-    "scope": "full",  # full model | regional: each repeated block | modular: the workload's parts
-    "mode": "default",
-    "part_modes": {},  # modular scope: part -> mode
-    "dynamic": None,
-    "fullgraph": False,
-    "compile_optimizer": False,  # torch.compile(optimizer.step)
-    "lr_tensor": False,  # with compile_optimizer: the learning rate as a tensor, so a scheduler does not recompile the step
-    "fused_optimizer": False,  # switch the optimizer to its fused (single-kernel) implementation
-    "compile_loss": False,  # compile the workload's criterion (outputs, batch) -> loss apart from the model
-    "padding": "longest",  # of the varying batch dimensions
-    "pad_multiple": None,  # with padding == "multiple"
-    "mark_dynamic": "off",  # mark the varying dimensions dynamic: off | mark | maybe
-    "inductor": {},  # Inductor config options that differ from the installed defaults
-    "recompile_limit": None,  # None: torch's own
-    "matmul_precision": None,  # None: torch's own ("highest"); "high" allows TF32
-}
-EAGER: dict[str, Any] = {**DEFAULTS, "compile": False}
-
-# Recipes from the seed texts, tried right after the baselines so that a short search starts
-# from known-good ground (each applies only where its values are offered).
-STARTING_POINTS: list[dict] = [
-    {"scope": "regional"},  # each block compiled once: short warm-up, usually near full speed
-    {"scope": "regional", "fused_optimizer": True, "compile_loss": True, "padding": "multiple", "pad_multiple": 64},
-    # (lr_tensor applies where the workload has an LR schedule: else each new LR recompiles the step)
-    {"scope": "regional", "compile_optimizer": True, "lr_tensor": True, "padding": "multiple", "pad_multiple": 64},
-    # CUDA only (skipped where reduce-overhead is not offered): CUDA graphs on a few fixed shapes
-    {"scope": "regional", "mode": "reduce-overhead", "padding": "buckets", "compile_optimizer": True, "lr_tensor": True},
-    # The seed's best by hand: the whole model, its varying length marked dynamic
-    {"scope": "full", "mark_dynamic": "maybe", "fused_optimizer": True, "compile_loss": True},
-    {"scope": "full", "mode": "max-autotune-no-cudagraphs", "compile_optimizer": True, "lr_tensor": True},
-]
-
-# Inductor options searched, with the values tried; each is offered only if the installed
-# torch has the key with a value of the same type.
-INDUCTOR_OPTIONS: dict[str, tuple] = {
-    "shape_padding": (True, False),
-    "epilogue_fusion": (True, False),
-    "aggressive_fusion": (False, True),
-}
-INDUCTOR_OPTIONS_CUDA: dict[str, tuple] = {
-    "coordinate_descent_tuning": (False, True),
-}
-INDUCTOR_OPTIONS_AUTOTUNE: dict[str, tuple] = {
-    "max_autotune_gemm_backends": ("ATEN,TRITON", "TRITON", "ATEN"),
-}
-INDUCTOR_OPTIONS_CUDAGRAPHS: dict[str, tuple] = {
-    "triton.cudagraph_trees": (True, False),
-    # variable lengths: record a graph per shape (default) or run dynamic-shape graphs without
-    "triton.cudagraph_skip_dynamic_graphs": (False, True),
-    # re-recordings (new input addresses) allowed before a function falls back to no CUDA graph
-    "triton.cudagraph_unexpected_rerecord_limit": (128, 16),
-    # split graphs around ops CUDA graphs cannot hold, so the rest is still captured
-    "graph_partition": (True, False),
-}
-
-
-def uses_cuda_graphs(config: dict) -> bool:
-    modes = [config["mode"]] if config["scope"] != "modular" else list(config["part_modes"].values())
-    return (
-        any(mode in CUDA_GRAPH_MODES for mode in modes) or config["inductor"].get("triton.cudagraphs") is True
-    )
-
-
-def uses_autotune(config: dict) -> bool:
-    modes = [config["mode"]] if config["scope"] != "modular" else list(config["part_modes"].values())
-    return any(mode.startswith("max-autotune") for mode in modes) or config["inductor"].get("max_autotune") is True
-
-
-# Where a grouped Inductor option means something, and why it is left out elsewhere.
-_OPTION_GROUPS = (
-    (INDUCTOR_OPTIONS, None, lambda c: True, None),
-    (INDUCTOR_OPTIONS_CUDA, "tunes Triton kernels: needs CUDA", lambda c: True, None),
-    (INDUCTOR_OPTIONS_AUTOTUNE, "max-autotune GEMM backends: needs CUDA", uses_autotune,
-     "only matters with max-autotune (mode max-autotune or max-autotune-no-cudagraphs)"),
-    (INDUCTOR_OPTIONS_CUDAGRAPHS, "CUDA-graph option: needs CUDA", uses_cuda_graphs,
-     "only matters with CUDA graphs (mode reduce-overhead or max-autotune)"),
+from autocompile.space import rules
+from autocompile.space.capabilities import _MISSING, Capabilities, _inductor_default
+from autocompile.space.dimensions import (
+    CUDA_GRAPH_MODES,
+    DEFAULTS,
+    EAGER,
+    INDUCTOR_OPTIONS,
+    INDUCTOR_OPTIONS_AUTOTUNE,
+    INDUCTOR_OPTIONS_CUDA,
+    INDUCTOR_OPTIONS_CUDAGRAPHS,
+    MARK_DYNAMIC,
+    MODES,
+    PADDINGS,
+    SCOPES,
+    STARTING_POINTS,
+    Dimension,
+    WorkloadTraits,
+    _fits,
+    _member,
+    _OPTION_GROUPS,
+    _set,
+    _show,
+    uses_autotune,
+    uses_cuda_graphs,
 )
+from autocompile.space.rules import doomed
+from autocompile.space.spacefile import SpaceFile, _toml_none, load_space_file
 
 
-@dataclass
-class Capabilities:
-    """What the installed torch and the chosen device support."""
-
-    device: str
-    torch_version: str
-    inductor_defaults: dict[str, Any]  # searched Inductor keys present here -> installed default
-    has_mark_dynamic: bool
-    has_maybe_mark_dynamic: bool
-    recompile_limit_key: str | None
-    recompile_limit: int | None = None  # Dynamo's default: compiles of one function before it runs eager
-
-    @classmethod
-    def detect(cls, device: str) -> "Capabilities":
-        import torch
-        import torch._dynamo
-        import torch._dynamo.config as dynamo_config
-        import torch._inductor.config as inductor_config
-
-        wanted = {**INDUCTOR_OPTIONS, **INDUCTOR_OPTIONS_CUDA, **INDUCTOR_OPTIONS_AUTOTUNE, **INDUCTOR_OPTIONS_CUDAGRAPHS}
-        present = {}
-        for key in wanted:
-            value = _inductor_default(inductor_config, key)
-            if value is not _MISSING:
-                present[key] = value
-        limit_key = next((k for k in ("recompile_limit", "cache_size_limit") if hasattr(dynamo_config, k)), None)
-        return cls(
-            device=device,
-            torch_version=torch.__version__,
-            inductor_defaults=present,
-            has_mark_dynamic=hasattr(torch._dynamo, "mark_dynamic"),
-            has_maybe_mark_dynamic=hasattr(torch._dynamo, "maybe_mark_dynamic"),
-            recompile_limit_key=limit_key,
-            recompile_limit=getattr(dynamo_config, limit_key) if limit_key else None,
-        )
-
-    @property
-    def cuda(self) -> bool:
-        return self.device.startswith("cuda")
-
-
-_MISSING = object()
-
-
-def _inductor_default(inductor_config, key: str):
-    node = inductor_config
-    for part in key.split("."):
-        try:
-            node = getattr(node, part)
-        except AttributeError:
-            return _MISSING
-    return node
-
-
-def _fits(value, default) -> bool:
-    """Whether `value` may be given for an Inductor option whose installed default is `default`
-    (bool and int kept apart: True is an int to Python, not to a config)."""
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(default, str):
-        return isinstance(value, str)
-    if isinstance(default, (list, tuple)):
-        return isinstance(value, (list, tuple))
-    if isinstance(default, dict):
-        return isinstance(value, dict)
-    if default is None:  # an optional setting: its type is not known from the default
-        return value is None or isinstance(value, (bool, int, float, str, list, tuple, dict))
-    return False  # a group of options, a callable, an object: not something a configuration carries
-
-
-def _member(value, choices) -> bool:
-    """`value in choices`, but True is not 1 and 1.0 is not 1."""
-    return any(type(value) is type(choice) and value == choice for choice in choices)
-
-
-def _show(value) -> str:
-    return json.dumps(value)
-
-
-@dataclass
-class Dimension:
-    name: str  # the Optuna parameter name
-    choices: tuple
-    help: str
-    active: Callable[[dict], bool] = lambda config: True
-
-    def key_path(self) -> tuple[str, ...]:
-        """Where the value goes in a configuration: ("mode",) or ("inductor", "shape_padding")."""
-        if self.name.startswith("inductor."):
-            return ("inductor", self.name[len("inductor."):])
-        if self.name.startswith("mode."):
-            return ("part_modes", self.name[len("mode."):])
-        return (self.name,)
-
-
-@dataclass
-class WorkloadTraits:
-    """What the space needs to know of a workload: found without running it."""
-
-    varying: dict[str, tuple[int, int]] = field(default_factory=dict)
-    parts: tuple[str, ...] = ()
-    regions: list[str] | None = None  # repeated-block lists; None: not known before building
-    fusable_optimizer: bool = False  # the optimizer has a fused implementation (Adam, AdamW, SGD)
-    criterion: bool = False  # the loss comes as forward + criterion: the criterion can be compiled apart
-    schedule: bool = False  # the learning rate follows a scheduler, changing during training
-    lengths: tuple[int, int] | None = None  # the varying dimension's range (lowest, highest): None if unknown
-
-
-@dataclass
-class SpaceFile:
-    """A user's narrowing or extension of the space, read from a TOML or JSON file.
-
-    fix: dimension -> value (as --set); exclude: dimension -> values left out;
-    inductor: extra Inductor option -> values to try.
-    """
-
-    path: str
-    fix: dict[str, Any] = field(default_factory=dict)
-    exclude: dict[str, list] = field(default_factory=dict)
-    inductor: dict[str, list] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        return os.path.basename(self.path)
-
-
-def _flatten(table: dict, prefix: str = "") -> dict:
-    """{"inductor": {"shape_padding": [..]}} -> {"inductor.shape_padding": [..]}: TOML reads an
-    unquoted dotted key as nested tables."""
-    flat = {}
-    for key, value in table.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def load_space_file(path: str) -> SpaceFile:
-    """Read a space file (TOML, or JSON by its .json suffix); UserError on anything malformed."""
-    if not os.path.isfile(path):
-        raise UserError(f"space file not found: {path}")
-    try:
-        if path.endswith(".json"):
-            with open(path) as f:
-                data = json.load(f)
-        else:
-            try:
-                import tomllib
-            except ImportError:  # Python 3.10
-                try:
-                    import tomli as tomllib
-                except ImportError:
-                    raise UserError(f"{path}: reading TOML needs Python 3.11 (or the tomli package); "
-                                    "or write the space file as JSON") from None
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-    except UserError:
-        raise
-    except (ValueError, OSError) as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
-        raise UserError(f"{path}: not a valid space file: {exc}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a space file is a table with [fix], [exclude] and [inductor] sections")
-    unknown = sorted(set(data) - {"fix", "exclude", "inductor"})
-    if unknown:
-        raise UserError(f"{path}: unknown section(s) {', '.join(unknown)}; known: fix, exclude, inductor")
-    sections = {}
-    for name in ("fix", "exclude", "inductor"):
-        table = data.get(name, {})
-        if not isinstance(table, dict):
-            raise UserError(f"{path}: [{name}] must be a table of NAME = VALUE lines")
-        sections[name] = _flatten(table)
-    for name in ("exclude", "inductor"):
-        for key, values in sections[name].items():
-            if not isinstance(values, list):
-                values = sections[name][key] = [values]
-            if not values:
-                raise UserError(f"{path}: [{name}] {key} lists no value")
-    return SpaceFile(path=path, **sections)
-
-
-def _set(config: dict, path: tuple[str, ...], value) -> None:
-    if len(path) == 1:
-        config[path[0]] = value
-    else:
-        config[path[0]] = {**config[path[0]], path[1]: value}
-
-
-def _toml_none(value, choices):
-    """TOML has no null: "none" or "null" stands for None where None is a choice."""
-    if isinstance(value, str) and value.lower() in ("none", "null") and _member(None, choices):
-        return None
-    return value
+# What other modules import from `autocompile.space`: the names defined in its modules.
+__all__ = [
+    "CUDA_GRAPH_MODES", "DEFAULTS", "EAGER", "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
+    "INDUCTOR_OPTIONS_CUDAGRAPHS", "MARK_DYNAMIC", "MODES", "PADDINGS", "SCOPES", "STARTING_POINTS",
+    "Capabilities", "Dimension", "SearchSpace", "SpaceFile", "WorkloadTraits",
+    "doomed", "load_space_file", "uses_autotune", "uses_cuda_graphs",
+]
 
 
 class SearchSpace:
@@ -607,83 +358,8 @@ class SearchSpace:
         return full
 
     def rejection(self, config: dict) -> str | None:
-        """Why a (valid) configuration cannot work here, or means nothing; None if it may run.
-
-        Conditions keep the sampler away from most of these; this catches the rest (a
-        configuration written by hand, a pinned value, a recipe) before a trial is started.
-        The baselines (eager, plain torch.compile) are references measured whatever the user
-        pinned or excluded: only what cannot run at all is said of them.
-        """
-        c = {**json.loads(json.dumps(DEFAULTS)), **config}
-        if not c["compile"]:
-            return None
-        caps, traits = self.caps, self.traits
-        modes = list(c["part_modes"].values()) if c["scope"] == "modular" else [c["mode"]]
-        graph_modes = [m for m in modes if m in CUDA_GRAPH_MODES]
-        if graph_modes and not caps.cuda:
-            return f"mode {graph_modes[0]!r} uses CUDA graphs, which need a CUDA device (this is {caps.device})"
-        if c["inductor"].get("triton.cudagraphs") is True and not caps.cuda:
-            return f"inductor triton.cudagraphs=true: CUDA graphs need a CUDA device (this is {caps.device})"
-        if c["scope"] == "modular":
-            if len(traits.parts) < 2:
-                return "scope 'modular' compiles the workload's natural parts, and this one declares none"
-            unknown = sorted(set(c["part_modes"]) - set(traits.parts))
-            if unknown:
-                return f"part_modes names part(s) {unknown} the workload does not have; parts: {list(traits.parts)}"
-        if c["scope"] == "regional" and traits.regions == []:
-            return "scope 'regional' compiles each repeated block, and this model has none (no ModuleList of identical modules)"
-        if c["mark_dynamic"] != "off":
-            how = "mark_dynamic" if c["mark_dynamic"] == "mark" else "maybe_mark_dynamic"
-            if not traits.varying:
-                return f"{how}: the workload has no varying dimension to mark"
-            if c["padding"] == "max":
-                return f"{how} with padding 'max': every batch is padded to one length, so nothing varies to mark"
-            if c["dynamic"] is True:
-                return f"{how} with dynamic=True: every dimension is compiled dynamic already, the marks change nothing"
-            if c["dynamic"] is False:
-                return (f"{how} with dynamic=False: the marks win (torch {caps.torch_version} compiles the marked "
-                        "dimensions dynamic, one graph for all lengths), so this is dynamic=None with the marks "
-                        "under another name")
-        if c["compile_optimizer"] and c["fused_optimizer"]:
-            return ("compile_optimizer with fused_optimizer: Dynamo does not trace into the fused step "
-                    "(torch wraps it in torch.compiler.disable, 'don't trace into fused optimizer'), so the "
-                    "compiled step runs the same fused kernel eagerly and only adds graph breaks; choose one")
-        if c["fused_optimizer"] and not traits.fusable_optimizer:
-            return "fused_optimizer: the workload's optimizer has no fused implementation"
-        if c["lr_tensor"] and not c["compile_optimizer"]:
-            return "lr_tensor keeps LR changes from recompiling a compiled optimizer step; the step is not compiled"
-        if c["lr_tensor"] and not traits.schedule:
-            return "lr_tensor: the workload has no LR schedule, so its learning rate never changes"
-        if c["compile_loss"] and not traits.criterion:
-            return "compile_loss: the workload gives its loss as one function, with no criterion to compile apart"
-        for options, why_not_here, active, why_inactive in _OPTION_GROUPS:
-            for key in options:
-                if key not in c["inductor"] or c["inductor"][key] == caps.inductor_defaults.get(key, _MISSING):
-                    continue
-                if why_not_here and not caps.cuda:
-                    return f"inductor.{key}: {why_not_here}"
-                if why_inactive and not active(c):
-                    return f"inductor.{key} {why_inactive}"
-        if not self._baseline(c):
-            return self._narrowing_rejection(c) or doomed(c, traits, caps)
-        return None
-
-    def _baseline(self, config: dict) -> bool:
-        keys = [k for k in DEFAULTS if k not in ("matmul_precision", "recompile_limit")]
-        return any(all(config[k] == base[k] for k in keys) for base in (DEFAULTS, EAGER))
-
-    def _narrowing_rejection(self, config: dict) -> str | None:
-        """A value the user pinned another way, or excluded, where its dimension applies."""
-        for dim in self.dimensions:
-            if not dim.active(config):
-                continue
-            value = self._value(dim, config)
-            if dim.name in self.fixed and not _member(value, (self.fixed[dim.name],)):
-                return (f"{dim.name} is pinned to {_show(self.fixed[dim.name])} ({self.pinned_by[dim.name]}), "
-                        f"not {_show(value)}")
-            if _member(value, self.excluded.get(dim.name, ())):
-                return f"{dim.name}={_show(value)} is excluded by {self.space_file.label}"
-        return None
+        """Why a (valid) configuration cannot work here, or means nothing; None if it may run: `rules.rejection`."""
+        return rules.rejection(self, config)
 
     def _value(self, dim: Dimension, config: dict):
         """A dimension's value in a full configuration (an Inductor option at its installed default)."""

@@ -1,14 +1,21 @@
 """What cannot work, or cannot pay off, before any process starts: each rule with its reason.
 
+`rejection(space, config)` (`SearchSpace.rejection`) names a valid configuration that cannot
+work here or means nothing: CUDA graphs off CUDA, a scope or option the workload cannot use,
+settings that contradict each other, a value the user pinned another way or excluded.
 `doomed(config, traits, caps)` names a configuration that would run but is known to fail or
 to waste its trial: more distinct compiled shapes than the recompile limit allows, or a code
 path the GPU studies saw fail on this torch release. The search records such a configuration
-infeasible with the reason, at no process cost (like `SearchSpace.rejection`'s cases).
+infeasible with the reason, at no process cost (like `rejection`'s cases).
 """
 
 from __future__ import annotations
 
+import json
 import math
+
+from autocompile.space.capabilities import _MISSING
+from autocompile.space.dimensions import CUDA_GRAPH_MODES, DEFAULTS, EAGER, _member, _OPTION_GROUPS, _show
 
 # Failures seen on the GPU, keyed by the torch releases they were seen on (prefix of the version):
 # (releases, predicate on the configuration, reason).
@@ -72,3 +79,85 @@ def _over_the_recompile_limit(config: dict, traits, caps) -> str | None:
     return (f"dynamic=False compiles each distinct length anew: lengths {traits.lengths[0]}-{traits.lengths[1]} "
             f"{how[config['padding']]} give {shapes} shapes, above the recompile limit of {limit} (the rest "
             "would run eager); pad to fewer lengths (buckets, a larger multiple, max) or let dynamic shapes in")
+
+
+def rejection(space, config: dict) -> str | None:
+    """Why a (valid) configuration cannot work here, or means nothing; None if it may run.
+
+    Conditions keep the sampler away from most of these; this catches the rest (a
+    configuration written by hand, a pinned value, a recipe) before a trial is started.
+    The baselines (eager, plain torch.compile) are references measured whatever the user
+    pinned or excluded: only what cannot run at all is said of them.
+    """
+    c = {**json.loads(json.dumps(DEFAULTS)), **config}
+    if not c["compile"]:
+        return None
+    caps, traits = space.caps, space.traits
+    modes = list(c["part_modes"].values()) if c["scope"] == "modular" else [c["mode"]]
+    graph_modes = [m for m in modes if m in CUDA_GRAPH_MODES]
+    if graph_modes and not caps.cuda:
+        return f"mode {graph_modes[0]!r} uses CUDA graphs, which need a CUDA device (this is {caps.device})"
+    if c["inductor"].get("triton.cudagraphs") is True and not caps.cuda:
+        return f"inductor triton.cudagraphs=true: CUDA graphs need a CUDA device (this is {caps.device})"
+    if c["scope"] == "modular":
+        if len(traits.parts) < 2:
+            return "scope 'modular' compiles the workload's natural parts, and this one declares none"
+        unknown = sorted(set(c["part_modes"]) - set(traits.parts))
+        if unknown:
+            return f"part_modes names part(s) {unknown} the workload does not have; parts: {list(traits.parts)}"
+    if c["scope"] == "regional" and traits.regions == []:
+        return "scope 'regional' compiles each repeated block, and this model has none (no ModuleList of identical modules)"
+    if c["mark_dynamic"] != "off":
+        how = "mark_dynamic" if c["mark_dynamic"] == "mark" else "maybe_mark_dynamic"
+        if not traits.varying:
+            return f"{how}: the workload has no varying dimension to mark"
+        if c["padding"] == "max":
+            return f"{how} with padding 'max': every batch is padded to one length, so nothing varies to mark"
+        if c["dynamic"] is True:
+            return f"{how} with dynamic=True: every dimension is compiled dynamic already, the marks change nothing"
+        if c["dynamic"] is False:
+            return (f"{how} with dynamic=False: the marks win (torch {caps.torch_version} compiles the marked "
+                    "dimensions dynamic, one graph for all lengths), so this is dynamic=None with the marks "
+                    "under another name")
+    if c["compile_optimizer"] and c["fused_optimizer"]:
+        return ("compile_optimizer with fused_optimizer: Dynamo does not trace into the fused step "
+                "(torch wraps it in torch.compiler.disable, 'don't trace into fused optimizer'), so the "
+                "compiled step runs the same fused kernel eagerly and only adds graph breaks; choose one")
+    if c["fused_optimizer"] and not traits.fusable_optimizer:
+        return "fused_optimizer: the workload's optimizer has no fused implementation"
+    if c["lr_tensor"] and not c["compile_optimizer"]:
+        return "lr_tensor keeps LR changes from recompiling a compiled optimizer step; the step is not compiled"
+    if c["lr_tensor"] and not traits.schedule:
+        return "lr_tensor: the workload has no LR schedule, so its learning rate never changes"
+    if c["compile_loss"] and not traits.criterion:
+        return "compile_loss: the workload gives its loss as one function, with no criterion to compile apart"
+    for options, why_not_here, active, why_inactive in _OPTION_GROUPS:
+        for key in options:
+            if key not in c["inductor"] or c["inductor"][key] == caps.inductor_defaults.get(key, _MISSING):
+                continue
+            if why_not_here and not caps.cuda:
+                return f"inductor.{key}: {why_not_here}"
+            if why_inactive and not active(c):
+                return f"inductor.{key} {why_inactive}"
+    if not _baseline(c):
+        return _narrowing_rejection(space, c) or doomed(c, traits, caps)
+    return None
+
+
+def _baseline(config: dict) -> bool:
+    keys = [k for k in DEFAULTS if k not in ("matmul_precision", "recompile_limit")]
+    return any(all(config[k] == base[k] for k in keys) for base in (DEFAULTS, EAGER))
+
+
+def _narrowing_rejection(space, config: dict) -> str | None:
+    """A value the user pinned another way, or excluded, where its dimension applies."""
+    for dim in space.dimensions:
+        if not dim.active(config):
+            continue
+        value = space._value(dim, config)
+        if dim.name in space.fixed and not _member(value, (space.fixed[dim.name],)):
+            return (f"{dim.name} is pinned to {_show(space.fixed[dim.name])} ({space.pinned_by[dim.name]}), "
+                    f"not {_show(value)}")
+        if _member(value, space.excluded.get(dim.name, ())):
+            return f"{dim.name}={_show(value)} is excluded by {space.space_file.label}"
+    return None

@@ -1,0 +1,67 @@
+"""What the installed torch and the chosen device support (version-aware): `Capabilities`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autocompile.space.dimensions import (
+    INDUCTOR_OPTIONS,
+    INDUCTOR_OPTIONS_AUTOTUNE,
+    INDUCTOR_OPTIONS_CUDA,
+    INDUCTOR_OPTIONS_CUDAGRAPHS,
+)
+
+
+@dataclass
+class Capabilities:
+    """What the installed torch and the chosen device support."""
+
+    device: str
+    torch_version: str
+    inductor_defaults: dict[str, Any]  # searched Inductor keys present here -> installed default
+    has_mark_dynamic: bool
+    has_maybe_mark_dynamic: bool
+    recompile_limit_key: str | None
+    recompile_limit: int | None = None  # Dynamo's default: compiles of one function before it runs eager
+
+    @classmethod
+    def detect(cls, device: str) -> "Capabilities":
+        import torch
+        import torch._dynamo
+        import torch._dynamo.config as dynamo_config
+        import torch._inductor.config as inductor_config
+
+        wanted = {**INDUCTOR_OPTIONS, **INDUCTOR_OPTIONS_CUDA, **INDUCTOR_OPTIONS_AUTOTUNE, **INDUCTOR_OPTIONS_CUDAGRAPHS}
+        present = {}
+        for key in wanted:
+            value = _inductor_default(inductor_config, key)
+            if value is not _MISSING:
+                present[key] = value
+        limit_key = next((k for k in ("recompile_limit", "cache_size_limit") if hasattr(dynamo_config, k)), None)
+        return cls(
+            device=device,
+            torch_version=torch.__version__,
+            inductor_defaults=present,
+            has_mark_dynamic=hasattr(torch._dynamo, "mark_dynamic"),
+            has_maybe_mark_dynamic=hasattr(torch._dynamo, "maybe_mark_dynamic"),
+            recompile_limit_key=limit_key,
+            recompile_limit=getattr(dynamo_config, limit_key) if limit_key else None,
+        )
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+
+_MISSING = object()
+
+
+def _inductor_default(inductor_config, key: str):
+    node = inductor_config
+    for part in key.split("."):
+        try:
+            node = getattr(node, part)
+        except AttributeError:
+            return _MISSING
+    return node

@@ -1,0 +1,163 @@
+"""The dimensions of the space: DEFAULTS, modes, scopes, paddings, the Inductor option groups, `Dimension`.
+
+A configuration is a plain JSON-able dict (the keys of `DEFAULTS`); `Dimension` is one searched
+setting with the values it may take and a condition on the values chosen before it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+SCOPES = ("full", "regional", "modular")
+PADDINGS = ("longest", "multiple", "buckets", "max")
+MARK_DYNAMIC = ("off", "mark", "maybe")
+
+# The configuration of plain `torch.compile(model)`: every key a configuration may hold.
+DEFAULTS: dict[str, Any] = {
+    "compile": True,
+    "scope": "full",  # full model | regional: each repeated block | modular: the workload's parts
+    "mode": "default",
+    "part_modes": {},  # modular scope: part -> mode
+    "dynamic": None,
+    "fullgraph": False,
+    "compile_optimizer": False,  # torch.compile(optimizer.step)
+    "lr_tensor": False,  # with compile_optimizer: the learning rate as a tensor, so a scheduler does not recompile the step
+    "fused_optimizer": False,  # switch the optimizer to its fused (single-kernel) implementation
+    "compile_loss": False,  # compile the workload's criterion (outputs, batch) -> loss apart from the model
+    "padding": "longest",  # of the varying batch dimensions
+    "pad_multiple": None,  # with padding == "multiple"
+    "mark_dynamic": "off",  # mark the varying dimensions dynamic: off | mark | maybe
+    "inductor": {},  # Inductor config options that differ from the installed defaults
+    "recompile_limit": None,  # None: torch's own
+    "matmul_precision": None,  # None: torch's own ("highest"); "high" allows TF32
+}
+EAGER: dict[str, Any] = {**DEFAULTS, "compile": False}
+
+# Recipes from the seed texts, tried right after the baselines so that a short search starts
+# from known-good ground (each applies only where its values are offered).
+STARTING_POINTS: list[dict] = [
+    {"scope": "regional"},  # each block compiled once: short warm-up, usually near full speed
+    {"scope": "regional", "fused_optimizer": True, "compile_loss": True, "padding": "multiple", "pad_multiple": 64},
+    # (lr_tensor applies where the workload has an LR schedule: else each new LR recompiles the step)
+    {"scope": "regional", "compile_optimizer": True, "lr_tensor": True, "padding": "multiple", "pad_multiple": 64},
+    # CUDA only (skipped where reduce-overhead is not offered): CUDA graphs on a few fixed shapes
+    {"scope": "regional", "mode": "reduce-overhead", "padding": "buckets", "compile_optimizer": True, "lr_tensor": True},
+    # The seed's best by hand: the whole model, its varying length marked dynamic
+    {"scope": "full", "mark_dynamic": "maybe", "fused_optimizer": True, "compile_loss": True},
+    {"scope": "full", "mode": "max-autotune-no-cudagraphs", "compile_optimizer": True, "lr_tensor": True},
+]
+
+# Inductor options searched, with the values tried; each is offered only if the installed
+# torch has the key with a value of the same type.
+INDUCTOR_OPTIONS: dict[str, tuple] = {
+    "shape_padding": (True, False),
+    "epilogue_fusion": (True, False),
+    "aggressive_fusion": (False, True),
+}
+INDUCTOR_OPTIONS_CUDA: dict[str, tuple] = {
+    "coordinate_descent_tuning": (False, True),
+}
+INDUCTOR_OPTIONS_AUTOTUNE: dict[str, tuple] = {
+    "max_autotune_gemm_backends": ("ATEN,TRITON", "TRITON", "ATEN"),
+}
+INDUCTOR_OPTIONS_CUDAGRAPHS: dict[str, tuple] = {
+    "triton.cudagraph_trees": (True, False),
+    # variable lengths: record a graph per shape (default) or run dynamic-shape graphs without
+    "triton.cudagraph_skip_dynamic_graphs": (False, True),
+    # re-recordings (new input addresses) allowed before a function falls back to no CUDA graph
+    "triton.cudagraph_unexpected_rerecord_limit": (128, 16),
+    # split graphs around ops CUDA graphs cannot hold, so the rest is still captured
+    "graph_partition": (True, False),
+}
+
+
+def uses_cuda_graphs(config: dict) -> bool:
+    modes = [config["mode"]] if config["scope"] != "modular" else list(config["part_modes"].values())
+    return (
+        any(mode in CUDA_GRAPH_MODES for mode in modes) or config["inductor"].get("triton.cudagraphs") is True
+    )
+
+
+def uses_autotune(config: dict) -> bool:
+    modes = [config["mode"]] if config["scope"] != "modular" else list(config["part_modes"].values())
+    return any(mode.startswith("max-autotune") for mode in modes) or config["inductor"].get("max_autotune") is True
+
+
+# Where a grouped Inductor option means something, and why it is left out elsewhere.
+_OPTION_GROUPS = (
+    (INDUCTOR_OPTIONS, None, lambda c: True, None),
+    (INDUCTOR_OPTIONS_CUDA, "tunes Triton kernels: needs CUDA", lambda c: True, None),
+    (INDUCTOR_OPTIONS_AUTOTUNE, "max-autotune GEMM backends: needs CUDA", uses_autotune,
+     "only matters with max-autotune (mode max-autotune or max-autotune-no-cudagraphs)"),
+    (INDUCTOR_OPTIONS_CUDAGRAPHS, "CUDA-graph option: needs CUDA", uses_cuda_graphs,
+     "only matters with CUDA graphs (mode reduce-overhead or max-autotune)"),
+)
+
+
+def _fits(value, default) -> bool:
+    """Whether `value` may be given for an Inductor option whose installed default is `default`
+    (bool and int kept apart: True is an int to Python, not to a config)."""
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, str):
+        return isinstance(value, str)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    if isinstance(default, dict):
+        return isinstance(value, dict)
+    if default is None:  # an optional setting: its type is not known from the default
+        return value is None or isinstance(value, (bool, int, float, str, list, tuple, dict))
+    return False  # a group of options, a callable, an object: not something a configuration carries
+
+
+def _member(value, choices) -> bool:
+    """`value in choices`, but True is not 1 and 1.0 is not 1."""
+    return any(type(value) is type(choice) and value == choice for choice in choices)
+
+
+def _show(value) -> str:
+    return json.dumps(value)
+
+
+@dataclass
+class Dimension:
+    name: str  # the Optuna parameter name
+    choices: tuple
+    help: str
+    active: Callable[[dict], bool] = lambda config: True
+
+    def key_path(self) -> tuple[str, ...]:
+        """Where the value goes in a configuration: ("mode",) or ("inductor", "shape_padding")."""
+        if self.name.startswith("inductor."):
+            return ("inductor", self.name[len("inductor."):])
+        if self.name.startswith("mode."):
+            return ("part_modes", self.name[len("mode."):])
+        return (self.name,)
+
+
+@dataclass
+class WorkloadTraits:
+    """What the space needs to know of a workload: found without running it."""
+
+    varying: dict[str, tuple[int, int]] = field(default_factory=dict)
+    parts: tuple[str, ...] = ()
+    regions: list[str] | None = None  # repeated-block lists; None: not known before building
+    fusable_optimizer: bool = False  # the optimizer has a fused implementation (Adam, AdamW, SGD)
+    criterion: bool = False  # the loss comes as forward + criterion: the criterion can be compiled apart
+    schedule: bool = False  # the learning rate follows a scheduler, changing during training
+    lengths: tuple[int, int] | None = None  # the varying dimension's range (lowest, highest): None if unknown
+
+
+def _set(config: dict, path: tuple[str, ...], value) -> None:
+    if len(path) == 1:
+        config[path[0]] = value
+    else:
+        config[path[0]] = {**config[path[0]], path[1]: value}
