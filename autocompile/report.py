@@ -124,8 +124,8 @@ def winner_snippet(study, best, study_dir: str | None = None) -> str:
     default = baseline_value(study, "compile-defaults", "steps_per_s")
     measured = (
         f"Measured on {a.get('device_name')} with torch {a.get('torch')}: {a.get('steps_per_s', 0):.3g} steps/s "
-        f"steady ({speedup(a.get('steps_per_s'), eager)} eager, {speedup(a.get('steps_per_s'), default)} "
-        f"torch.compile defaults), warm-up {a.get('warmup_s', 0):.1f} s."
+        f"steady ({speedup(a.get('steps_per_s'), eager)} eager, {_against_defaults(speedup(a.get('steps_per_s'), default))}), "
+        f"warm-up {a.get('warmup_s', 0):.1f} s."
     )
     snippet = a.get("snippet", "")
     first_line_end = snippet.find("\n")
@@ -158,13 +158,18 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _against_defaults(ratio: str) -> str:
+    """"1.36x torch.compile defaults", or what is known when plain torch.compile has no steady speed."""
+    return f"{ratio} torch.compile defaults" if ratio != "-" else "torch.compile defaults not measured to a steady speed"
+
+
 def format_best(best: dict) -> str:
     """The winner in one line."""
     vs = lambda x: f"{x:.2f}x" if x else "-"
     horizon = f" for {best['horizon']} steps" if best.get("horizon") else ""
     return (f"winner{horizon}: trial {best['number']} ({best['role']}) {describe_config(best['config'])}: "
-            f"{best['steps_per_s']:.3g} steps/s, {vs(best['vs_eager'])} eager, {vs(best['vs_default'])} "
-            f"torch.compile defaults, warm-up {best['warmup_s']:.1f} s"
+            f"{best['steps_per_s']:.3g} steps/s, {vs(best['vs_eager'])} eager, {_against_defaults(vs(best['vs_default']))}, "
+            f"warm-up {best['warmup_s']:.1f} s"
             + (f"; score {best['score_vs_default']:.2f}x plain torch.compile's (warm-up included)"
                if best.get("score_vs_default") else "")
             + (f"; score at least {best['score_vs_default_at_least']:.2f}x plain torch.compile's, which was "
