@@ -10,6 +10,11 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-/root/autocompile-runs}
 source scripts/gpu_env.sh || exit 1
 mkdir -p "$RUNS"
+# The failure memory of the GPU studies outlives each machine: studies/gpu-failures.db here, brought
+# back into $OUT after each call (commit it there again).
+export AUTOCOMPILE_CACHE="$RUNS/memory"
+mkdir -p "$AUTOCOMPILE_CACHE"
+[ -f "$AUTOCOMPILE_CACHE/failures.db" ] || [ ! -f studies/gpu-failures.db ] || cp studies/gpu-failures.db "$AUTOCOMPILE_CACHE/failures.db"
 case "$1" in
   start)
     shift
@@ -23,7 +28,7 @@ case "$1" in
       case "$job" in screen-check*|export*|best*|report*|rejudge*) cmd=$job ;; *) cmd="search $job" ;; esac
       echo "python3 -m autocompile $cmd --dir $RUNS" >> "$RUNS/commands.txt"
     done
-    setsid nohup env PYTHONPATH="$RUNS/src:$PYTHONPATH" bash -c "cd $RUNS/src; while read -r cmd; do echo \"\$ \$cmd (\$(date -u +%FT%TZ))\"; \$cmd; echo \"exit \$?\"; done < $RUNS/commands.txt" \
+    setsid nohup env PYTHONPATH="$RUNS/src:$PYTHONPATH" AUTOCOMPILE_CACHE="$AUTOCOMPILE_CACHE" bash -c "cd $RUNS/src; while read -r cmd; do echo \"\$ \$cmd (\$(date -u +%FT%TZ))\"; \$cmd; echo \"exit \$?\"; done < $RUNS/commands.txt" \
       > "$RUNS/search.log" 2>&1 < /dev/null &
     echo "started: $(cat "$RUNS/commands.txt" | wc -l) jobs, log $RUNS/search.log"
     ;;
@@ -35,9 +40,10 @@ case "$1" in
     done
     ;;
 esac
-# Collect: the log, each study's database, table and snippet (8 files at most come back).
+# Collect: the log, the failure memory, each study's folder (8 files at most come back).
 if [ -n "${OUT:-}" ]; then
   cp "$RUNS/search.log" "$RUNS/device.txt" "$OUT/" 2>/dev/null
+  [ -f "$AUTOCOMPILE_CACHE/failures.db" ] && cp "$AUTOCOMPILE_CACHE/failures.db" "$OUT/gpu-failures.db"
   for d in "$RUNS"/*/; do
     s=$(basename "$d"); [ -f "$d/study.db" ] || continue
     tar -czf "$OUT/$s.tar.gz" -C "$RUNS" --exclude='cache' "$s"
