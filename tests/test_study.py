@@ -266,8 +266,16 @@ def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_ro
     shutil.copytree(os.path.join(ROOT, "studies", "captioner-search"), tmp_path / "captioner-search",
                     ignore=shutil.ignore_patterns("artifacts", "report"))
     study = load_study("captioner-search", "sqlite:///" + str(tmp_path / "captioner-search" / "study.db"))
+    # The verdict as the older rule stored it: rows without their window spread (so the runner-up's
+    # disagreement counts as noise), no rule recorded.
+    from autocompile.finalists import choose_winner
+
+    stored = study.user_attrs["finalists"]
+    rows = [{k: v for k, v in row.items() if k != "spread"} for row in stored["candidates"]]
+    old = {k: v for k, v in stored.items() if k not in ("winner_rule", "eager_score", "margin", "noise", "within_noise")}
+    study.set_user_attr("finalists", {**old, "candidates": rows, **choose_winner(rows, 0, 10.6, 10000)})
     before = study.user_attrs["finalists"]
-    assert before["winner"] == 3 and "winner_rule" not in before
+    assert before["winner"] == 3 and before["within_noise"] and "winner_rule" not in before
     assert cli.main(["rejudge", "--study", "captioner-search", "--dir", str(tmp_path)]) == 0
     assert "trial 5 wins (was trial 3)" in capsys.readouterr().out
     after = load_study("captioner-search", "sqlite:///" + str(tmp_path / "captioner-search" / "study.db")).user_attrs["finalists"]
