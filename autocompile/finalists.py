@@ -68,25 +68,10 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     """
     study, progress = runner.study, runner.progress
     eager = baseline_trial(study, "eager")
-    if eager is None:
-        return None
-    finalists, remaining, overrun = [], runner.remaining(), 0.0
-    budget = None if remaining is None else remaining / rounds - eager.user_attrs["wall_s"]
     candidates = search_candidates(study)[:k]
-    for t in candidates:  # under --timeout, those whose rerun fits, best first
-        if budget is not None and t.user_attrs["wall_s"] > budget:
-            progress.line(f"finalist round: no time left to measure trial {t.number} again "
-                          f"(it took {t.user_attrs['wall_s']:.0f} s)")
-            break
-        finalists.append(t)
-        budget = None if budget is None else budget - t.user_attrs["wall_s"]
-    if not candidates:
+    if eager is None or not candidates:
         return None
-    if not finalists:  # the round always runs: the best of them at least, past --timeout if need be
-        finalists = candidates[:1]
-        overrun = 1.5 * (finalists[0].user_attrs["wall_s"] + eager.user_attrs["wall_s"]) - max(remaining, 0.0)
-        progress.line(f"finalist round: trial {finalists[0].number} measured again even though it runs past "
-                      f"--timeout, by up to {overrun:.0f} s: the winner comes from the round")
+    finalists, overrun = _plan(runner, eager, candidates, rounds)
     numbers = [t.number for t in finalists]
     done = study.user_attrs.get("finalists")
     if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
@@ -115,25 +100,7 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
             runs[original.number].append({**record, "trial": trial.number})
     eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"]
     eager_pace = statistics.mean([x["steps_per_s"] for x in eager_runs]) if eager_runs else None
-    rows = []
-    for t in finalists:
-        ok = [x for x in runs[t.number] if x["status"] == "ok"]
-        if not ok:
-            rows.append({"trial": t.number, "config": t.user_attrs["config"], "status": "failed again",
-                         "reason": "; ".join(x.get("reason", "") for x in runs[t.number]) or "not run"})
-            continue
-        paces = [t.user_attrs["steps_per_s"]] + [x["steps_per_s"] for x in ok]
-        agreement = (max(paces) - min(paces)) / statistics.mean(paces)
-        spread = max([x.get("cv", 0) for x in ok] + [t.user_attrs.get("cv", 0)])
-        rows.append({
-            "trial": t.number, "config": t.user_attrs["config"], "status": "ok", "reruns": [x["trial"] for x in ok],
-            "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value,
-            "steps_per_s": statistics.mean(x["steps_per_s"] for x in ok),
-            "warmup_s": statistics.mean(x["warmup_s"] for x in ok),
-            "score": statistics.mean(x["score"] for x in ok),
-            "vs_eager": (statistics.mean(x["steps_per_s"] for x in ok) / eager_pace) if eager_pace else None,
-            "agreement": agreement, "spread": spread, "noise": max(agreement, spread),
-        })
+    rows = [_row(t, runs[t.number], eager_pace) for t in finalists]
     eager_score = statistics.mean(x["score"] for x in eager_runs) if eager_runs else 0.0
     verdict = {"finalists": numbers, "rounds": rounds, "eager_steps_per_s": eager_pace, "eager_score": eager_score,
                "candidates": rows, "numerics_guard": REPLAY_VERSION, "winner_rule": WINNER_RULE,
@@ -142,6 +109,45 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
         progress.line("finalists: " + verdict["why"])
     study.set_user_attr("finalists", verdict)
     return verdict
+
+
+def _plan(runner: Runner, eager, candidates: list, rounds: int) -> tuple[list, float]:
+    """The finalists whose reruns fit what is left of --timeout, best first, and by how much the
+    round may run past it (when none fits, the best is measured all the same)."""
+    finalists, remaining, overrun = [], runner.remaining(), 0.0
+    budget = None if remaining is None else remaining / rounds - eager.user_attrs["wall_s"]
+    for t in candidates:
+        if budget is not None and t.user_attrs["wall_s"] > budget:
+            runner.progress.line(f"finalist round: no time left to measure trial {t.number} again "
+                                 f"(it took {t.user_attrs['wall_s']:.0f} s)")
+            break
+        finalists.append(t)
+        budget = None if budget is None else budget - t.user_attrs["wall_s"]
+    if not finalists:  # the round always runs: the best of them at least, past --timeout if need be
+        finalists = candidates[:1]
+        overrun = 1.5 * (finalists[0].user_attrs["wall_s"] + eager.user_attrs["wall_s"]) - max(remaining, 0.0)
+        runner.progress.line(f"finalist round: trial {finalists[0].number} measured again even though it runs past "
+                             f"--timeout, by up to {overrun:.0f} s: the winner comes from the round")
+    return finalists, overrun
+
+
+def _row(t, runs: list[dict], eager_pace: float | None) -> dict:
+    """A finalist's row in the verdict: its measurements in the search and in the round, and their noise."""
+    ok = [x for x in runs if x["status"] == "ok"]
+    if not ok:
+        return {"trial": t.number, "config": t.user_attrs["config"], "status": "failed again",
+                "reason": "; ".join(x.get("reason", "") for x in runs) or "not run"}
+    paces = [t.user_attrs["steps_per_s"]] + [x["steps_per_s"] for x in ok]
+    agreement = (max(paces) - min(paces)) / statistics.mean(paces)
+    spread = max([x.get("cv", 0) for x in ok] + [t.user_attrs.get("cv", 0)])
+    steady = statistics.mean(x["steps_per_s"] for x in ok)
+    return {
+        "trial": t.number, "config": t.user_attrs["config"], "status": "ok", "reruns": [x["trial"] for x in ok],
+        "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value, "steps_per_s": steady,
+        "warmup_s": statistics.mean(x["warmup_s"] for x in ok), "score": statistics.mean(x["score"] for x in ok),
+        "vs_eager": steady / eager_pace if eager_pace else None,
+        "agreement": agreement, "spread": spread, "noise": max(agreement, spread),
+    }
 
 
 def rechoose(study, horizon: int, say=print) -> dict | None:
