@@ -177,18 +177,25 @@ def fail_stale(study) -> int:
 
 
 @contextlib.contextmanager
+def file_lock(path: str):
+    """An exclusive lock on `path` (made if missing) among the processes of this host."""
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def claim_lock(storage, url: str, study_name: str):
     """The study-wide lock under which a worker chooses and claims its next trial."""
     path = storage_file(url)
     if path:
-        import fcntl
-
-        with open(os.path.join(os.path.dirname(path), "claims.lock"), "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with file_lock(os.path.join(os.path.dirname(path), "claims.lock")):
+            yield
     elif url.startswith("postgresql"):
         yield from _advisory_lock(storage, study_name)
     else:

@@ -13,8 +13,6 @@ workers of one host (`search --gpus N`) write it: each write holds the file's lo
 from __future__ import annotations
 
 import collections
-import contextlib
-import fcntl
 import json
 import os
 
@@ -22,6 +20,7 @@ import sqlite_utils
 
 from autocompile.apply import describe_config
 from autocompile.records import full_record
+from autocompile.storage import file_lock
 
 FILE_NAME = "results.db"
 # User attributes that are not columns: the code is on disk, the config is flattened, the
@@ -148,19 +147,9 @@ class ResultsTable:
 
     def __call__(self, study, frozen_trial) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        with _locked(self.path):  # a whole rewrite by one worker never drops another's row
+        with file_lock(self.path + ".lock"):  # a whole rewrite by one worker never drops another's row
             if not self._written or not os.path.exists(self.path):
                 write_results(study, self.path)
                 self._written = True
             else:
                 upsert_trial(self.path, frozen_trial)
-
-
-@contextlib.contextmanager
-def _locked(path: str):
-    with open(path + ".lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
