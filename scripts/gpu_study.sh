@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run studies on the GPU machine in the background and follow them across device calls.
 #   bash scripts/gpu_study.sh start 'ARGS...' ['ARGS...' ...]  # one after another: search ARGS, or
-#       a job that names its command first ('screen-check --study S ...', 'export --study S ...')
+#       a job that names its command first ('screen-check --study S ...', 'export --study S ...');
+#       a job's --space studies/NAME.toml is this checkout's space file
 #   bash scripts/gpu_study.sh watch SECONDS   # print progress for up to SECONDS, then collect into $OUT
 # Studies live in $RUNS (default /root/autocompile-runs) so that they outlive each call;
 # a search killed with its machine resumes from RUNS/STUDY/study.db.
@@ -22,7 +23,7 @@ case "$1" in
     python3 -c 'import torch, transformers, optuna; print("torch", torch.__version__, "transformers", transformers.__version__, "optuna", optuna.__version__)' | tee -a "$RUNS/device.txt"
     # The searches run from a copy of the package, so a later call's fresh checkout cannot
     # change the code under a running study.
-    rm -rf "$RUNS/src" && mkdir -p "$RUNS/src" && cp -r autocompile "$RUNS/src/"
+    rm -rf "$RUNS/src" && mkdir -p "$RUNS/src/studies" && cp -r autocompile "$RUNS/src/" && cp studies/*.toml "$RUNS/src/studies/"
     : > "$RUNS/commands.txt"
     for job in "$@"; do
       case "$job" in screen-check*|export*|best*|report*|rejudge*) cmd=$job ;; *) cmd="search $job" ;; esac

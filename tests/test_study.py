@@ -257,20 +257,30 @@ def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
 def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_rows(tmp_path, capsys):
     # The captioner's round on the H200 (2026-11-23), judged before WINNER_RULE 2: trial 3 (17.3 then
     # 12.7 steps/s) took the win from trial 5 (19.9 then 19.6) on warm-up, "within noise" only through
-    # its own disagreement. Chosen again from the round's rows, nothing measured: trial 5.
+    # its own disagreement. Chosen again from the round's rows, nothing measured: trial 5. (The
+    # study's later round, trials 13-16, holds its own verdict; the first one's is kept in tests/data.)
     import shutil
 
     from autocompile import cli
     from autocompile.finalists import WINNER_RULE
 
+    import optuna
+
     shutil.copytree(os.path.join(ROOT, "studies", "captioner-search"), tmp_path / "captioner-search",
-                    ignore=shutil.ignore_patterns("artifacts", "report"))
-    study = load_study("captioner-search", "sqlite:///" + str(tmp_path / "captioner-search" / "study.db"))
+                    ignore=shutil.ignore_patterns("artifacts", "report", "study.db"))
+    # The study as that round left it: its trials 0-10 (the committed one has a later round too).
+    committed = load_study("captioner-search", "sqlite:///" + os.path.join(ROOT, "studies", "captioner-search", "study.db"))
+    study = optuna.create_study(study_name="captioner-search", directions=committed.directions,
+                                storage="sqlite:///" + str(tmp_path / "captioner-search" / "study.db"))
+    study.add_trials([t for t in committed.trials if t.number <= 10])
+    for key, value in committed.user_attrs.items():
+        study.set_user_attr(key, value)
     # The verdict as the older rule stored it: rows without their window spread (so the runner-up's
     # disagreement counts as noise), no rule recorded.
     from autocompile.finalists import choose_winner
 
-    stored = study.user_attrs["finalists"]
+    with open(os.path.join(ROOT, "tests", "data", "captioner-search-round-1.json")) as f:
+        stored = json.load(f)  # that round's verdict, as the study held it until its later round
     rows = [{k: v for k, v in row.items() if k != "spread"} for row in stored["candidates"]]
     old = {k: v for k, v in stored.items() if k not in ("winner_rule", "eager_score", "margin", "noise", "within_noise")}
     study.set_user_attr("finalists", {**old, "candidates": rows, **choose_winner(rows, 0, 10.6, 10000)})

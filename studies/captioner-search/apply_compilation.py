@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-search', trial 5), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 19.9 steps/s steady (2.44x eager, - torch.compile defaults), warm-up 121.8 s.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 19.9 steps/s steady (2.44x eager, torch.compile defaults not measured to a steady speed), warm-up 121.8 s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and
