@@ -26,6 +26,18 @@ def finalist_reserve(study, k: int) -> float:
     return 1.1 * (sum(t.user_attrs.get("wall_s", 0) for t in search_candidates(study)[:k]) + eager.get("wall_s", 0))
 
 
+def reserve_note(study, k: int, timeout_s: float | None) -> str | None:
+    """A line for the start of a search whose finalist round keeps more than half of --timeout, or
+    None: a resumed search's round repeats its top trials, which may leave little room for new
+    ones (the captioner's kept 626 s of 1020 s, room for one new trial; H200, 2026-11-23)."""
+    reserve = finalist_reserve(study, k) if timeout_s and k else 0.0
+    if not timeout_s or reserve <= timeout_s / 2:
+        return None
+    fewer = f"; --finalists {k - 1} keeps {finalist_reserve(study, k - 1):.0f} s" if k > 1 else ""
+    return (f"the finalist round keeps {reserve:.0f} s of the {timeout_s:.0f} s --timeout "
+            f"(its {k} finalists and eager, measured again){fewer}")
+
+
 def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int) -> dict:
     """The finalist round's verdict from its rows (trial, status, score, noise, spread, warmup_s):
     the best score, unless the top two are within noise (then the shorter warm-up), or eager

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import optuna
 
 from autocompile.errors import UserError
-from autocompile.finalists import finalist_reserve, run_finalists
+from autocompile.finalists import reserve_note, run_finalists
 from autocompile.memory import FailureMemory, store_path
 from autocompile.memory import device_name as _device_name
 from autocompile.runner import Progress, Runner
@@ -191,15 +191,9 @@ def plan(runner: Runner, trials: int, timeout_s: float | None) -> dict:
     """The study's budget from now (`trials` more, within `timeout_s`), stored with the search's
     settings for workers that join it (autocompile.workers)."""
     runner.deadline = None if timeout_s is None else time.time() + timeout_s
-    finalists = runner.settings.finalists
-    reserve = finalist_reserve(runner.study, finalists) if timeout_s and finalists else 0.0
-    if timeout_s and reserve > timeout_s / 2:
-        # A resumed search's round repeats its top trials: it may keep most of a short --timeout
-        # (the captioner's, 626 s of 1020 s, left room for one new trial; H200, 2026-11-23).
-        fewer = (f"; --finalists {finalists - 1} keeps {finalist_reserve(runner.study, finalists - 1):.0f} s"
-                 if finalists > 1 else "")
-        runner.progress.line(f"the finalist round keeps {reserve:.0f} s of the {timeout_s:.0f} s --timeout "
-                             f"(its {finalists} finalists and eager, measured again){fewer}")
+    note = reserve_note(runner.study, runner.settings.finalists, timeout_s)
+    if note:
+        runner.progress.line(note)
     runner.study.set_user_attr("search_settings", {k: v for k, v in dataclasses.asdict(runner.settings).items()
                                                    if k not in ("storage", "directory", "memory_path")})
     return set_budget(runner.study, counted(runner.study) + trials, runner.deadline)
