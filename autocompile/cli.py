@@ -200,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pareto", action="store_true",
                    help="list the front of steady throughput against warm-up, and the horizons where each wins")
 
-    p = sub.add_parser("report", help="write DIR/STUDY/report/ (PNG plots, report.md) and DIR/STUDY/results.db")
+    p = sub.add_parser("report", help="write DIR/STUDY/report/ (PNG plots, report.md), DIR/STUDY/results.db, and "
+                                          "trials.txt, results.json and the winner's snippet again")
     p.add_argument("--study", required=True)
     _storage_args(p)
 
@@ -388,9 +389,11 @@ def cmd_best(args) -> int:
 def cmd_report(args) -> int:
     from autocompile.outputs.plots import write_report
     from autocompile.outputs.results import FILE_NAME, write_results
+    from autocompile.report import summarize
 
     study, _ = _existing_study(args)
     study_dir = os.path.join(args.dir, args.study)
+    summarize(study, study_dir, write=True)  # trials.txt, results.json and the winner's snippet, as the study now reads
     results = write_results(study, os.path.join(study_dir, FILE_NAME))
     report = write_report(study, study_dir)
     print(f"report: {report}\nresults table: {results}")

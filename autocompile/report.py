@@ -106,8 +106,17 @@ def search_summary(runner) -> dict:
 
 
 def write_outputs(summary: dict, study_dir: str) -> None:
-    """The winner's snippet, the trial table and the rows as JSON, beside the study."""
+    """The winner's snippet, the trial table and the rows as JSON, beside the study. Written again
+    without a search (`autocompile report`, `rejudge`), they keep what the last search's harness took."""
     os.makedirs(study_dir, exist_ok=True)
+    if "harness" not in summary:
+        try:
+            with open(os.path.join(study_dir, "results.json")) as f:
+                earlier = json.load(f).get("harness")
+        except (OSError, ValueError, AttributeError):
+            earlier = None
+        if earlier:
+            summary = {**summary, "harness": earlier}
     with open(os.path.join(study_dir, "apply_compilation.py"), "w") as f:
         f.write(summary["best"]["snippet"])
     with open(os.path.join(study_dir, "trials.txt"), "w") as f:
@@ -198,7 +207,8 @@ def format_finalists(verdict: dict | None) -> str:
 
 def format_effects(rows: list[dict]) -> str:
     """What each setting did: each single change against the trial it changed."""
-    lines = ["what each setting did (a trial against its parent, one dimension changed):"]
+    lines = ["what each setting did (a trial against its parent, one dimension changed; "
+             "each one's score averaged over its runs, finalist reruns included):"]
     for row in rows:
         change = ", ".join(f"{name} {json.dumps(old)} -> {json.dumps(new)}" for name, (old, new) in row["changed"].items())
         outcome = (f"{row['effect']:+.1%} score" if "effect" in row

@@ -51,22 +51,31 @@ def incumbent(space, study):
     its scores (the captioner's trial 3 scored 16.7 in the search and 12.2 in its round, H200,
     2026-11-23). (trial, params), or (None, None)."""
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    again: dict[int, list[float]] = {}
-    for t in done:
-        if t.user_attrs.get("remeasure_of") is not None and t.user_attrs.get("status") == "ok" and t.value:
-            again.setdefault(t.user_attrs["remeasure_of"], []).append(t.value)
     ranked = [t for t in done
               if t.value and t.user_attrs.get("status") == "ok" and t.user_attrs.get("config", {}).get("compile")
               and (t.params or t.user_attrs.get("role") == "compile-defaults")]
-    best = max(ranked, key=lambda t: statistics.mean([t.value, *again.get(t.number, [])]), default=None)
+    means = mean_scores(study)
+    best = max(ranked, key=lambda t: means[t.number], default=None)
     if best is None:
         return None, None
     return best, dict(best.params) if best.params else space.params_for({})
 
 
+def mean_scores(study) -> dict[int, float]:
+    """Each trial that ran cleanly: the mean of its score and those of its finalist reruns."""
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    scores = {t.number: [t.value] for t in done if t.value and t.user_attrs.get("status") == "ok"}
+    for t in done:
+        if t.user_attrs.get("remeasure_of") in scores and t.number in scores:
+            scores[t.user_attrs["remeasure_of"]].append(t.value)
+    return {number: statistics.mean(values) for number, values in scores.items()}
+
+
 def effects(study) -> list[dict]:
     """The measured effect of each single change against its parent: trial, parent, what changed
-    (dimension: from -> to), and the score ratio or the child's failure."""
+    (dimension: from -> to), and the ratio of their mean scores (finalist reruns included, as the
+    report's plot has them) or the child's failure."""
+    means = mean_scores(study)
     rows = []
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs
@@ -76,8 +85,8 @@ def effects(study) -> list[dict]:
         before = a.get("parent_params") or parent.params
         changes = {name: (before.get(name), t.params.get(name)) for name in a.get("changed", [])}
         row = {"trial": t.number, "parent": parent.number, "changed": changes, "status": a["status"]}
-        if a["status"] == "ok" and parent.value:
-            row["effect"] = a["score"] / parent.value - 1
+        if t.number in means and parent.number in means:
+            row["effect"] = means[t.number] / means[parent.number] - 1
         else:
             row["reason"] = a.get("reason", "")
         rows.append(row)

@@ -110,8 +110,17 @@ def test_the_report_draws_the_study_s_trials(searched, tmp_path):
     from autocompile.outputs import plots
 
     result, study_dir, _ = searched
+    with open(os.path.join(study_dir, "results.json")) as f:
+        before = json.load(f)
+    os.remove(os.path.join(study_dir, "trials.txt"))
     out = cli("report", "--study", "toy", "--dir", os.path.dirname(study_dir))
     assert out.returncode == 0, out.stderr
+    # trials.txt and results.json written again from the study, the search's harness figures kept
+    with open(os.path.join(study_dir, "results.json")) as f:
+        after = json.load(f)
+    assert after["harness"] == before["harness"] and after["best"]["number"] == before["best"]["number"]
+    with open(os.path.join(study_dir, "trials.txt")) as f:
+        assert f"winner for {result.study.user_attrs['horizon']} steps: trial {before['best']['number']}" in f.read()
     report = os.path.join(study_dir, "report")
     with open(os.path.join(report, "report.md")) as f:
         text = f.read()
