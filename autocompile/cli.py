@@ -501,9 +501,8 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_rejudge(args) -> int:
-    from autocompile.rejudge import rejudge, to_rejudge
-
     from autocompile.finalists import WINNER_RULE, rechoose
+    from autocompile.rejudge import rejudge, to_rejudge
     from autocompile.report import summarize
 
     study, _ = _existing_study(args)

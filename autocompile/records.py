@@ -103,12 +103,14 @@ def eager_record(study) -> dict | None:
     return eager.user_attrs if eager else None
 
 
-def search_candidates(study) -> list:
-    """Trials of distinct compiled configurations that ran cleanly, best score first."""
+def search_candidates(study, compiled_only: bool = True) -> list:
+    """Trials of distinct compiled configurations (eager too, unless `compiled_only`) that ran
+    cleanly, finalist reruns not, best score first."""
     seen, out = [], []
     ranked = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value
                      and t.user_attrs.get("status") == "ok" and t.user_attrs.get("role") != "finalist"
-                     and t.user_attrs.get("config", {}).get("compile")), key=lambda t: t.value, reverse=True)
+                     and (t.user_attrs.get("config", {}).get("compile") or not compiled_only)),
+                    key=lambda t: t.value, reverse=True)
     for t in ranked:
         if t.user_attrs["config"] not in seen:
             seen.append(t.user_attrs["config"])

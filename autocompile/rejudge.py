@@ -12,9 +12,8 @@ import os
 
 import optuna
 
-from autocompile.records import concise, full_record, save_record, trial_folder
+from autocompile.records import concise, eager_record, full_record, save_record, trial_folder
 from autocompile.scoring import _judged_by_an_older_guard, judge, score, violation
-from autocompile.records import eager_record
 from autocompile.trial import TrialRequest, run_trial
 
 # What the new trial does not copy from the original: its verdict, and what follows from it.

@@ -6,7 +6,7 @@ import json
 import os
 
 from autocompile.apply import describe_config
-from autocompile.records import baseline_trial, baseline_value, best_trial, full_record, speedup  # noqa: F401
+from autocompile.records import baseline_trial, baseline_value, best_trial, full_record, speedup
 from autocompile.strategy import effects
 
 

@@ -19,8 +19,6 @@ import os
 import sys
 import time
 
-import optuna
-
 from autocompile.errors import UserError
 
 MIN_CONFIGS = 3  # fewer distinct configurations say nothing about a ranking
@@ -61,14 +59,13 @@ def study_configs(study, limit: int, others=()) -> list:
     """(study, trial, full score) of the distinct configurations that ran cleanly (eager
     included, finalist re-runs not), best full score first, at most `limit`. The trials of `others`
     are scored at `study`'s horizon; a configuration in several studies counts once, from the first."""
+    from autocompile.records import search_candidates
     from autocompile.scoring import score
 
     horizon = study.user_attrs.get("horizon")
     found = []
     for source in (study, *others):
-        done = [t for t in source.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                if t.user_attrs.get("status") == "ok" and t.value and t.user_attrs.get("role") != "finalist"]
-        for t in sorted(done, key=lambda t: t.value, reverse=True):
+        for t in search_candidates(source, compiled_only=False):
             full = t.value if source is study or not horizon else score(t.user_attrs, horizon)
             found.append((source, t, full))
     seen, out = [], []
