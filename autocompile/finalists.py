@@ -13,9 +13,24 @@ from autocompile.runner import Runner, ask
 # 2: a runner-up's disagreement between its two runs no longer counts as noise against the leader.
 WINNER_RULE = 2
 
+# How far behind the leader's score a configuration may be and still be measured again: no further
+# than the largest disagreement seen between two runs of one configuration (the captioner's trial 3,
+# 16.7 then 12.2, 27%, host-bound; CUDA-graph and llama-8b configurations agree within 2%; H200,
+# 2026-11-23). Further behind, a rerun cannot change the verdict: llama-8b-fresh's round kept 758 s
+# of its 1500 s to measure plain torch.compile again (518 s of warm-up, 38% behind) and left no
+# time for the neighbours (H200, 2026-11-23).
+REACH = 0.3
+
+
+def contenders(study, k: int) -> list:
+    """The top k distinct configurations that a rerun could still make the winner: best first,
+    those within REACH of the leader's score."""
+    top = search_candidates(study)[:k]
+    return [t for t in top if t.value >= (1 - REACH) * top[0].value]
+
 
 def finalist_reserve(study, k: int) -> float:
-    """Seconds to keep for the finalist round under --timeout: what the current top k (and eager)
+    """Seconds to keep for the finalist round under --timeout: what the current contenders (and eager)
     took in their own runs, which the round repeats. Kept from the start (a resumed study knows
     it at once) and updated as trials finish, so the round always runs. A tenth more for runs that
     take longer the second time (llama-8b's round kept 331 s, had 330 s and left out its third
@@ -23,7 +38,7 @@ def finalist_reserve(study, k: int) -> float:
     if k <= 0:
         return 0.0
     eager = eager_record(study) or {}
-    return 1.1 * (sum(t.user_attrs.get("wall_s", 0) for t in search_candidates(study)[:k]) + eager.get("wall_s", 0))
+    return 1.1 * (sum(t.user_attrs.get("wall_s", 0) for t in contenders(study, k)) + eager.get("wall_s", 0))
 
 
 def reserve_note(study, k: int, timeout_s: float | None) -> str | None:
@@ -33,9 +48,10 @@ def reserve_note(study, k: int, timeout_s: float | None) -> str | None:
     reserve = finalist_reserve(study, k) if timeout_s and k else 0.0
     if not timeout_s or reserve <= timeout_s / 2:
         return None
-    fewer = f"; --finalists {k - 1} keeps {finalist_reserve(study, k - 1):.0f} s" if k > 1 else ""
+    n = len(contenders(study, k))
+    fewer = f"; --finalists {n - 1} keeps {finalist_reserve(study, n - 1):.0f} s" if n > 1 else ""
     return (f"the finalist round keeps {reserve:.0f} s of the {timeout_s:.0f} s --timeout "
-            f"(its {k} finalists and eager, measured again){fewer}")
+            f"(its {n} finalists and eager, measured again){fewer}")
 
 
 def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int) -> dict:
@@ -72,7 +88,8 @@ def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horiz
 
 
 def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
-    """Measure the top k configurations again, alternating with eager, and choose the winner.
+    """Measure the contenders (the top k, within REACH of the leader) again, alternating with
+    eager, and choose the winner.
 
     Each round runs eager then the finalists (in reverse order every other round), so drift
     of the machine reaches all of them alike. The winner has the best score in the round;
@@ -80,9 +97,12 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     """
     study, progress = runner.study, runner.progress
     eager = baseline_trial(study, "eager")
-    candidates = search_candidates(study)[:k]
+    candidates = contenders(study, k)
     if eager is None or not candidates:
         return None
+    for t in search_candidates(study)[len(candidates):k]:
+        progress.line(f"finalist round: trial {t.number} not measured again: its score {t.value:.3g} is "
+                      f"{1 - t.value / candidates[0].value:.0%} behind the leader's, more than a rerun moves ({REACH:.0%})")
     finalists, overrun = _plan(runner, eager, candidates, rounds)
     numbers = [t.number for t in finalists]
     done = study.user_attrs.get("finalists")

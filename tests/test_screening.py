@@ -1,12 +1,10 @@
 """Screening: a model cut to k blocks trains, a screened search promotes or prunes through Optuna's
 successive halving, and screen-check ranks a study's configurations against their screens."""
 
-import json
 import os
 
 import optuna
 import pytest
-import torch
 
 from autocompile import cli
 from autocompile.screencheck import check_screening, ranks, spearman, write_check

@@ -254,6 +254,26 @@ def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
     assert choose_winner([{"trial": 3, "status": "failed again"}], 0, 12.0, 1000) == {"winner": None}
 
 
+def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
+    # llama-8b-fresh after its first recipe (H200, 2026-11-23): the top three were trial 3 (score
+    # 4.95), trial 2 (3.89) and plain torch.compile (3.09, 518 s of warm-up). The round kept 758 s of
+    # the 1500 s --timeout to measure all three again, and no neighbour ran. Plain torch.compile,
+    # 38% behind, cannot win a rerun: it is no contender, and the round keeps its time no more.
+    import optuna
+
+    from autocompile.finalists import REACH, contenders, finalist_reserve
+
+    committed = load_study("llama-8b-fresh", "sqlite:///" + os.path.join(ROOT, "studies", "llama-8b-fresh", "study.db"))
+    study = optuna.create_study(directions=committed.directions)
+    study.add_trials([t for t in committed.trials if t.number <= 3])
+    assert [t.number for t in contenders(study, 3)] == [3, 2]
+    assert 1 - study.trials[1].value / study.trials[3].value > REACH
+    walls = {t.number: t.user_attrs["wall_s"] for t in study.trials}
+    assert walls[1] > 500
+    assert finalist_reserve(study, 3) == pytest.approx(1.1 * (walls[3] + walls[2] + walls[0]))
+    assert finalist_reserve(study, 3) < 0.2 * 1500
+
+
 def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_rows(tmp_path, capsys):
     # The captioner's round on the H200 (2026-11-23), judged before WINNER_RULE 2: trial 3 (17.3 then
     # 12.7 steps/s) took the win from trial 5 (19.9 then 19.6) on warm-up, "within noise" only through
