@@ -1,6 +1,7 @@
 """Screening: a model cut to k blocks trains, a screened search promotes or prunes through Optuna's
 successive halving, and screen-check ranks a study's configurations against their screens."""
 
+import json
 import os
 
 import optuna
@@ -13,7 +14,7 @@ from autocompile.screening import ScreeningPruner, check_blocks, cut_blocks, scr
 from autocompile.api import run_search
 from autocompile.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
-from conftest import FAST, toy
+from conftest import FAST, ROOT, toy
 
 DEEP = toy("toy_deep")
 K = 2
@@ -163,7 +164,22 @@ def test_screen_check_writes_the_table_with_rho(screened_study):
     assert os.path.exists(folder / "s" / "screens" / f"check-{K}-blocks" / "0001" / "result.json")
     table = open(md).read()
     assert f"rho = {result['rho']:.2f}" in table and "(test)" in table
+    assert result["rho_without_cuda_graphs"] == result["rho"]  # no CUDA-graph mode on the CPU
     assert table.count("\n| ") == 1 + result["configurations"]  # the header and one row each
+
+
+def test_rho_without_the_cuda_graph_modes():
+    # llama-8b's check at 4 blocks (H200, 2026-11-23): its two reduce-overhead configurations rank 5th
+    # and 6th screened and last in full; without them the screens rank the other seven well.
+    from autocompile.screencheck import correlations
+
+    with open(os.path.join(ROOT, "tests", "data", "llama-8b-screening-4-blocks.json")) as f:
+        rows = json.load(f)["rows"]
+    found = correlations(rows)
+    assert len(rows) == 9 and found["ranked_without_cuda_graphs"] == 7
+    assert found["rho"] == pytest.approx(0.683, abs=1e-3)
+    assert found["rho_without_cuda_graphs"] == pytest.approx(0.893, abs=1e-3)
+    assert correlations(rows[:2])["rho"] is None  # too few to rank
 
 
 def test_screen_check_uses_an_earlier_checks_screens_and_joins_studies_of_the_same_workload(screened_study):
