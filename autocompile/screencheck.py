@@ -204,7 +204,8 @@ def _row(source, trial, full: float, settings, k: int, folder: str, left, eager:
     elif left() < 1:
         return {**row, "status": "not measured", "reason": "the check's --timeout was reached"}
     else:
-        record = _screen(settings, config, k, os.path.join(folder, f"{trial.number:04d}"), left(), eager)
+        name = f"{trial.number:04d}" if source.study_name == settings.study else f"{source.study_name}-{trial.number:04d}"
+        record = _screen(settings, config, k, os.path.join(folder, name), left(), eager)
         row.update(status=record["status"], reason=record.get("reason", ""), wall_s=record["wall_s"], screen_from="check")
         if record["status"] == "ok":
             row.update(screened_steps_per_s=record["steps_per_s"], screened=record["steps_per_s"] / eager["steps_per_s"])
