@@ -213,6 +213,8 @@ def format_effects(rows: list[dict]) -> str:
         change = ", ".join(f"{name} {json.dumps(old)} -> {json.dumps(new)}" for name, (old, new) in row["changed"].items())
         outcome = (f"{row['effect']:+.1%} score" if "effect" in row
                    else f"{row['status']}: {row.get('reason', '')[:90]}")
+        if row.get("other_machine"):
+            outcome += " (the two ran on different machines: not a like-for-like comparison)"
         lines.append(f"  trial {row['trial']} (from {row['parent']}): {change}: {outcome}")
     return "\n".join(lines)
 

@@ -21,6 +21,7 @@ import time
 
 from autocompile.errors import UserError
 from autocompile.space import CUDA_GRAPH_MODES
+from autocompile.storage import same_machine, this_boot
 
 MIN_CONFIGS = 3  # fewer distinct configurations say nothing about a ranking
 
@@ -58,9 +59,11 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
 
 def study_configs(study, limit: int, others=()) -> list:
     """(study, trial, full score) of the distinct configurations that ran cleanly (eager
-    included, finalist re-runs not), best full score first, at most `limit`. The trials of `others`
-    are scored at `study`'s horizon; a configuration in several studies counts once, from the first."""
-    from autocompile.records import search_candidates
+    included, finalist re-runs not), best first, at most `limit`. The trials of `others` are scored
+    at `study`'s horizon; a configuration in several studies counts once, from the first. Across
+    studies, "best" is the score over the study's own eager speed: studies run on different machines,
+    and a workload bound by the host moves with the machine (the captioner's eager: 8.2 and 13.3 steps/s)."""
+    from autocompile.records import baseline_value, search_candidates
     from autocompile.scoring import score
 
     horizon = study.user_attrs.get("horizon")
@@ -74,7 +77,8 @@ def study_configs(study, limit: int, others=()) -> list:
         if t.user_attrs["config"] not in seen:
             seen.append(t.user_attrs["config"])
             out.append((source, t, full))
-    return sorted(out, key=lambda item: item[2], reverse=True)[:limit]
+    eager = {source.study_name: baseline_value(source, "eager", "steps_per_s") or 1.0 for source in (study, *others)}
+    return sorted(out, key=lambda item: item[2] / eager[item[0].study_name], reverse=True)[:limit]
 
 
 def _same_workload(study, others) -> None:
@@ -151,11 +155,14 @@ def check_screening(study, directory: str, k: int, limit: int = 10, timeout_s: f
     say(f"screen-check: {len(trials)} configurations of {names} at {k} blocks")
     previous = _previous(settings.study_dir, k, fresh)
     eager = None if fresh else study.user_attrs.get("screened_eager", {}).get(str(k)) or previous.get("eager")
+    if eager is not None and not same_machine(eager, {"boot": this_boot()}):
+        say(f"  eager at {k} blocks measured again: the stored one ran on another machine (or does not say which)")
+        eager = None
     if eager is None:
         eager = _screen(settings, _eager(), k, os.path.join(folder, "eager"), left(), None)
         if eager["status"] != "ok":
             raise UserError(f"eager at {k} blocks ended {eager['status']}: {eager.get('reason', '')}")
-        eager["from"] = "check"
+        eager.update({"from": "check", "boot": this_boot()})
     if previous.get("rows"):
         say(f"  {len(previous['rows'])} screens of the check of {previous['date']} used again")
     rows = [_row(source, t, full, settings, k, folder, left, eager, say, fresh, previous.get("rows", {}))
@@ -198,15 +205,16 @@ def _row(source, trial, full: float, settings, k: int, folder: str, left, eager:
         row.update(status="ok", screened=1.0, screen_from="reference")
     elif not fresh and eager.get("from") != "check" and made.get("blocks") == k and made.get("status") == "ok":
         row.update(status="ok", screened=made["score"], screen_from="search")
-    elif earlier:  # measured by an earlier check: its speed over this check's eager
+    elif earlier:  # measured by an earlier check: its speed over the eager of its own check (its own machine)
         row.update(status="ok", screened_steps_per_s=earlier["screened_steps_per_s"], screen_from="check",
-                   screened=earlier["screened_steps_per_s"] / eager["steps_per_s"], wall_s=earlier.get("wall_s"))
+                   screened=earlier["screened"], wall_s=earlier.get("wall_s"), boot=earlier.get("boot"))
     elif left() < 1:
         return {**row, "status": "not measured", "reason": "the check's --timeout was reached"}
     else:
         name = f"{trial.number:04d}" if source.study_name == settings.study else f"{source.study_name}-{trial.number:04d}"
         record = _screen(settings, config, k, os.path.join(folder, name), left(), eager)
-        row.update(status=record["status"], reason=record.get("reason", ""), wall_s=record["wall_s"], screen_from="check")
+        row.update(status=record["status"], reason=record.get("reason", ""), wall_s=record["wall_s"], screen_from="check",
+                   boot=this_boot())
         if record["status"] == "ok":
             row.update(screened_steps_per_s=record["steps_per_s"], screened=record["steps_per_s"] / eager["steps_per_s"])
     say(f"  trial {trial.number} {row['label']}: full score {row['full_score']:.3g}, at {k} blocks "
@@ -227,13 +235,20 @@ def _versions() -> dict:
     return found
 
 
+def _over_eager(row: dict, key: str) -> float:
+    """A row's full figure over the eager speed of its own study (rows of several studies compare so)."""
+    return row[key] / row["full_eager_steps_per_s"]
+
+
 def correlations(ok: list[dict]) -> dict:
     """Spearman's rho between the screened and the full scores of the rows screened cleanly, against
-    their full steady speeds too, and without the CUDA-graph modes. A cut model is more bound by the
-    host and its CUDA graphs hold less memory, so those modes gain more there than in full (llama-8b's
-    reduce-overhead step: 1.32x eager at 4 blocks, 0.67x in full; H200, 2026-11-23)."""
+    their full steady speeds too, and without the CUDA-graph modes; each full figure over its own
+    study's eager speed. A cut model is more bound by the host and its CUDA graphs hold less memory,
+    so those modes gain more there than in full (llama-8b's reduce-overhead step: 1.32x eager at 4
+    blocks, 0.67x in full; H200, 2026-11-23)."""
     def rho(rows, key):
-        return spearman([row[key] for row in rows], [row["screened"] for row in rows]) if len(rows) >= MIN_CONFIGS else None
+        return (spearman([_over_eager(row, key) for row in rows], [row["screened"] for row in rows])
+                if len(rows) >= MIN_CONFIGS else None)
 
     plain = [row for row in ok if row["config"].get("mode") not in CUDA_GRAPH_MODES]
     return {"rho": rho(ok, "full_score"), "rho_steady": rho(ok, "full_steps_per_s"),
@@ -244,13 +259,14 @@ def _verdict(study, settings, k: int, rows: list[dict], eager: dict, command: st
     """The ranks of the configurations screened cleanly, and Spearman's rho between the two scores."""
     from autocompile.records import baseline_value
 
+    for row in rows:
+        row["full_eager_steps_per_s"] = row.get("full_eager_steps_per_s") or baseline_value(study, "eager", "steps_per_s")
+        row["full_vs_eager"] = _over_eager(row, "full_steps_per_s")
+        row["full_score_vs_eager"] = _over_eager(row, "full_score")
     ok = [row for row in rows if "screened" in row]
-    for key, rank_key in (("full_score", "rank_full"), ("screened", "rank_screened")):
+    for key, rank_key in (("full_score_vs_eager", "rank_full"), ("screened", "rank_screened")):
         for row, rank in zip(ok, ranks([row[key] for row in ok])):
             row[rank_key] = rank
-    for row in rows:
-        full_eager = row.pop("full_eager_steps_per_s", None) or baseline_value(study, "eager", "steps_per_s")
-        row["full_vs_eager"] = row["full_steps_per_s"] / full_eager if full_eager else None
     return {"study": study.study_name, "model": settings.model, "device": settings.device,
             "device_name": eager.get("device_name"), "blocks": k, "horizon": study.user_attrs.get("horizon"),
             "configurations": len(rows), "ranked": len(ok), **correlations(ok),
@@ -273,22 +289,24 @@ def format_check(result: dict) -> str:
              + (f"; without the CUDA-graph modes ({', '.join(CUDA_GRAPH_MODES)}): {result['rho_without_cuda_graphs']:.2f} "
                 f"over {result['ranked_without_cuda_graphs']}" if result.get("rho_without_cuda_graphs") is not None else "")
              + ".",
-             "", "| trial | configuration | full score | full vs eager | screened (x eager at k) | screened by "
-             "| rank full | rank screened |", "|---|---|---|---|---|---|---|---|"]
+             "", "| trial | configuration | full score | score x eager | steady x eager | screened (x eager at k) | screened by "
+             "| rank full | rank screened |", "|---|---|---|---|---|---|---|---|---|"]
     for row in result["rows"]:
         trial = row["trial"] if row.get("study", result["study"]) == result["study"] else f"{row['study']} {row['trial']}"
         screened = _figure(row.get("screened")) if "screened" in row else f"{row['status']}: {row.get('reason', '')[:80]}"
-        lines.append(f"| {trial} | {row['label']} | {row['full_score']:.3g} | {_figure(row['full_vs_eager'], '.2f')} "
+        lines.append(f"| {trial} | {row['label']} | {row['full_score']:.3g} | {_figure(row.get('full_score_vs_eager'), '.2f')} "
+                     f"| {_figure(row['full_vs_eager'], '.2f')} "
                      f"| {screened} | {row.get('screen_from', '-')} | {_figure(row.get('rank_full'), 'g')} | {_figure(row.get('rank_screened'), 'g')} |")
     versions = ", ".join(f"{name} {version}" for name, version in result["versions"].items())
     lines += ["", f"- command: `{result['command']}`" if result["command"] else "- command: (from Python)",
               f"- device: {result['device_name']} ({result['device']}); {versions}",
               f"- date: {result['date']}",
               f"- how: eager at {k} blocks runs {result['eager_steps_per_s']:.3g} steps/s; each configuration is measured "
-              f"once at {k} blocks (its steady speed over eager's there; the screens share one compile cache), by the "
-              f"search that screened it or by this check; full scores are the study's own trials (horizon "
-              f"{result['horizon']})" + (", and those of " + ", ".join(result["studies"][1:]) + " taken at that horizon"
-                                         if len(result.get("studies", [])) > 1 else "") + ". Ranks: 1 is the best."]
+              f"once at {k} blocks (its steady speed over eager's there, on the same machine; the screens share one "
+              f"compile cache), by the search that screened it or by this check; full scores are the study's own trials "
+              f"(horizon {result['horizon']})" + (", and those of " + ", ".join(result["studies"][1:]) + " taken at that horizon"
+                                                  if len(result.get("studies", [])) > 1 else "")
+              + "; the full rank and rho go by each score over its own study's eager speed (x eager). Ranks: 1 is the best."]
     return "\n".join(lines) + "\n"
 
 

@@ -22,6 +22,7 @@ import optuna
 from autocompile.errors import UserError
 from autocompile.records import concise, shortened
 from autocompile.scoring import CannotWinPruner, judge
+from autocompile.storage import same_machine, this_boot
 from autocompile.trial import TrialRequest, run_trial
 
 SCREENS = "screens"  # DIR/STUDY/screens/: the screened eager runs and the screens' shared compile cache
@@ -155,11 +156,12 @@ def _limit(runner, limit_s: float, keep_s: float) -> float:
 
 
 def screened_eager(runner, k: int, keep_s: float = 0.0) -> dict | None:
-    """Eager at k blocks, measured once per study and k (study attr `screened_eager`): the
-    reference of the screened scores. None (said on the progress) when it did not run cleanly."""
+    """Eager at k blocks, measured once per study, k and machine (study attr `screened_eager`): the
+    reference of the screened scores. A study resumed on another machine measures it again there.
+    None (said on the progress) when it did not run cleanly."""
     study, settings = runner.study, runner.settings
     done = study.user_attrs.get("screened_eager", {})
-    if str(k) in done:
+    if str(k) in done and same_machine(done[str(k)], {"boot": this_boot()}):
         return done[str(k)]
     from autocompile.space import EAGER
 
@@ -171,6 +173,7 @@ def screened_eager(runner, k: int, keep_s: float = 0.0) -> dict | None:
                              "this trial is measured in full")
         return None
     kept = {key: record.get(key) for key in ("steps_per_s", "warmup_s", "losses", "cv", "wall_s", "torch", "device_name")}
+    kept["boot"] = this_boot()
     study.set_user_attr("screened_eager", {**done, str(k): kept})
     runner.progress.line(f"screening: eager at {k} blocks runs {kept['steps_per_s']:.3g} steps/s")
     return kept

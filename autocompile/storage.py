@@ -140,9 +140,29 @@ def load_study(name: str, url: str, **kwargs):
         raise UserError(f"no study named {name!r} in {url}" + (f"; studies there: {', '.join(names)}" if names else "")) from None
 
 
+def this_boot() -> str | None:
+    """This machine since its last boot (Linux's boot id), None where unknown. Leased GPU machines
+    share one host name ("vm"), so two measurements come from one machine only if their boots match:
+    a workload bound by the host runs at different speeds on two of them (the captioner's eager:
+    8.2 and 13.3 steps/s on two H200 machines, 2026-11-23)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def same_machine(a: dict | None, b: dict | None) -> bool | None:
+    """Whether two records ("worker" attrs, screen records) were made on one machine; None where
+    either does not say."""
+    if not a or not b or not a.get("boot") or not b.get("boot"):
+        return None
+    return a["boot"] == b["boot"]
+
+
 def this_worker() -> dict:
-    """What a trial records of the process running it (user attr "worker")."""
-    return {"host": socket.gethostname(), "pid": os.getpid()}
+    """What a trial records of the process running it (user attr "worker"), the machine's boot too."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "boot": this_boot()}
 
 
 def _dead_here(trial) -> bool:

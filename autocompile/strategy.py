@@ -16,6 +16,8 @@ import statistics
 
 import optuna
 
+from autocompile.storage import same_machine
+
 # Dimensions in the order a change is most likely to pay, and why.
 PROMISE = (
     ("compile_loss", "the loss compiled apart: part of llama-8b's 1.46x (studies/README.md)"),
@@ -74,7 +76,8 @@ def mean_scores(study) -> dict[int, float]:
 def effects(study) -> list[dict]:
     """The measured effect of each single change against its parent: trial, parent, what changed
     (dimension: from -> to), and the ratio of their mean scores (finalist reruns included, as the
-    report's plot has them) or the child's failure."""
+    report's plot has them) or the child's failure; `other_machine` where the two ran on different
+    machines, whose hosts may differ in speed."""
     means = mean_scores(study)
     rows = []
     for t in study.get_trials(deepcopy=False):
@@ -85,6 +88,8 @@ def effects(study) -> list[dict]:
         before = a.get("parent_params") or parent.params
         changes = {name: (before.get(name), t.params.get(name)) for name in a.get("changed", [])}
         row = {"trial": t.number, "parent": parent.number, "changed": changes, "status": a["status"]}
+        if same_machine(a.get("worker"), parent.user_attrs.get("worker")) is False:
+            row["other_machine"] = True  # a resumed study on a new lease: the host's speed moved too
         if t.number in means and parent.number in means:
             row["effect"] = means[t.number] / means[parent.number] - 1
         else:

@@ -92,7 +92,9 @@ def test_a_screen_below_the_top_half_is_told_pruned(tmp_path, monkeypatch):
 
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, direction="maximize", pruner=ScreeningPruner(K))
-    study.set_user_attr("screened_eager", {str(K): {"steps_per_s": 100.0}})
+    from autocompile.storage import this_boot
+
+    study.set_user_attr("screened_eager", {str(K): {"steps_per_s": 100.0, "boot": this_boot()}})  # this machine's
     speeds = iter([150.0, 50.0])
     monkeypatch.setattr(screening, "run_trial", lambda request, **kw: {
         "status": "ok", "steps_per_s": next(speeds), "wall_s": 1.0, "config": request.config})
@@ -205,6 +207,18 @@ def test_screen_check_uses_an_earlier_checks_screens_and_joins_studies_of_the_sa
     other.set_user_attr("settings", {**study.user_attrs["settings"], "batch_size": 99})
     with pytest.raises(UserError, match="same workload"):
         check_screening(study, str(folder), K, others=[other], measure=FAST)
+    # On another machine (a new lease of the GPU: leased machines share the host name "vm") eager at k
+    # is measured again there, and an earlier check's screen keeps its ratio against its own machine's
+    # eager (the captioner's eager at 3 blocks moved with the machine, H200, 2026-11-23).
+    stored = study.user_attrs["screened_eager"]
+    study.set_user_attr("screened_eager", {n: {**e, "boot": "another lease"} for n, e in stored.items()})
+    lines.clear()
+    moved = check_screening(study, str(folder), K, trial_timeout_s=120, measure=FAST, say=lines.append)
+    assert any("measured again" in line for line in lines)
+    assert os.path.exists(folder / "s" / "screens" / f"check-{K}-blocks" / "eager" / "result.json")
+    plain = {row["role"]: row for row in moved["rows"]}["compile-defaults"]
+    assert plain["screened"] == {row["role"]: row for row in first["rows"]}["compile-defaults"]["screened"]
+    assert moved["eager"]["boot"] and moved["eager"]["from"] == "check"
 
 
 def test_screen_check_needs_three_configurations(tmp_path, capsys):

@@ -34,7 +34,7 @@ def neighbours(tmp_path_factory):
     settings = SearchSettings(model=toy(), device="cpu", study="n", directory=str(tmp_path_factory.mktemp("n")),
                               trials=4, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=0,
                               prune=False, fixed=PINS)
-    return run_search(settings)
+    return {**run_search(settings), "directory": settings.directory}
 
 
 def test_neighbours_change_one_dimension_of_the_incumbent_and_record_their_parent(neighbours):
@@ -46,6 +46,29 @@ def test_neighbours_change_one_dimension_of_the_incumbent_and_record_their_paren
     assert before != after and name not in PINS
     assert ("effect" in effects[0]) == (rows[2]["status"] == "ok")
     assert "what each setting did" in format_summary(neighbours) and f"trial 2 (from 1): {name}" in format_summary(neighbours)
+
+
+def test_an_effect_measured_on_another_machine_than_its_parent_says_so(neighbours):
+    # Leased GPU machines share one host name ("vm"). captioner-regional resumed on a new lease (H200,
+    # 2026-11-23): its trial 8 read -23.8% against trial 2, measured on a machine whose host ran the
+    # captioner's eager at 13.3 steps/s where others ran it at 8.2.
+    import copy
+
+    from autocompile.report import format_effects
+    from autocompile.storage import this_boot
+    from autocompile.strategy import effects
+    from autocompile.study import load_study
+
+    ran = load_study("n", f"sqlite:///{neighbours['directory']}/n/study.db")
+    child = effects(ran)[0]["trial"]
+    assert ran.trials[child].user_attrs["worker"]["boot"] == this_boot() is not None  # each trial says where it ran
+    assert not any(row.get("other_machine") for row in effects(ran))
+    trials = [copy.deepcopy(t) for t in ran.trials]
+    trials[child].user_attrs["worker"] = {**trials[child].user_attrs["worker"], "boot": "another lease"}
+    moved = optuna.create_study(direction="maximize")
+    moved.add_trials(trials)
+    (row,) = [r for r in effects(moved) if r["trial"] == child]
+    assert row["other_machine"] and "different machines" in format_effects([row])
 
 
 def test_a_configuration_whose_scope_did_not_warm_up_within_the_trial_limit_is_not_launched(tmp_path):
