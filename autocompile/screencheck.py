@@ -20,6 +20,7 @@ import sys
 import time
 
 from autocompile.errors import UserError
+from autocompile.records import baseline_value
 from autocompile.space import CUDA_GRAPH_MODES
 from autocompile.storage import same_machine, this_boot
 
@@ -63,7 +64,7 @@ def study_configs(study, limit: int, others=()) -> list:
     at `study`'s horizon; a configuration in several studies counts once, from the first. Across
     studies, "best" is the score over the study's own eager speed: studies run on different machines,
     and a workload bound by the host moves with the machine (the captioner's eager: 8.2 and 13.3 steps/s)."""
-    from autocompile.records import baseline_value, search_candidates
+    from autocompile.records import search_candidates
     from autocompile.scoring import score
 
     horizon = study.user_attrs.get("horizon")
@@ -145,6 +146,10 @@ def check_screening(study, directory: str, k: int, limit: int = 10, timeout_s: f
     if len(trials) < MIN_CONFIGS:
         raise UserError(f"study {study.study_name!r} has {len(trials)} distinct configurations that ran cleanly; "
                         f"a screening check needs at least {MIN_CONFIGS}")
+    for source in (study, *others):  # the full scores compare as multiples of their own study's eager
+        if not baseline_value(source, "eager", "steps_per_s"):
+            raise UserError(f"study {source.study_name!r} has no eager baseline that ran cleanly: "
+                            "screen-check compares each full score with its own study's eager speed")
     _check_here(settings, k)
     deadline = None if timeout_s is None else time.time() + timeout_s
     left = lambda: trial_timeout_s if deadline is None else min(trial_timeout_s, deadline - time.time())  # noqa: E731
@@ -193,7 +198,6 @@ def _row(source, trial, full: float, settings, k: int, folder: str, left, eager:
     """One configuration: its full figures from its study, and its screen (the search's, an earlier
     check's, or measured now)."""
     from autocompile.apply import describe_config
-    from autocompile.records import baseline_value
 
     config = trial.user_attrs["config"]
     row = {"study": source.study_name, "trial": trial.number, "config": config, "label": describe_config(config),
@@ -257,10 +261,7 @@ def correlations(ok: list[dict]) -> dict:
 
 def _verdict(study, settings, k: int, rows: list[dict], eager: dict, command: str) -> dict:
     """The ranks of the configurations screened cleanly, and Spearman's rho between the two scores."""
-    from autocompile.records import baseline_value
-
     for row in rows:
-        row["full_eager_steps_per_s"] = row.get("full_eager_steps_per_s") or baseline_value(study, "eager", "steps_per_s")
         row["full_vs_eager"] = _over_eager(row, "full_steps_per_s")
         row["full_score_vs_eager"] = _over_eager(row, "full_score")
     ok = [row for row in rows if "screened" in row]

@@ -229,3 +229,10 @@ def test_screen_check_needs_three_configurations(tmp_path, capsys):
     assert cli.main(["screen-check", "--study", "s", "--dir", str(tmp_path), "--blocks", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "0 distinct configurations" in err[0] and "at least 3" in err[0]
+    # Three compiled configurations but no eager baseline: nothing to compare their full scores with.
+    for number, scope in enumerate(("full", "regional", "modular")):
+        study.add_trial(optuna.trial.create_trial(value=10.0 + number, user_attrs={
+            "config": {"compile": True, "scope": scope}, "status": "ok", "role": "recipe", "steps_per_s": 11.0}))
+    assert cli.main(["screen-check", "--study", "s", "--dir", str(tmp_path), "--blocks", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no eager baseline" in err[0]
