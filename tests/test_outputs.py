@@ -144,6 +144,24 @@ def test_the_report_draws_the_study_s_trials(searched, tmp_path):
         assert warmup >= study.trials[number].user_attrs["warmup_s"] * 0.99
 
 
+def test_a_far_bound_on_plain_torch_compile_leaves_the_trials_readable(tmp_path):
+    # captioner-regional (H200, 2026-11-23) stopped plain torch.compile after 25.6 s of warm-up, so its
+    # score could be at most 10000 / 25.6 = 390 steps/s: drawn as a line, it pressed every trial,
+    # scored 13-18, onto the floor of the plot. The bound is named in the legend instead.
+    import optuna
+
+    from autocompile.outputs import plots
+    from autocompile.study import load_study
+
+    committed = load_study("captioner-regional", f"sqlite:///{ROOT}/studies/captioner-regional/study.db")
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("horizon", 10000)
+    study.add_trials([t for t in committed.trials if t.number <= 9])
+    drawn = plots.plot_scores(study, str(tmp_path / "scores.png"))
+    assert drawn["default_bound"]["value"] > 300 and not drawn["default_bound"]["line"]
+    assert drawn["y_top"] < 25 and _image(str(tmp_path / "scores.png"))[1] > 2
+
+
 def test_a_report_of_too_few_trials_says_so(searched, tmp_path):
     """One trial (the fixture's eager, copied into a new study): no comparisons, no importances."""
     import optuna
