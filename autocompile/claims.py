@@ -49,6 +49,8 @@ def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
         if study_wide:
             progress.done = counted(study) - 1  # this trial's place in the study's budget
         baseline = role in ("eager", "compile-defaults")
+        if not baseline and runner.out_of_time(trial, config, reserve):
+            return  # on to the finalist round
         if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
             continue  # pruned at its screen
         runner.run(trial, config, role, prunable=not baseline, limit_s=settings.baseline_limit_s if baseline else None,

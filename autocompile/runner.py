@@ -21,7 +21,7 @@ from autocompile.records import baseline_value, best_trial, concise, eager_recor
 from autocompile.scoring import _judged_by_an_older_guard, judge, optimistic_score, score, violation
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.storage import heartbeat_s, this_worker
-from autocompile.strategy import too_slow
+from autocompile.strategy import too_slow, twin_time
 from autocompile.trial import TrialRequest, run_trial, triage
 
 if TYPE_CHECKING:
@@ -145,6 +145,24 @@ class Runner:
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.time()
+
+    def out_of_time(self, trial, config: dict, keep_s: float) -> bool:
+        """Whether `config` is not expected to finish in what is left of --timeout less `keep_s` (the
+        finalist round's): its twins measured so far took longer (strategy.twin_time). Such a trial
+        is not started: told failed, status "not started" (like a trial cut by --timeout, it says
+        nothing of the configuration, and a resumed search may propose it again)."""
+        remaining = self.remaining()
+        need, twins = twin_time(self.study, config)
+        if remaining is None or need is None or remaining - keep_s >= need:
+            return False
+        which = f"trial{'s' if len(twins) > 1 else ''} {', '.join(map(str, twins))}"
+        reason = (f"not started: its twin{'s' if len(twins) > 1 else ''} ({which}) took {need:.0f} s, and "
+                  f"{max(remaining - keep_s, 0):.0f} s are left before the finalist round")
+        for key, value in (("status", "not started"), ("reason", reason), ("wall_s", 0.0)):
+            trial.set_user_attr(key, value)
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.progress.line(f"trial {trial.number} {describe_config(config)}: {reason}")
+        return True
 
     def run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None = None,
             keep_s: float = 0.0) -> dict:

@@ -153,6 +153,25 @@ def too_slow(study, config: dict, limit_s: float, explained=lambda config: None)
     return None
 
 
+def twin_time(study, config: dict) -> tuple[float | None, list[int]]:
+    """How long `config` is expected to take from its twins measured so far, and which they are:
+    the longest wall time of the finished trials (finalist reruns included) that compile the same
+    graphs in the same scope, mode and shapes, and no graph it does not (too_slow's evidence).
+    (None, []) without a twin. The captioner's trial 11, a CUDA-graph configuration whose twin
+    (trial 5) took 218 s, was started with 119 s left and cut (H200, 2026-11-23)."""
+    if not config.get("compile"):
+        return None, []
+    walls = {}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
+        a = t.user_attrs
+        seen = a.get("config", {})
+        if a.get("wall_s") and a.get("status") in ("ok", "pruned", "timeout") and seen.get("compile") \
+                and all(seen.get(x) == config.get(x) for x in ("scope", "mode", *_SHAPES)) \
+                and not any(seen.get(x) and not config.get(x) for x in _EXTRAS):
+            walls[t.number] = a["wall_s"]
+    return (max(walls.values()), sorted(walls)) if walls else (None, [])
+
+
 def _same(a, b) -> bool:
     return type(a) is type(b) and a == b
 

@@ -247,3 +247,35 @@ def test_the_incumbent_is_judged_by_every_measurement_of_it(tmp_path):
 
     (change,) = [row for row in effects(study) if row["trial"] == 12]
     assert change["parent"] == 5 and change["effect"] == pytest.approx(0.0084, abs=0.0005)
+
+
+def test_a_trial_whose_twin_took_longer_than_what_is_left_is_not_started(tmp_path):
+    # the captioner's trial 11 (H200, 2026-11-23): a TPE proposal compiling what trial 5 compiled
+    # (regional reduce-overhead, bucket padding, compiled step; 218 s), started with 119 s left and cut.
+    import time
+
+    from autocompile.runner import Progress, Runner
+    from autocompile.strategy import twin_time
+    from autocompile.study import load_study
+    from conftest import ROOT
+
+    committed = load_study("captioner-fresh", f"sqlite:///{ROOT}/studies/captioner-fresh/study.db")
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, direction="maximize")
+    study.add_trials([t for t in committed.trials if t.number <= 10])
+    tuned = committed.trials[11].user_attrs["config"]
+    assert committed.trials[11].user_attrs["status"] == "timeout"
+    need, twins = twin_time(study, tuned)
+    assert twins == [5] and need == pytest.approx(committed.trials[5].user_attrs["wall_s"])
+    assert twin_time(study, {**tuned, "padding": "max"}) == (None, [])  # other shapes: no twin
+    assert twin_time(study, {**tuned, "compile_optimizer": False})[0] is None  # trial 5 compiled more
+
+    settings = SearchSettings(model="tiny-llama", device="cpu", study="p", directory=str(tmp_path))
+    runner = Runner(study, storage, "memory", settings, Progress(2), deadline=time.time() + 400)
+    first = study.ask()
+    assert not runner.out_of_time(first, tuned, keep_s=100)  # about 300 s left: it fits
+    assert runner.out_of_time(first, tuned, keep_s=281)  # 119 s left, as trial 11 had
+    told = study.trials[first.number]
+    assert told.state == optuna.trial.TrialState.FAIL and told.user_attrs["status"] == "not started"
+    assert told.user_attrs["reason"].startswith("not started: its twin (trial 5) took 218 s, and 1")
+    assert not runner.out_of_time(study.ask(), {**tuned, "padding": "max"}, keep_s=281)  # nothing to go by
