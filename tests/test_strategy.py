@@ -279,3 +279,48 @@ def test_a_trial_whose_twin_took_longer_than_what_is_left_is_not_started(tmp_pat
     assert told.state == optuna.trial.TrialState.FAIL and told.user_attrs["status"] == "not started"
     assert told.user_attrs["reason"].startswith("not started: its twin (trial 5) took 218 s, and 1")
     assert not runner.out_of_time(study.ask(), {**tuned, "padding": "max"}, keep_s=281)  # nothing to go by
+
+
+def test_the_fastest_trial_takes_turns_as_a_parent_and_first_drops_its_compiled_step():
+    # the captioner's fresh search (H200, 2026-11-23): the incumbent recipe (regional, loss compiled
+    # apart, fused AdamW, pad to 64; 17.6 steps/s, 27 s of warm-up) and the fastest (regional
+    # reduce-overhead, compiled step, buckets; 20.6 steps/s, 116 s), the incumbent's neighbours
+    # first. The fastest without its compiled step ran 20.8 steps/s after 31-34 s.
+    from autocompile.strategy import next_neighbour
+
+    space = build_space("tiny-llama", "cpu")
+    study = optuna.create_study(direction="maximize")
+
+    def measured(partial, score, steps, warmup, **attrs):
+        params = space.params_for({"scope": "regional", **partial})
+        study.enqueue_trial(params)
+        trial = study.ask()
+        config = space.suggest(trial)
+        for key, value in {"status": "ok", "config": config, "role": "recipe", "steps_per_s": steps,
+                           "warmup_s": warmup, "wall_s": warmup + 20, **attrs}.items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, score)
+        return trial.number, params
+
+    recipe, recipe_params = measured({"compile_loss": True, "fused_optimizer": True, "padding": "multiple",
+                                      "pad_multiple": 64}, 16.8, 17.6, 27)
+    # (tiny-llama's LR schedule needs a tensor LR in a compiled step; the captioner has none)
+    fast, fast_params = measured({"compile_optimizer": True, "lr_tensor": True, "padding": "buckets"}, 16.6, 20.6, 116)
+    tried = lambda config, params: any(t.params == params for t in study.trials)  # noqa: E731
+
+    first = next_neighbour(space, study, tried)
+    assert first["parent"] == recipe  # a tie in turns: the incumbent first
+    assert first["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor"]  # towards the fastest's step
+    measured(first["params"], 15.0, 17.0, 90, role="neighbour", parent=recipe)
+
+    second = next_neighbour(space, study, tried)
+    assert second["parent"] == fast and second["parent_params"] == fast_params
+    assert second["params"]["compile_optimizer"] is False and second["params"]["fused_optimizer"] is True
+    assert second["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor"]
+    assert all(second["params"][n] == fast_params[n] for n in ("padding", "compile_loss", "scope"))
+
+    # when the incumbent is also the fastest, it is the only parent
+    solo = optuna.create_study(direction="maximize")
+    study = solo
+    only, _ = measured({"compile_loss": True}, 20.0, 21.0, 20)
+    assert next_neighbour(space, solo, tried)["parent"] == only
