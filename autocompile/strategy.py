@@ -141,7 +141,7 @@ def too_slow(study, config: dict, limit_s: float, explained=lambda config: None)
         a = t.user_attrs
         seen = a.get("config", {})
         if not t.state.is_finished() or not seen.get("compile") or seen.get("scope") != config["scope"] \
-                or MODE_WEIGHT.get(seen.get("mode"), 0) > weight or any(seen.get(x) and not config.get(x) for x in _EXTRAS):
+                or MODE_WEIGHT.get(seen.get("mode"), 0) > weight or not _no_more_graphs(seen, config):
             continue
         lighter = MODE_WEIGHT.get(seen.get("mode"), 0) < weight and all(seen.get(x) == config.get(x) for x in _SHAPES)
         factor = AUTOTUNE_FACTOR if lighter else 1.0
@@ -153,6 +153,11 @@ def too_slow(study, config: dict, limit_s: float, explained=lambda config: None)
                 how += f", and {config.get('mode')} takes over {AUTOTUNE_FACTOR:g}x a lighter mode's warm-up"
             return f"expected not to fit the {limit_s:.0f} s trial limit: trial {t.number} ({seen['scope']}, {seen.get('mode')}) {how}"
     return None
+
+
+def _no_more_graphs(seen: dict, config: dict) -> bool:
+    """Whether a measured configuration compiled no graph besides the model's that `config` does not."""
+    return not any(seen.get(x) and not config.get(x) for x in _EXTRAS)
 
 
 def twin_time(study, config: dict) -> tuple[float | None, list[int]]:
@@ -169,7 +174,7 @@ def twin_time(study, config: dict) -> tuple[float | None, list[int]]:
         seen = a.get("config", {})
         if a.get("wall_s") and a.get("status") in ("ok", "pruned", "timeout") and seen.get("compile") \
                 and all(seen.get(x) == config.get(x) for x in ("scope", "mode", *_SHAPES)) \
-                and not any(seen.get(x) and not config.get(x) for x in _EXTRAS):
+                and _no_more_graphs(seen, config):
             walls[t.number] = a["wall_s"]
     return (max(walls.values()), sorted(walls)) if walls else (None, [])
 
