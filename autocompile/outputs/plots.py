@@ -24,7 +24,7 @@ ROLE_STYLE = {  # role -> (marker, colour, legend label)
     "compile-defaults": ("s", "#1f77b4", "baseline: plain torch.compile"),
     "recipe": ("o", "#2ca02c", "recipe"),
     "search": ("^", "#9467bd", "sampled (TPE)"),
-    "neighbour": ("P", "#17becf", "neighbour of the incumbent"),
+    "neighbour": ("P", "#17becf", "neighbour (of the incumbent or the fastest trial)"),
     "finalist": ("D", "#ff7f0e", "finalist round"),
 }
 OTHER_STYLE = ("v", "#8c564b", "other")
@@ -338,7 +338,7 @@ def write_report(study, study_dir: str) -> str:
         f"Written by `autocompile report --study {study.study_name}`; the same trials as an SQL table: `results.db` beside the study.",
         "## The score of each trial",
         "![score of each trial](scores.png)",
-        "Each trial in the order it ran: baselines, recipes, neighbours of the incumbent and sampled trials, the finalist round. A failed trial "
+        "Each trial in the order it ran: baselines, recipes, neighbours (of the incumbent or the fastest trial) and sampled trials, the finalist round. A failed trial "
         "scores 0; a pruned one is drawn hollow at the best score it could still have reached when it was stopped.",
         "## Steady speed against warm-up",
         "![steady speed against warm-up](pareto.png)",
