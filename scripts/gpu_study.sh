@@ -46,7 +46,7 @@ if [ -n "${OUT:-}" ]; then
   cp "$RUNS/search.log" "$RUNS/device.txt" "$OUT/" 2>/dev/null
   [ -f "$AUTOCOMPILE_CACHE/failures.db" ] && cp "$AUTOCOMPILE_CACHE/failures.db" "$OUT/gpu-failures.db"
   for d in "$RUNS"/*/; do
-    s=$(basename "$d"); [ -f "$d/study.db" ] || continue
+    s=$(basename "$d"); [ -f "$d/study.db" ] || [ -f "$d/journal.log" ] || continue
     tar -czf "$OUT/$s.tar.gz" -C "$RUNS" --exclude='cache' "$s"
   done
 fi
