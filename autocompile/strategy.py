@@ -10,14 +10,19 @@ study, then PROMISE's order (what the seed texts and the GPU studies found worth
 last those whose changes hurt or failed. When the fastest trial (by steady speed) is not the
 incumbent, it is a parent too, in turns: its neighbours move towards the incumbent's values,
 first dropping a graph it compiles that the incumbent does not (a shorter warm-up at its speed).
+A parent whose warm-up is a large share of its run at the horizon (WARMUP_SHARE) first drops a
+graph it compiles besides the model's. A move that makes a dimension apply takes that
+dimension's promising value (a step no longer compiled: the fused optimizer).
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 import optuna
 
+from autocompile.scoring import DEFAULT_HORIZON
 from autocompile.storage import same_machine
 
 # Dimensions in the order a change is most likely to pay, and why.
@@ -46,6 +51,15 @@ PROMISING = {
     "mode": {"reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"},
     "inductor.coordinate_descent_tuning": {True}, "inductor.shape_padding": {True},
 }
+# The value a dimension takes when a move makes it apply and neither parent had it.
+_PROMISING_VALUE = {name: True for name, values in PROMISING.items() if values == {True}}
+
+# A parent whose warm-up is at least this share of its projected run (warm-up plus the horizon's
+# steps at its steady speed) first drops a graph it compiles besides the model's: the captioner's
+# regional reduce-overhead recipe with a compiled step spent 116 s of its 601 s (19%) warming up,
+# and without the step ran as fast after 31-34 s (score 19.5 against 16.6; H200, 2026-11-23). A
+# llama-8b recipe spends about 1% there (26 s of 2006 s), where a compiled step's +5% pays.
+WARMUP_SHARE = 0.1
 
 
 def incumbent(space, study):
@@ -194,9 +208,27 @@ def fastest(space, study):
     return (None, {}) if top is None else (top, dict(top.params) if top.params else space.params_for({}))
 
 
-def _rank(name: str, value, base: dict, borrow: dict) -> int:
-    """0: towards the fastest trial's value; 1: towards a promising value; 2: neither;
+def warmup_share(study, trial) -> float:
+    """The share of `trial`'s projected run at the study's horizon spent warming up: warm-up
+    against warm-up plus the remaining steps at its steady speed (as `scoring.score` counts them)."""
+    a = trial.user_attrs
+    if not a.get("steps_per_s") or not a.get("warmup_s"):
+        return 0.0
+    horizon = study.user_attrs.get("horizon") or DEFAULT_HORIZON
+    steady = max(horizon - (a.get("warmup_steps") or 0), 0) / a["steps_per_s"]
+    return a["warmup_s"] / (a["warmup_s"] + steady)
+
+
+def _drops_a_graph(name: str, value, base: dict) -> bool:
+    return name in _EXTRAS and bool(base.get(name)) and not value
+
+
+def _rank(name: str, value, base: dict, borrow: dict, heavy: bool = False) -> int:
+    """-1, for a parent `heavy` with warm-up (WARMUP_SHARE): a graph it compiles besides the model's
+    dropped; 0: towards the fastest trial's value; 1: towards a promising value; 2: neither;
     3: away from a promising value the incumbent has (even where the fastest trial did without it)."""
+    if heavy and _drops_a_graph(name, value, base):
+        return -1
     promising = PROMISING.get(name, ())
     if any(_same(value, p) for p in promising):
         return 0 if name in borrow and _same(borrow[name], value) else 1
@@ -209,7 +241,7 @@ def _rank_lighter(name: str, value, base: dict, borrow: dict) -> int:
     """For a move from the fastest trial towards the incumbent: 0 where it stops compiling a graph
     the incumbent does without (the optimizer step: 60-75 s of warm-up on both GPU models); 1 for
     the incumbent's other values; 2 for the rest."""
-    if name in _EXTRAS and base.get(name) and not value and name in borrow and not borrow[name]:
+    if _drops_a_graph(name, value, base) and name in borrow and not borrow[name]:
         return 0
     return 1 if name in borrow and _same(borrow[name], value) else 2
 
@@ -218,7 +250,8 @@ def next_neighbour(space, study, tried) -> dict | None:
     """The next untried, feasible neighbour: {"params", "changed", "parent", "parent_params",
     "config"}, or None. `tried(config, params)` says whether a configuration was measured or queued already.
 
-    Two parents take turns, the one with fewer neighbours so far first: the incumbent (best score),
+    Two parents take turns, the one with fewer neighbours so far first (on a tie the incumbent,
+    unless the fastest trial's warm-up is WARMUP_SHARE of its run or more): the incumbent (best score),
     whose changes towards the fastest trial's values come first and changes away from promising
     values last; and the fastest trial (best steady speed), when another, whose changes towards the
     incumbent's values come first, starting with a graph it compiles and the incumbent does not.
@@ -232,14 +265,17 @@ def next_neighbour(space, study, tried) -> dict | None:
     if best is None:
         return None
     top, fast = fastest(space, study)
-    parents = [(best, base, fast, _rank)]
+    heavy = warmup_share(study, best) >= WARMUP_SHARE
+    parents = [(best, base, fast, functools.partial(_rank, heavy=heavy))]
     if top is not None and top.number != best.number:
         parents.append((top, fast, base, _rank_lighter))
         children = {p.number: 0 for p, *_ in parents}
         for t in study.get_trials(deepcopy=False):
             if t.user_attrs.get("parent") in children:
                 children[t.user_attrs["parent"]] += 1
-        parents.sort(key=lambda p: children[p[0].number])  # a stable sort: the incumbent first on a tie
+        # on a tie, the incumbent first, unless the fastest trial is heavy with warm-up: its lighter move pays most
+        fast_first = warmup_share(study, top) >= WARMUP_SHARE
+        parents.sort(key=lambda p: (children[p[0].number], (p[0].number == best.number) == fast_first))
     for parent, own, borrow, rank in parents:
         found = _neighbour(space, study, tried, parent, own, borrow, rank)
         if found:
@@ -249,11 +285,12 @@ def next_neighbour(space, study, tried) -> dict | None:
 
 def _neighbour(space, study, tried, parent, base: dict, borrow: dict, rank) -> dict | None:
     """The first untried, feasible neighbour of `parent` (parameters `base`) in `rank`'s order,
-    a move bringing in what it conditions as `borrow` has it."""
+    a move bringing in what it conditions as `borrow` has it, else at its promising value."""
     moves = [(dim, value) for dim in _order(space, study) for value in dim.choices
              if not (dim.name in base and _same(base[dim.name], value))]
     for dim, value in sorted(moves, key=lambda m: rank(m[0].name, m[1], base, borrow)):  # a stable sort
-        params = space.params_for({**borrow, **base, dim.name: value})  # what the move brings in: as `borrow` has it
+        # what the move brings in: as `borrow` has it, else its promising value
+        params = space.params_for({**_PROMISING_VALUE, **borrow, **base, dim.name: value})
         if not params or params == base or dim.name not in params:
             continue  # not offered here, or the dimension does not apply to the parent
         config = space.suggest(optuna.trial.FixedTrial(params))

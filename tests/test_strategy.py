@@ -285,15 +285,10 @@ def test_a_trial_whose_twin_took_longer_than_what_is_left_is_not_started(tmp_pat
     assert not runner.out_of_time(study.ask(), {**tuned, "padding": "max"}, keep_s=281)  # nothing to go by
 
 
-def test_the_fastest_trial_takes_turns_as_a_parent_and_first_drops_its_compiled_step():
-    # the captioner's fresh search (H200, 2026-11-23): the incumbent recipe (regional, loss compiled
-    # apart, fused AdamW, pad to 64; 17.6 steps/s, 27 s of warm-up) and the fastest (regional
-    # reduce-overhead, compiled step, buckets; 20.6 steps/s, 116 s), the incumbent's neighbours
-    # first. The fastest without its compiled step ran 20.8 steps/s after 31-34 s.
-    from autocompile.strategy import next_neighbour
-
-    space = build_space("tiny-llama", "cpu")
+def _measured_study(space, horizon=10_000):
+    """An in-memory study and a function that records a measured trial in it (as a search records one)."""
     study = optuna.create_study(direction="maximize")
+    study.set_user_attr("horizon", horizon)
 
     def measured(partial, score, steps, warmup, **attrs):
         params = space.params_for({"scope": "regional", **partial})
@@ -306,25 +301,74 @@ def test_the_fastest_trial_takes_turns_as_a_parent_and_first_drops_its_compiled_
         study.tell(trial, score)
         return trial.number, params
 
+    return study, measured
+
+
+def test_the_fastest_trial_takes_turns_as_a_parent_and_first_drops_its_compiled_step():
+    # the captioner's fresh search (H200, 2026-11-23): the incumbent recipe (regional, loss compiled
+    # apart, fused AdamW, pad to 64; 17.6 steps/s, 27 s of warm-up) and the fastest (regional
+    # reduce-overhead, compiled step, buckets; 20.6 steps/s, 116 s: 19% of its run at 10000 steps),
+    # whose neighbours come first. The fastest without its compiled step ran 20.8 steps/s after 31-34 s.
+    from autocompile.strategy import next_neighbour, warmup_share
+
+    space = build_space("tiny-llama", "cpu")
+    study, measured = _measured_study(space)
     recipe, recipe_params = measured({"compile_loss": True, "fused_optimizer": True, "padding": "multiple",
                                       "pad_multiple": 64}, 16.8, 17.6, 27)
     # (tiny-llama's LR schedule needs a tensor LR in a compiled step; the captioner has none)
     fast, fast_params = measured({"compile_optimizer": True, "lr_tensor": True, "padding": "buckets"}, 16.6, 20.6, 116)
+    assert warmup_share(study, study.trials[fast]) == pytest.approx(116 / (116 + 10_000 / 20.6))
     tried = lambda config, params: any(t.params == params for t in study.trials)  # noqa: E731
 
     first = next_neighbour(space, study, tried)
-    assert first["parent"] == recipe  # a tie in turns: the incumbent first
-    assert first["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor"]  # towards the fastest's step
-    measured(first["params"], 15.0, 17.0, 90, role="neighbour", parent=recipe)
+    assert first["parent"] == fast and first["parent_params"] == fast_params  # heavy with warm-up: it goes first
+    assert first["params"]["compile_optimizer"] is False and first["params"]["fused_optimizer"] is True
+    assert first["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor"]
+    assert all(first["params"][n] == fast_params[n] for n in ("padding", "compile_loss", "scope"))
+    measured(first["params"], 15.0, 17.0, 30, role="neighbour", parent=fast)
 
     second = next_neighbour(space, study, tried)
-    assert second["parent"] == fast and second["parent_params"] == fast_params
-    assert second["params"]["compile_optimizer"] is False and second["params"]["fused_optimizer"] is True
-    assert second["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor"]
-    assert all(second["params"][n] == fast_params[n] for n in ("padding", "compile_loss", "scope"))
+    assert second["parent"] == recipe  # then the incumbent's turn
+    assert second["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor"]  # towards the fastest's step
 
     # when the incumbent is also the fastest, it is the only parent
-    solo = optuna.create_study(direction="maximize")
-    study = solo
+    study, measured = _measured_study(space)
     only, _ = measured({"compile_loss": True}, 20.0, 21.0, 20)
-    assert next_neighbour(space, solo, tried)["parent"] == only
+    assert next_neighbour(space, study, tried)["parent"] == only
+
+
+def test_a_fastest_trial_light_on_warm_up_waits_for_the_incumbent():
+    # llama-8b-fresh-2 (H200, 2026-11-23): the incumbent recipe (regional, loss compiled apart, fused
+    # AdamW, pad to 64; 5.05 steps/s after 26 s) and the fastest (a compiled step; 5.23 after 100 s,
+    # 5% of its run at 10000 steps): the incumbent's neighbour first, towards the fastest's step
+    # (5.31 steps/s, 1.52x eager).
+    from autocompile.strategy import next_neighbour
+
+    space = build_space("tiny-llama", "cpu")
+    study, measured = _measured_study(space)
+    recipe, _ = measured({"compile_loss": True, "fused_optimizer": True, "padding": "multiple", "pad_multiple": 64},
+                         4.99, 5.05, 26)
+    measured({"compile_optimizer": True, "lr_tensor": True, "padding": "multiple", "pad_multiple": 64}, 4.98, 5.23, 100)
+    first = next_neighbour(space, study, lambda config, params: any(t.params == params for t in study.trials))
+    assert first["parent"] == recipe and first["params"]["compile_optimizer"] is True
+    assert first["params"]["compile_loss"] is True and first["params"]["lr_tensor"] is True
+
+
+def test_an_incumbent_heavy_with_warm_up_first_drops_a_graph_it_compiles_besides_the_model():
+    # the captioner's second fresh search (H200, 2026-11-24): its best was the recipe with CUDA graphs
+    # and a compiled step, 19.7 steps/s after 150 s of warm-up (23% of its run at 10000 steps), and
+    # its first neighbour in PROMISE's order compiled the loss too, more warm-up. A step no longer
+    # compiled brings in the fused optimizer, the promising value of what it conditions.
+    from autocompile.strategy import next_neighbour
+
+    space = build_space("tiny-llama", "cpu")
+    tried = lambda config, params: False  # noqa: E731
+    study, measured = _measured_study(space)
+    heavy, _ = measured({"compile_optimizer": True, "lr_tensor": True, "padding": "buckets"}, 15.2, 19.7, 150)
+    first = next_neighbour(space, study, tried)
+    assert first["parent"] == heavy and first["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor"]
+    assert first["params"]["compile_optimizer"] is False and first["params"]["fused_optimizer"] is True
+
+    study, measured = _measured_study(space)
+    measured({"compile_optimizer": True, "lr_tensor": True, "padding": "buckets"}, 19.4, 19.7, 15)  # 3%: light
+    assert next_neighbour(space, study, tried)["changed"] == ["compile_loss"]  # PROMISE's order
