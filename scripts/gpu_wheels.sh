@@ -4,7 +4,8 @@
 # On the GPU machine, scripts/gpu_env.sh installs them into /tmp/site.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude); mkdir -p "$(dirname "$exclude")"
+grep -qx '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >> "$exclude"
 PY=${PYTHON:-python3}
 WHEELS=(optuna==5.0.0 sqlalchemy==2.0.44 alembic==1.17.2 mako==1.3.10 colorlog==6.10.1 greenlet==3.2.4
         sqlite-utils==3.38 click-default-group==1.2.4 sqlite-fts4==1.0.3 tabulate==0.9.0
