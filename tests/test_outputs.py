@@ -162,6 +162,26 @@ def test_a_far_bound_on_plain_torch_compile_leaves_the_trials_readable(tmp_path)
     assert drawn["y_top"] < 25 and _image(str(tmp_path / "scores.png"))[1] > 2
 
 
+def test_a_neighbour_s_move_is_drawn_with_the_dimensions_it_conditions(tmp_path):
+    # captioner-fresh-3 (H200, 2026-11-25): the winner, trial 8, is trial 5 without its compiled
+    # optimizer step, which brings in the fused optimizer: two configuration columns, one move of
+    # the search. The effects plot and report.md showed no change at all (each pair had to differ
+    # in one column), though this move was the study's largest effect (+16% score).
+    from autocompile.outputs import plots
+    from autocompile.study import load_study
+
+    committed = load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner-fresh-3/study.db")
+    pairs = plots.single_changes(committed)
+    move = next(p for p in pairs if p["trials"] == (5, 8))
+    assert move["changes"] == [("compile_optimizer", True, False), ("fused_optimizer", False, True)]
+    assert 1.1 < move["score"] < 1.25 and 0.97 < move["steady"] < 1.03
+    # configurations two columns apart with no recorded parent between them are no single change
+    assert all(len(p["changes"]) == 1 or committed.trials[p["trials"][1]].user_attrs.get("parent") == p["trials"][0]
+               for p in pairs)
+    drawn = plots.plot_effects(committed, str(tmp_path / "effects.png"))
+    assert drawn["pairs"] == pairs and _image(str(tmp_path / "effects.png"))[1] > 20
+
+
 def test_a_report_of_too_few_trials_says_so(searched, tmp_path):
     """One trial (the fixture's eager, copied into a new study): no comparisons, no importances."""
     import optuna

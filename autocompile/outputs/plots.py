@@ -165,8 +165,10 @@ def plot_pareto(study, path: str) -> dict:
 
 
 def single_changes(study) -> list[dict]:
-    """Pairs of measured configurations that differ in one dimension: from the trial's `parent`
-    where the search recorded one, else from the earlier to the later configuration."""
+    """Pairs of measured configurations one change apart: a neighbour and the parent the search
+    recorded for it (its one move, with the dimensions that move conditions: the compiled step
+    dropped brings in the fused optimizer), and any two that differ in one dimension alone, from
+    the earlier to the later."""
     points = measured_points(study)
     flat = {p.number: config_columns(p.trial.user_attrs["config"]) for p in points}
     horizon, pairs = _horizon(study), []
@@ -174,11 +176,10 @@ def single_changes(study) -> list[dict]:
         for b in points[i + 1:]:
             changed = [k for k in sorted(set(flat[a.number]) | set(flat[b.number]))
                        if flat[a.number].get(k) != flat[b.number].get(k)]
-            if len(changed) != 1:
-                continue
             src, dst = (b, a) if a.trial.user_attrs.get("parent") == b.number else (a, b)
-            key = changed[0]
-            pairs.append({"dimension": key, "from": flat[src.number].get(key), "to": flat[dst.number].get(key),
+            if not changed or (len(changed) > 1 and dst.trial.user_attrs.get("parent") != src.number):
+                continue
+            pairs.append({"changes": [(key, flat[src.number].get(key), flat[dst.number].get(key)) for key in changed],
                           "trials": (src.number, dst.number),
                           "steady": dst.figures["steps_per_s"] / src.figures["steps_per_s"],
                           "score": dst.score(horizon) / src.score(horizon)})
@@ -206,13 +207,18 @@ def _value(value) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
+def change_label(pair: dict, sep: str = ", ") -> str:
+    """`dimension: from → to` for each dimension a pair's change moved."""
+    return sep.join(f"{key}: {_value(before)} → {_value(after)}" for key, before, after in pair["changes"])
+
+
 def plot_effects(study, path: str) -> dict:
     """(c) The effect of each dimension: single-change comparisons (steady speed and score ratio)
     where the study has them, and Optuna's parameter importances where there are enough trials."""
     pairs, importances = single_changes(study), param_importances(study)
     panels = [p for p in (pairs, importances) if p]
     rows = max([len(pairs), min(len(importances), 12), 3])
-    figure = _figure(11 if len(panels) == 2 else 8, max(3.8, 1.4 + 0.45 * rows))
+    figure = _figure(12.5 if len(panels) == 2 else 8, max(3.8, 1.4 + 0.45 * rows))
     axes = figure.subplots(1, len(panels)) if panels else [figure.add_subplot()]
     axes = list(axes) if len(panels) == 2 else [axes[0] if isinstance(axes, list) else axes]
     if not panels:
@@ -225,11 +231,11 @@ def plot_effects(study, path: str) -> dict:
                 label="steady steps/s")
         ax.barh([y - 0.2 for y in ys], [100 * (p["score"] - 1) for p in pairs], height=0.4, color="#1f77b4",
                 label=f"score at {_horizon(study)} steps")
-        ax.set_yticks(list(ys), [f"{p['dimension']}: {_value(p['from'])} → {_value(p['to'])}\n"
-                                 f"(trial {p['trials'][0]} → {p['trials'][1]})" for p in pairs], fontsize=8)
+        ax.set_yticks(list(ys), [f"{change_label(p, chr(10))}\n(trial {p['trials'][0]} → {p['trials'][1]})"
+                                 for p in pairs], fontsize=8)
         ax.axvline(0, color="black", linewidth=0.8)
         ax.invert_yaxis()
-        ax.set(xlabel="change, %", title="one dimension changed, all else equal")
+        ax.set(xlabel="change, %", title="one change, all else equal")
         ax.legend(fontsize=8, loc="best")
         ax.grid(alpha=0.3, axis="x")
     if importances:
@@ -328,8 +334,8 @@ def write_report(study, study_dir: str) -> str:
     pareto = plot_pareto(study, os.path.join(out, "pareto.png"))
     effects = plot_effects(study, os.path.join(out, "effects.png"))
     plot_timeline(study, study_dir, os.path.join(out, "timeline.png"))
-    changes = "\n".join(f"- `{p['dimension']}`: {_value(p['from'])} → {_value(p['to'])} (trial {p['trials'][0]} → "
-                        f"{p['trials'][1]}): steady speed {p['steady'] - 1:+.0%}, score {p['score'] - 1:+.0%}"
+    changes = "\n".join(f"- {change_label(p)} (trial {p['trials'][0]} → {p['trials'][1]}): "
+                        f"steady speed {p['steady'] - 1:+.1%}, score {p['score'] - 1:+.1%}"
                         for p in effects["pairs"])
     sections = [
         f"# Study `{study.study_name}`",
@@ -347,7 +353,7 @@ def write_report(study, study_dir: str) -> str:
         "```text\n" + format_front(study, _horizon(study)) + "\n```" if pareto["ran"] else "",
         "## What each dimension did",
         "![effect of each dimension](effects.png)",
-        changes or "No two measured configurations differ in a single dimension.",
+        changes or "No two measured configurations are one change apart.",
         "## Where each trial's time went",
         "![timeline of each trial](timeline.png)",
         "From each trial's `events.jsonl`: building the model, compiling and warming up (cold caches), measuring.",
