@@ -123,6 +123,28 @@ def test_a_max_autotune_mode_is_expected_to_take_twice_a_lighter_twins_warm_up()
     assert too_slow(study, {**tuned, "mode": "reduce-overhead"}, 240) is None  # no heavier than its twins
 
 
+def test_a_modular_configuration_compares_with_whole_model_compiles():
+    # captioner-fresh-3 (H200, 2026-11-25): TPE's trial 9, the encoder and decoder each compiled whole
+    # under max-autotune modes, ran out of its 240 s limit while compiling, after plain torch.compile
+    # (trial 1) had been still compiling at its 300 s: 240 s, a sixth of the search, spent on it.
+    from autocompile.strategy import too_slow
+    from autocompile.study import load_study
+    from conftest import ROOT
+
+    committed = load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner-fresh-3/study.db")
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([t for t in committed.trials if t.number <= 8])
+    modular = committed.trials[9].user_attrs["config"]
+    assert modular["scope"] == "modular" and committed.trials[9].user_attrs["status"] == "timeout"
+    why = too_slow(study, modular, 240)
+    assert why and "trial 1 (full, default) was still compiling after 30" in why, why
+    assert too_slow(study, modular, 600) is None  # a longer limit may hold it
+    # no whole-model evidence: regional trials say nothing of it
+    regional_only = optuna.create_study(direction="maximize")
+    regional_only.add_trials([t for t in committed.trials if t.number <= 8 and t.number != 1])
+    assert too_slow(regional_only, modular, 240) is None
+
+
 def test_neighbours_borrow_from_the_fastest_trial_first_and_give_up_a_promising_value_last():
     from autocompile.strategy import _rank
     base = {"compile_loss": True, "compile_optimizer": False, "mode": "default", "padding": "multiple"}
