@@ -193,7 +193,7 @@ def test_a_report_of_too_few_trials_says_so(searched, tmp_path):
     study.add_trial(result.study.trials[0])
     path = write_report(study, str(tmp_path))
     with open(path) as f:
-        assert "No two measured configurations differ in a single dimension." in f.read()
+        assert "No two measured configurations are one change apart." in f.read()
     assert _image(str(tmp_path / "report" / "effects.png"))[1] > 2
 
 

@@ -222,8 +222,8 @@ def plot_effects(study, path: str) -> dict:
     axes = figure.subplots(1, len(panels)) if panels else [figure.add_subplot()]
     axes = list(axes) if len(panels) == 2 else [axes[0] if isinstance(axes, list) else axes]
     if not panels:
-        axes[0].text(0.5, 0.5, "too few trials for effects: no two measured configurations differ in one\n"
-                     "dimension, and too few sampled trials for parameter importances", ha="center", va="center")
+        axes[0].text(0.5, 0.5, "too few trials for effects: no two measured configurations are one change\n"
+                     "apart, and too few sampled trials for parameter importances", ha="center", va="center")
         axes[0].set_axis_off()
     if pairs:
         ax, ys = axes[0], range(len(pairs))
