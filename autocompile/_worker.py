@@ -9,12 +9,14 @@ hang or a kill into a record of its own.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.metadata
 import json
 import logging
 import math
 import os
 import resource
+import signal
 import statistics
 import sys
 import time
@@ -26,6 +28,9 @@ from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, ren
 
 if TYPE_CHECKING:
     from autocompile.workloads import Workload, WorkloadOptions
+
+
+STACK_SIGNAL = signal.SIGUSR1  # dump every thread's stack to the log (see the end of this file)
 
 
 class Events:
@@ -595,6 +600,9 @@ def _last_phase(path: str) -> str:
 
 
 if __name__ == "__main__":
+    # The parent asks for every thread's stack (SIGUSR1) before it kills a trial at its time limit:
+    # the log then says where the trial was when time ran out (autocompile.trial.stuck_in).
+    faulthandler.register(STACK_SIGNAL, all_threads=True)
     # Exit without running interpreter teardown: CUDA and compile worker pools sometimes hang there.
     code = main(sys.argv[1:])
     os._exit(code)

@@ -21,6 +21,18 @@ WINNER_RULE = 2
 # time for the neighbours (H200, 2026-11-23).
 REACH = 0.3
 
+# A finalist's rerun is stopped at this multiple of what its first run took (and never short of a
+# minute more than that, nor past the trial limit): a rerun that takes far longer than its first
+# run measures the machine, not the configuration, and must not take the other finalists' time.
+# llama-8b-fresh-3's rerun of trial 4 (113 s the first time) was still compiling at the 240 s
+# trial limit, and the round measured none of its three finalists (H200, 2026-11-25).
+RERUN_LIMIT = 1.5
+
+
+def rerun_limit_s(first_wall_s: float, trial_timeout_s: float) -> float:
+    """The time limit of a finalist's rerun (see RERUN_LIMIT)."""
+    return min(trial_timeout_s, max(RERUN_LIMIT * first_wall_s, first_wall_s + 60))
+
 
 def contenders(study, k: int) -> list:
     """The top k distinct configurations that a rerun could still make the winner: best first,
@@ -126,9 +138,11 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
             trial.set_user_attr("remeasure_of", original.number)
             trial.set_user_attr("finalist_round", r)
             # a rerun may take longer than its first run (a loaded host compiles slower): it is
-            # not cut short of 1.5x what that took, even past --timeout
-            keep = -overrun if remaining is None else min(-overrun, remaining - 1.5 * original.user_attrs["wall_s"])
-            record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False, keep_s=keep)
+            # not cut short of its limit (RERUN_LIMIT), even past --timeout, nor let run beyond it
+            limit = rerun_limit_s(original.user_attrs["wall_s"], runner.settings.trial_timeout_s)
+            keep = -overrun if remaining is None else min(-overrun, remaining - limit)
+            record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
+                                limit_s=limit, keep_s=keep)
             runs[original.number].append({**record, "trial": trial.number})
     eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"]
     eager_pace = statistics.mean([x["steps_per_s"] for x in eager_runs]) if eager_runs else None
@@ -157,7 +171,9 @@ def _plan(runner: Runner, eager, candidates: list, rounds: int) -> tuple[list, f
         budget = None if budget is None else budget - t.user_attrs["wall_s"]
     if not finalists:  # the round always runs: the best of them at least, past --timeout if need be
         finalists = candidates[:1]
-        overrun = 1.5 * (finalists[0].user_attrs["wall_s"] + eager.user_attrs["wall_s"]) - max(remaining, 0.0)
+        limit = runner.settings.trial_timeout_s
+        overrun = (rerun_limit_s(finalists[0].user_attrs["wall_s"], limit)
+                   + rerun_limit_s(eager.user_attrs["wall_s"], limit) - max(remaining, 0.0))
         runner.progress.line(f"finalist round: trial {finalists[0].number} measured again even though it runs past "
                              f"--timeout, by up to {overrun:.0f} s: the winner comes from the round")
     return finalists, overrun
@@ -166,9 +182,12 @@ def _plan(runner: Runner, eager, candidates: list, rounds: int) -> tuple[list, f
 def _row(t, runs: list[dict], eager_pace: float | None) -> dict:
     """A finalist's row in the verdict: its measurements in the search and in the round, and their noise."""
     ok = [x for x in runs if x["status"] == "ok"]
+    if not runs:
+        return {"trial": t.number, "config": t.user_attrs["config"], "status": "not run",
+                "reason": "no time left in the round"}
     if not ok:
         return {"trial": t.number, "config": t.user_attrs["config"], "status": "failed again",
-                "reason": "; ".join(x.get("reason", "") for x in runs) or "not run"}
+                "reason": "; ".join(x.get("reason", "") for x in runs)}
     paces = [t.user_attrs["steps_per_s"]] + [x["steps_per_s"] for x in ok]
     agreement = (max(paces) - min(paces)) / statistics.mean(paces)
     spread = max([x.get("cv", 0) for x in ok] + [t.user_attrs.get("cv", 0)])

@@ -75,6 +75,9 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
         "vs_default": a["steps_per_s"] / default_sps if default_sps else None,
         "snippet": winner_snippet(study, best, study_dir),
     }
+    verdict = summary["finalists"]
+    if verdict and verdict.get("finalists") and verdict.get("winner") is None:
+        summary["best"]["unconfirmed"] = "the finalist round measured none of its finalists again"
     default = baseline_trial(study, "compile-defaults")
     if default is not None:  # measured: scores weigh warm-up in, over the horizon
         if default.number != best.number and score_of(default):
@@ -182,7 +185,8 @@ def format_best(best: dict) -> str:
             + (f"; score {best['score_vs_default']:.2f}x plain torch.compile's (warm-up included)"
                if best.get("score_vs_default") else "")
             + (f"; score at least {best['score_vs_default_at_least']:.2f}x plain torch.compile's, which was "
-               f"still warming up when stopped" if best.get("score_vs_default_at_least") else ""))
+               f"still warming up when stopped" if best.get("score_vs_default_at_least") else "")
+            + (f"; not confirmed: {best['unconfirmed']}" if best.get("unconfirmed") else ""))
 
 
 def format_finalists(verdict: dict | None) -> str:

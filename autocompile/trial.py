@@ -12,6 +12,7 @@ import ctypes
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -20,6 +21,8 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
+
+from autocompile._worker import STACK_SIGNAL
 
 # A record's fields, in the order tables and `trial --json` show them.
 RECORD_FIELDS = ("status", "reason", "warmup_s", "steps_per_s", "items_per_s", "recompiles",
@@ -146,6 +149,55 @@ def reap_orphans(study_dir: str) -> list[int]:
     return reaped
 
 
+def _ask_for_stacks(process: subprocess.Popen, log_path: str, wait_s: float = 3.0) -> None:
+    """Ask a trial at its time limit for every thread's stack (written to its log by faulthandler,
+    registered by the worker) and wait until the log stops growing, `wait_s` at most."""
+    try:
+        before = size = os.path.getsize(log_path)
+        os.kill(process.pid, STACK_SIGNAL)
+    except (OSError, ProcessLookupError):
+        return
+    end = time.time() + wait_s
+    while time.time() < end and process.poll() is None:
+        time.sleep(0.2)
+        now = os.path.getsize(log_path)
+        if before < now == size:  # written, and nothing more since the last look
+            return
+        size = now
+
+
+_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
+_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+
+
+def stuck_in(log_path: str) -> tuple[str | None, list[str]]:
+    """Where a trial stopped at its time limit was, from the stacks it wrote to its log (see
+    _ask_for_stacks): the innermost frame of its main thread inside torch (else its innermost
+    frame) as `torch/_inductor/x.py:12 in fn`, and the main thread's frames, innermost first.
+    (None, []) when the log holds no stack (a trial stopped before the worker could write one)."""
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None, []
+    threads, frames = [], None
+    for line in lines:
+        if _THREAD.match(line):
+            frames = []
+            threads.append(frames)
+        elif frames is not None and (m := _FRAME.match(line)):
+            path = m.group(1).split("site-packages/")[-1]
+            frames.append(f"{path}:{m.group(2)} in {m.group(3).strip()}")
+        else:
+            frames = None
+    main = [t for t in threads if any(f.endswith("in <module>") and "_worker" in f for f in t)]
+    if not main:
+        return None, []
+    stack = main[-1]  # the last dump's main thread
+    where = next((f for f in stack if f.startswith("torch/")), stack[0] if stack else None)
+    return where, stack[:40]
+
+
 def _measured(result_path: str) -> bool:
     """Whether the worker wrote a finished measurement (it does so before the numerics replay)."""
     try:
@@ -213,6 +265,7 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
         "trial_dir": os.path.abspath(request.trial_dir), "batch_size": request.batch_size,
         "seq_len": request.seq_len, "seed": request.seed, "toolchain_dir": request.toolchain_dir,
         "header": request.header, "events": events_path, "result": result_path, "blocks": request.blocks,
+        "timeout_s": request.timeout_s,  # the time limit it ran under, for the record
         **request.measure,
     }
     with open(spec_path, "w") as f:
@@ -252,6 +305,8 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
                     timed_out = True
                     break
         finally:
+            if timed_out and process.poll() is None:
+                _ask_for_stacks(process, log_path)
             if process.poll() is None:  # timed out, or the search itself is being stopped
                 try:
                     os.killpg(process.pid, signal.SIGKILL)
@@ -272,8 +327,11 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
             record = json.load(f)  # measured; only the numerics replay that followed was cut
         record["replay"] = {"error": f"cut by the {request.timeout_s:.0f} s limit"}
     elif timed_out:
-        record = {"status": "timeout", "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase})",
-                  "failed_phase": last_phase, "notes": []}
+        where, stack = stuck_in(log_path)
+        record = {"status": "timeout", "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase}"
+                  + (f", in {where})" if where else ")"), "failed_phase": last_phase, "notes": []}
+        if where:
+            record.update(stuck_in=where, stack=stack)
     elif os.path.exists(result_path):
         with open(result_path) as f:
             record = json.load(f)

@@ -1,5 +1,8 @@
 """What the search proposes after its recipes, and what it refuses before launch (real searches of a toy)."""
 
+import json
+import os
+
 import optuna
 import pytest
 
@@ -185,6 +188,14 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
     rerun = [t for t in runner.study.trials[before:] if t.user_attrs.get("remeasure_of") == leader]
     # launched all the same; on a loaded machine (CI's other worker) it may not finish in its reserve
     assert rerun and rerun[0].user_attrs["status"] in ("ok", "timeout"), (reserve, MIN_TRIAL_S, again)
+    # its limit: what its first run took and a minute more, not the 300 s trial limit (a rerun that
+    # hangs leaves the round's other finalists their time)
+    from autocompile.finalists import rerun_limit_s
+
+    first = runner.study.trials[leader].user_attrs["wall_s"]
+    with open(os.path.join(settings.study_dir, "trials", f"{rerun[0].number:04d}", "spec.json")) as f:
+        limit = rerun_limit_s(first, 300)
+        assert limit == first + 60 and json.load(f)["timeout_s"] == pytest.approx(limit, abs=1)
     # A resumed search whose round would keep most of its --timeout says so at the start.
     import dataclasses
     import io

@@ -110,6 +110,10 @@ def test_a_hang_is_killed_at_the_time_limit(tmp_path, toolchain_dir):
     record, _ = trial(tmp_path, toolchain_dir, toy("toy_hang"), EAGER, timeout=15)
     assert record["status"] == "timeout"
     assert "15 s limit" in record["reason"] and record["wall_s"] < 30
+    # asked for its stacks before the kill, it says where it was: in the toy's loss, asleep
+    assert "toy_workloads.py" in record["stuck_in"] and record["stuck_in"].endswith("in <lambda>")
+    assert record["reason"].endswith(f"(while warming up, in {record['stuck_in']})")
+    assert any("_worker.py" in frame for frame in record["stack"])
 
 
 def test_an_allocation_too_large_is_out_of_memory(tmp_path, toolchain_dir):
