@@ -31,7 +31,7 @@ def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
     study, settings, progress = runner.study, runner.settings, runner.progress
     state = {"recipes_queued": False, "proposals": 0, "duplicates": 0}
     while True:
-        reserve = finalist_reserve(study, settings.finalists) if runner.remaining() is not None else 0.0
+        reserve = finalist_reserve(study, settings.finalists, settings.trial_timeout_s) if runner.remaining() is not None else 0.0
         if _out_of_time(runner, reserve):
             return
         with claim_lock(runner.storage, runner.url, settings.study):

@@ -34,14 +34,24 @@ def rerun_limit_s(first_wall_s: float, trial_timeout_s: float) -> float:
     return min(trial_timeout_s, max(RERUN_LIMIT * first_wall_s, first_wall_s + 60))
 
 
-def contenders(study, k: int) -> list:
+def contenders(study, k: int, limit_s: float | None = None) -> list:
     """The top k distinct configurations that a rerun could still make the winner: best first,
-    those within REACH of the leader's score."""
+    those within REACH of the leader's score, and whose first run took no longer than `limit_s`
+    (the trial limit, which bounds a rerun: `too_long`)."""
     top = search_candidates(study)[:k]
-    return [t for t in top if t.value >= (1 - REACH) * top[0].value]
+    return [t for t in top if t.value >= (1 - REACH) * top[0].value and not too_long(t, limit_s)]
 
 
-def finalist_reserve(study, k: int) -> float:
+def too_long(trial, limit_s: float | None) -> bool:
+    """Whether a trial's first run took longer than a rerun may (the trial limit): plain torch.compile,
+    measured under the longer baseline limit. llama-8b-fresh-4's round, planned after the first
+    recipe, kept 774 s of the 1500 s --timeout to measure it again (568 s of warm-up, 21% behind),
+    which ended the search after three trials; its rerun was then cut at the 240 s trial limit
+    (H200, 2026-11-25)."""
+    return limit_s is not None and trial.user_attrs.get("wall_s", 0) > limit_s
+
+
+def finalist_reserve(study, k: int, limit_s: float | None = None) -> float:
     """Seconds to keep for the finalist round under --timeout: what the current contenders (and eager)
     took in their own runs, which the round repeats. Kept from the start (a resumed study knows
     it at once) and updated as trials finish, so the round always runs. A tenth more for runs that
@@ -50,18 +60,18 @@ def finalist_reserve(study, k: int) -> float:
     if k <= 0:
         return 0.0
     eager = eager_record(study) or {}
-    return 1.1 * (sum(t.user_attrs.get("wall_s", 0) for t in contenders(study, k)) + eager.get("wall_s", 0))
+    return 1.1 * (sum(t.user_attrs.get("wall_s", 0) for t in contenders(study, k, limit_s)) + eager.get("wall_s", 0))
 
 
-def reserve_note(study, k: int, timeout_s: float | None) -> str | None:
+def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None = None) -> str | None:
     """A line for the start of a search whose finalist round keeps more than half of --timeout, or
     None: a resumed search's round repeats its top trials, which may leave little room for new
     ones (the captioner's kept 626 s of 1020 s, room for one new trial; H200, 2026-11-23)."""
-    reserve = finalist_reserve(study, k) if timeout_s and k else 0.0
+    reserve = finalist_reserve(study, k, limit_s) if timeout_s and k else 0.0
     if not timeout_s or reserve <= timeout_s / 2:
         return None
-    n = len(contenders(study, k))
-    fewer = f"; --finalists {n - 1} keeps {finalist_reserve(study, n - 1):.0f} s" if n > 1 else ""
+    n = len(contenders(study, k, limit_s))
+    fewer = f"; --finalists {n - 1} keeps {finalist_reserve(study, n - 1, limit_s):.0f} s" if n > 1 else ""
     return (f"the finalist round keeps {reserve:.0f} s of the {timeout_s:.0f} s --timeout "
             f"(its {n} finalists and eager, measured again){fewer}")
 
@@ -109,12 +119,18 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     """
     study, progress = runner.study, runner.progress
     eager = baseline_trial(study, "eager")
-    candidates = contenders(study, k)
+    limit = runner.settings.trial_timeout_s
+    candidates = contenders(study, k, limit)
     if eager is None or not candidates:
         return None
-    for t in search_candidates(study)[len(candidates):k]:
-        progress.line(f"finalist round: trial {t.number} not measured again: its score {t.value:.3g} is "
-                      f"{1 - t.value / candidates[0].value:.0%} behind the leader's, more than a rerun moves ({REACH:.0%})")
+    leader = search_candidates(study)[0]
+    for t in search_candidates(study)[:k]:
+        if too_long(t, limit):
+            progress.line(f"finalist round: trial {t.number} not measured again: its run took {t.user_attrs['wall_s']:.0f} s, "
+                          f"more than the {limit:.0f} s trial limit a rerun has")
+        elif t.number not in {c.number for c in candidates}:
+            progress.line(f"finalist round: trial {t.number} not measured again: its score {t.value:.3g} is "
+                          f"{1 - t.value / leader.value:.0%} behind the leader's, more than a rerun moves ({REACH:.0%})")
     finalists, overrun = _plan(runner, eager, candidates, rounds)
     numbers = [t.number for t in finalists]
     done = study.user_attrs.get("finalists")

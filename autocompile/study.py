@@ -191,7 +191,7 @@ def plan(runner: Runner, trials: int, timeout_s: float | None) -> dict:
     """The study's budget from now (`trials` more, within `timeout_s`), stored with the search's
     settings for workers that join it (autocompile.workers)."""
     runner.deadline = None if timeout_s is None else time.time() + timeout_s
-    note = reserve_note(runner.study, runner.settings.finalists, timeout_s)
+    note = reserve_note(runner.study, runner.settings.finalists, timeout_s, runner.settings.trial_timeout_s)
     if note:
         runner.progress.line(note)
     runner.study.set_user_attr("search_settings", {k: v for k, v in dataclasses.asdict(runner.settings).items()

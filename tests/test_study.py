@@ -274,6 +274,26 @@ def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
     assert finalist_reserve(study, 3) < 0.2 * 1500
 
 
+def test_the_finalist_round_leaves_out_a_baseline_that_took_longer_than_a_rerun_may():
+    # llama-8b-fresh-4 after its first recipe (H200, 2026-11-25): regional default (score 3.86) and
+    # plain torch.compile (3.04, 21% behind, 568 s of warm-up under the 600 s baseline limit). The
+    # round kept 774 s of the 1500 s --timeout to measure plain torch.compile again, which ended the
+    # search after three trials, and its rerun was cut at the 240 s trial limit. Under that limit it
+    # is no contender, and the round keeps only what the others took.
+    import optuna
+
+    from autocompile.finalists import contenders, finalist_reserve
+
+    committed = load_study("llama-8b-fresh-4", "sqlite:///" + os.path.join(ROOT, "studies", "llama-8b-fresh-4", "study.db"))
+    study = optuna.create_study(directions=committed.directions)
+    study.add_trials([t for t in committed.trials if t.number <= 2])
+    walls = {t.number: t.user_attrs["wall_s"] for t in study.trials}
+    assert walls[1] > 240 and [t.number for t in contenders(study, 3)] == [2, 1]  # without the limit: both
+    assert [t.number for t in contenders(study, 3, 240)] == [2]
+    assert finalist_reserve(study, 3, 240) == pytest.approx(1.1 * (walls[2] + walls[0]))
+    assert finalist_reserve(study, 3, 240) < 0.1 * 1500 < 0.5 * finalist_reserve(study, 3)
+
+
 def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_rows(tmp_path, capsys):
     # The captioner's round on the H200 (2026-11-23), judged before WINNER_RULE 2: trial 3 (17.3 then
     # 12.7 steps/s) took the win from trial 5 (19.9 then 19.6) on warm-up, "within noise" only through
