@@ -182,6 +182,21 @@ def test_a_neighbour_s_move_is_drawn_with_the_dimensions_it_conditions(tmp_path)
     assert drawn["pairs"] == pairs and _image(str(tmp_path / "effects.png"))[1] > 20
 
 
+def test_importances_that_explain_nothing_are_not_drawn(tmp_path):
+    # llama-8b-fresh-5 (H200, 2026-11-25): its seven trials with parameters gave each of its 20
+    # parameters an importance of 0.05, a panel of equal bars that said nothing. The captioner's
+    # study, with TPE trials among them, ranks its parameters.
+    from autocompile.outputs import plots
+    from autocompile.study import load_study
+
+    flat = load_study("llama-8b-fresh-5", f"sqlite:///{ROOT}/studies/llama-8b-fresh-5/study.db")
+    assert plots.param_importances(flat) == {}
+    drawn = plots.plot_effects(flat, str(tmp_path / "effects.png"))
+    assert drawn["importances"] == {} and drawn["pairs"]
+    ranked = plots.param_importances(load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner-fresh-3/study.db"))
+    assert max(ranked.values()) > 2 * min(ranked.values())
+
+
 def test_a_report_of_too_few_trials_says_so(searched, tmp_path):
     """One trial (the fixture's eager, copied into a new study): no comparisons, no importances."""
     import optuna
