@@ -119,18 +119,18 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     """
     study, progress = runner.study, runner.progress
     eager = baseline_trial(study, "eager")
-    limit = runner.settings.trial_timeout_s
-    candidates = contenders(study, k, limit)
+    trial_limit = runner.settings.trial_timeout_s
+    candidates = contenders(study, k, trial_limit)
     if eager is None or not candidates:
         return None
-    leader = search_candidates(study)[0]
-    for t in search_candidates(study)[:k]:
-        if too_long(t, limit):
+    top, chosen = search_candidates(study)[:k], {c.number for c in candidates}
+    for t in top:
+        if too_long(t, trial_limit):
             progress.line(f"finalist round: trial {t.number} not measured again: its run took {t.user_attrs['wall_s']:.0f} s, "
-                          f"more than the {limit:.0f} s trial limit a rerun has")
-        elif t.number not in {c.number for c in candidates}:
+                          f"more than the {trial_limit:.0f} s trial limit a rerun has")
+        elif t.number not in chosen:
             progress.line(f"finalist round: trial {t.number} not measured again: its score {t.value:.3g} is "
-                          f"{1 - t.value / leader.value:.0%} behind the leader's, more than a rerun moves ({REACH:.0%})")
+                          f"{1 - t.value / top[0].value:.0%} behind the leader's, more than a rerun moves ({REACH:.0%})")
     finalists, overrun = _plan(runner, eager, candidates, rounds)
     numbers = [t.number for t in finalists]
     done = study.user_attrs.get("finalists")
@@ -155,7 +155,7 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
             trial.set_user_attr("finalist_round", r)
             # a rerun may take longer than its first run (a loaded host compiles slower): it is
             # not cut short of its limit (RERUN_LIMIT), even past --timeout, nor let run beyond it
-            limit = rerun_limit_s(original.user_attrs["wall_s"], runner.settings.trial_timeout_s)
+            limit = rerun_limit_s(original.user_attrs["wall_s"], trial_limit)
             keep = -overrun if remaining is None else min(-overrun, remaining - limit)
             record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
                                 limit_s=limit, keep_s=keep)
