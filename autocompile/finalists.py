@@ -7,7 +7,7 @@ import statistics
 
 from autocompile._worker import REPLAY_VERSION
 from autocompile.records import baseline_trial, eager_record, search_candidates
-from autocompile.runner import Runner, ask
+from autocompile.runner import Runner, new_trial
 
 # choose_winner's rule; a stored verdict of an older rule is chosen again from its own rows (rechoose).
 # 2: a runner-up's disagreement between its two runs no longer counts as noise against the leader.
@@ -150,7 +150,7 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
             if remaining is not None and not must and remaining + overrun < original.user_attrs["wall_s"]:
                 progress.line(f"finalist round: search timeout reached, trial {original.number} not measured again")
                 break
-            trial = ask(study)
+            trial = new_trial(study)
             trial.set_user_attr("remeasure_of", original.number)
             trial.set_user_attr("finalist_round", r)
             # a rerun may take longer than its first run (a loaded host compiles slower): it is

@@ -121,6 +121,13 @@ def ask(study):
         return study.ask()
 
 
+def new_trial(study):
+    """A trial of its own, not one of the queued proposals that `ask` would hand out first: a
+    finalist's rerun took a recipe the search had queued and not reached (with that recipe's
+    params), and the recipe was lost to a resumed search."""
+    return optuna.trial.Trial(study, study._storage.create_new_trial(study._study_id))
+
+
 class Runner:
     """Runs trials of one search against its study: launch, prune, triage, judge, tell."""
 

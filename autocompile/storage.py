@@ -103,8 +103,10 @@ def _first_line(exc: Exception) -> str:
 
 
 def open_storage(url: str, create_dir: str | None = None):
-    """The Optuna storage of `url` (RDB storages with heartbeats); a one-line error if it cannot be opened."""
-    if storage_file(url) and create_dir:
+    """The Optuna storage of `url` (RDB storages with heartbeats); a one-line error if it cannot be opened.
+    `create_dir` is made when the storage file lies in it (a file named elsewhere must find its folder)."""
+    path = storage_file(url)
+    if path and create_dir and os.path.dirname(os.path.abspath(path)) == os.path.abspath(create_dir):
         os.makedirs(create_dir, exist_ok=True)
     for attempt in range(ATTEMPTS):
         try:
@@ -131,12 +133,16 @@ def create_or_load(name: str, storage, **kwargs):
             time.sleep(0.2 * (attempt + 1))
 
 
-def load_study(name: str, url: str, **kwargs):
+def load_study(name: str, url: str, folder: bool = False, **kwargs):
+    """The study `name` in `url`. With `folder` (the URL is DIR/NAME's own file), the one study the
+    file holds answers to the folder's name too: studies/llama-8b/ keeps llama-8b-fresh-5."""
     storage = open_storage(url)
     try:
         return optuna.load_study(study_name=name, storage=storage, **kwargs)
     except KeyError:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        if folder and len(names) == 1:
+            return optuna.load_study(study_name=names[0], storage=storage, **kwargs)
         raise UserError(f"no study named {name!r} in {url}" + (f"; studies there: {', '.join(names)}" if names else "")) from None
 
 

@@ -114,7 +114,7 @@ def test_a_max_autotune_mode_is_expected_to_take_twice_a_lighter_twins_warm_up()
     from autocompile.study import load_study
     from conftest import ROOT
 
-    committed = load_study("captioner-search", f"sqlite:///{ROOT}/studies/captioner-search/study.db")
+    committed = load_study("captioner-search", f"sqlite:///{ROOT}/studies/history/captioner-search/study.db")
     study = optuna.create_study(direction="maximize")
     study.add_trials([t for t in committed.trials if t.number <= 16])
     tuned = committed.trials[17].user_attrs["config"]
@@ -134,7 +134,7 @@ def test_a_modular_configuration_compares_with_whole_model_compiles():
     from autocompile.study import load_study
     from conftest import ROOT
 
-    committed = load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner-fresh-3/study.db")
+    committed = load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner/study.db")
     study = optuna.create_study(direction="maximize")
     study.add_trials([t for t in committed.trials if t.number <= 8])
     modular = committed.trials[9].user_attrs["config"]
@@ -180,12 +180,21 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
 
     runner = open_search(settings)
     runner.study.set_user_attr("finalists", None)
+    # a proposal the search queued and never reached (a slower machine reaches fewer): the round's
+    # reruns are trials of their own and leave it queued, with its params, for a resumed search
+    queued = {"scope": "regional", "mode": "default"}
+    runner.study.enqueue_trial(queued, skip_if_exists=False)
+    queue = lambda: [(t.number, t.system_attrs["fixed_params"])  # noqa: E731
+                     for t in runner.study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    waiting = queue()
+    assert waiting[-1][1] == queued
     reserve = finalist_reserve(runner.study, 1)
     runner.deadline = time.time() + reserve
     before = len(runner.study.trials)
     again = run_finalists(runner, 1)
     leader = again["candidates"][0]["trial"]
     rerun = [t for t in runner.study.trials[before:] if t.user_attrs.get("remeasure_of") == leader]
+    assert queue() == waiting
     # launched all the same; on a loaded machine (CI's other worker) it may not finish in its reserve
     assert rerun and rerun[0].user_attrs["status"] in ("ok", "timeout"), (reserve, MIN_TRIAL_S, again)
     # its limit: what its first run took and a minute more, not the 300 s trial limit (a rerun that
@@ -270,7 +279,7 @@ def test_the_incumbent_is_judged_by_every_measurement_of_it(tmp_path):
     from autocompile.study import load_study
     from conftest import ROOT
 
-    shutil.copy(f"{ROOT}/studies/captioner-search/study.db", tmp_path / "study.db")
+    shutil.copy(f"{ROOT}/studies/history/captioner-search/study.db", tmp_path / "study.db")
     committed = load_study("captioner-search", f"sqlite:///{tmp_path}/study.db")
     study = optuna.create_study(direction="maximize")
     study.add_trials([t for t in committed.trials if t.number <= 16])
@@ -296,7 +305,7 @@ def test_a_trial_whose_twin_took_longer_than_what_is_left_is_not_started(tmp_pat
     from autocompile.study import load_study
     from conftest import ROOT
 
-    committed = load_study("captioner-fresh", f"sqlite:///{ROOT}/studies/captioner-fresh/study.db")
+    committed = load_study("captioner-fresh", f"sqlite:///{ROOT}/studies/history/captioner-fresh/study.db")
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, direction="maximize")
     study.add_trials([t for t in committed.trials if t.number <= 10])

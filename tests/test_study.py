@@ -187,8 +187,9 @@ def test_numerics_of_a_faithful_compile_pass_and_memory_limits_bind(searched):
     (["best", "--study", "nothing-here", "--dir", "/tmp/autocompile-no-such-dir"], "no study 'nothing-here'"),
     (["dashboard", "--study", "nothing-here", "--dir", "/tmp/autocompile-no-such-dir"], "no study 'nothing-here'"),
 ])
-def test_bad_input_gets_one_line_and_exit_2(args, message, capsys, monkeypatch):
-    """In-process (the command line's own entry point), so each case costs no torch import."""
+def test_bad_input_gets_one_line_and_exit_2(args, message, capsys, monkeypatch, tmp_path):
+    """In-process (the command line's own entry point), so each case costs no torch import; run
+    where studies/ would be made, which bad input leaves empty."""
     from autocompile.cli import main
 
     if "--device" in args and args[args.index("--device") + 1] == "cuda":
@@ -196,10 +197,10 @@ def test_bad_input_gets_one_line_and_exit_2(args, message, capsys, monkeypatch):
 
         if torch.cuda.is_available():
             pytest.skip("a GPU is present")
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         raise SystemExit(main(args))  # an exception other than a clean exit fails the test
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == 2 and not os.listdir(tmp_path)
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("autocompile: error: "), err
@@ -263,7 +264,7 @@ def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
 
     from autocompile.finalists import REACH, contenders, finalist_reserve
 
-    committed = load_study("llama-8b-fresh", "sqlite:///" + os.path.join(ROOT, "studies", "llama-8b-fresh", "study.db"))
+    committed = load_study("llama-8b-fresh", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh", "study.db"))
     study = optuna.create_study(directions=committed.directions)
     study.add_trials([t for t in committed.trials if t.number <= 3])
     assert [t.number for t in contenders(study, 3)] == [3, 2]
@@ -284,7 +285,7 @@ def test_the_finalist_round_leaves_out_a_baseline_that_took_longer_than_a_rerun_
 
     from autocompile.finalists import contenders, finalist_reserve
 
-    committed = load_study("llama-8b-fresh-4", "sqlite:///" + os.path.join(ROOT, "studies", "llama-8b-fresh-4", "study.db"))
+    committed = load_study("llama-8b-fresh-4", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh-4", "study.db"))
     study = optuna.create_study(directions=committed.directions)
     study.add_trials([t for t in committed.trials if t.number <= 2])
     walls = {t.number: t.user_attrs["wall_s"] for t in study.trials}
@@ -306,10 +307,10 @@ def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_ro
 
     import optuna
 
-    shutil.copytree(os.path.join(ROOT, "studies", "captioner-search"), tmp_path / "captioner-search",
+    shutil.copytree(os.path.join(ROOT, "studies", "history", "captioner-search"), tmp_path / "captioner-search",
                     ignore=shutil.ignore_patterns("artifacts", "report", "study.db"))
     # The study as that round left it: its trials 0-10 (the committed one has a later round too).
-    committed = load_study("captioner-search", "sqlite:///" + os.path.join(ROOT, "studies", "captioner-search", "study.db"))
+    committed = load_study("captioner-search", "sqlite:///" + os.path.join(ROOT, "studies", "history", "captioner-search", "study.db"))
     study = optuna.create_study(study_name="captioner-search", directions=committed.directions,
                                 storage="sqlite:///" + str(tmp_path / "captioner-search" / "study.db"))
     study.add_trials([t for t in committed.trials if t.number <= 10])

@@ -138,10 +138,10 @@ class ArtifactUploader:
     """Optuna callback: the files of each trial as it finishes, and the winner's note kept current."""
 
     def __init__(self, study_dir: str):
-        self.study_dir = study_dir
-        self.store = artifact_store(study_dir)
+        self.study_dir, self.store = study_dir, None  # made with the first trial: bad input leaves no folder
 
     def __call__(self, study, frozen_trial) -> None:
+        self.store = self.store or artifact_store(self.study_dir)
         upload_trial_files(study, frozen_trial, self.study_dir, self.store)
         save_winner_note(study, self.study_dir)
 
