@@ -153,7 +153,7 @@ def test_a_far_bound_on_plain_torch_compile_leaves_the_trials_readable(tmp_path)
     from autocompile.outputs import plots
     from autocompile.study import load_study
 
-    committed = load_study("captioner-regional", f"sqlite:///{ROOT}/studies/captioner-regional/study.db")
+    committed = load_study("captioner-regional", f"sqlite:///{ROOT}/studies/history/captioner-regional/study.db")
     study = optuna.create_study(direction="maximize")
     study.set_user_attr("horizon", 10000)
     study.add_trials([t for t in committed.trials if t.number <= 9])
@@ -170,7 +170,7 @@ def test_a_neighbour_s_move_is_drawn_with_the_dimensions_it_conditions(tmp_path)
     from autocompile.outputs import plots
     from autocompile.study import load_study
 
-    committed = load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner-fresh-3/study.db")
+    committed = load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner/study.db")
     pairs = plots.single_changes(committed)
     move = next(p for p in pairs if p["trials"] == (5, 8))
     assert move["changes"] == [("compile_optimizer", True, False), ("fused_optimizer", False, True)]
@@ -189,11 +189,11 @@ def test_importances_that_explain_nothing_are_not_drawn(tmp_path):
     from autocompile.outputs import plots
     from autocompile.study import load_study
 
-    flat = load_study("llama-8b-fresh-5", f"sqlite:///{ROOT}/studies/llama-8b-fresh-5/study.db")
+    flat = load_study("llama-8b-fresh-5", f"sqlite:///{ROOT}/studies/llama-8b/study.db")
     assert plots.param_importances(flat) == {}
     drawn = plots.plot_effects(flat, str(tmp_path / "effects.png"))
     assert drawn["importances"] == {} and drawn["pairs"]
-    ranked = plots.param_importances(load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner-fresh-3/study.db"))
+    ranked = plots.param_importances(load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner/study.db"))
     assert max(ranked.values()) > 2 * min(ranked.values())
 
 
@@ -216,7 +216,7 @@ def test_a_report_of_too_few_trials_says_so(searched, tmp_path):
 def llama_copy(tmp_path_factory):
     """The committed GPU study of llama-8b (real measurements), copied so nothing writes to it."""
     directory = str(tmp_path_factory.mktemp("gpu"))
-    shutil.copytree(os.path.join(STUDIES, "llama-8b"), os.path.join(directory, "llama-8b"),
+    shutil.copytree(os.path.join(STUDIES, "history", "llama-8b"), os.path.join(directory, "llama-8b"),
                     ignore=shutil.ignore_patterns("trials", "report"))
     return directory
 

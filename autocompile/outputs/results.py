@@ -76,11 +76,13 @@ def trial_row(trial, study_dir: str | None = None) -> dict:
 
 
 def reason_rows(trial, study_dir: str | None = None) -> tuple[list[dict], list[dict]]:
-    """(recompile reasons, graph-break reasons) of a trial as (trial, reason, count) rows."""
+    """(recompile reasons, graph-break reasons) of a trial as (trial, reason, count) rows; none where
+    the study holds them shortened and the trial's result.json is not kept (a committed study)."""
     attrs = full_record(trial, study_dir)
-    recompiles = collections.Counter(attrs.get("recompile_reasons") or [])
+    listed = lambda key: attrs.get(key) if isinstance(attrs.get(key), list) else []  # noqa: E731
+    recompiles = collections.Counter(listed("recompile_reasons"))
     breaks = collections.Counter()
-    for item in attrs.get("graph_break_reasons") or []:
+    for item in listed("graph_break_reasons"):
         breaks[item["reason"]] += item.get("count", 1)
     as_rows = lambda counts: [{"trial": trial.number, "reason": r, "count": n} for r, n in counts.items()]
     return as_rows(recompiles), as_rows(breaks)
