@@ -360,7 +360,7 @@ def _existing_study(args):
     path = storage_file(url)
     if path and not os.path.exists(path):
         raise UserError(f"no study {args.study!r}: {path} does not exist (give --dir or --storage)")
-    return load_study(args.study, url), url
+    return load_study(args.study, url, folder=not args.storage), url
 
 
 def cmd_best(args) -> int:
