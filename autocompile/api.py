@@ -27,22 +27,6 @@ class SearchResult:
         return self.summary["best"] and self.summary["best"]["snippet"]
 
 
-def resolve_device(requested: str | None, need_gpu: bool = True) -> str:
-    """cuda when there is a GPU, else cpu; a clear error when a GPU is asked for and absent
-    (unless need_gpu is False: listing a CUDA search space needs no GPU)."""
-    import torch
-
-    if requested is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda"):
-        if need_gpu and not torch.cuda.is_available():
-            raise UserError(f"--device {requested}: no CUDA GPU is visible to torch {torch.__version__}; use --device cpu")
-        return requested
-    if requested != "cpu":
-        raise UserError(f"--device must be cuda or cpu, not {requested!r}")
-    return requested
-
-
 def study_name(model: str) -> str:
     """The default study name of a model: its name, or its file's or module's base name."""
     base = os.path.basename(model.split(":")[0]) if ":" in model else model
@@ -52,17 +36,17 @@ def study_name(model: str) -> str:
 def run(settings, verbosity: int = 1, gpus: list[str] | None = None) -> SearchResult:
     """Run (or resume) the search of `settings` (a SearchSettings) with the outputs a user gets:
     results.db and the dashboard's trial files kept up to date as trials finish, progress on
-    stderr as verbose as asked. With several `gpus`, a worker process per GPU (autocompile.workers),
+    stderr as verbose as asked. With several `gpus`, a worker process per GPU (autocompile.engine.workers),
     each keeping the same outputs up to date (`autocompile worker` gets them from `live_outputs`)."""
     from autocompile.outputs.dashboard import upload_study_files
     from autocompile.outputs.progress import progress_for
-    from autocompile.report import search_summary
-    from autocompile.study import load_study, search_study, storage_url
+    from autocompile.outputs.table import search_summary
+    from autocompile.engine.study import load_study, search_study, storage_url
 
     workers = len(gpus or ())
     callbacks = live_outputs(settings.study_dir)
     if workers > 1:
-        from autocompile.workers import search_on_workers
+        from autocompile.engine.workers import search_on_workers
 
         runner = search_on_workers(settings, gpus, verbosity, progress_for(verbosity, settings.trials), callbacks)
     else:
@@ -78,8 +62,8 @@ def run(settings, verbosity: int = 1, gpus: list[str] | None = None) -> SearchRe
 def run_search(settings, progress=None, callbacks=()) -> dict:
     """Run (or resume) the search of `settings` in this process with only the given outputs (`callbacks`);
     its summary (see report.search_summary), the winner's files written beside the study."""
-    from autocompile.report import search_summary
-    from autocompile.study import search_study
+    from autocompile.outputs.table import search_summary
+    from autocompile.engine.study import search_study
 
     return search_summary(search_study(settings, progress, callbacks))
 
@@ -97,8 +81,8 @@ def search(model: str, trials: int = 10, device: str | None = None, study: str |
            directory: str = "studies", verbosity: int = 1, gpus: int | str | None = None, **options) -> SearchResult:
     """Search (or resume) as `autocompile search` does; `gpus` as --gpus (a count or "0,2"); `options`
     are SearchSettings' fields (timeout_s, trial_timeout_s, horizon, finalists, fixed, space_file, storage, ...)."""
-    from autocompile.study import SearchSettings
-    from autocompile.workers import parse_gpus
+    from autocompile.engine.settings import SearchSettings, resolve_device
+    from autocompile.engine.workers import parse_gpus
 
     try:
         settings = SearchSettings(model=model, device=resolve_device(device), study=study or study_name(model),

@@ -13,7 +13,7 @@ import json
 import pprint
 from dataclasses import dataclass, field
 
-from autocompile.space import uses_cuda_graphs
+from autocompile.space import bucket_lengths, uses_cuda_graphs  # noqa: F401  (bucket_lengths: a snippet's BUCKETS)
 
 
 @dataclass
@@ -48,16 +48,6 @@ def find_repeated_blocks(model) -> list[str]:
             continue  # a list inside a block already compiled as a whole
         found.append(name)
     return found
-
-
-def bucket_lengths(max_len: int, limit: int = 8) -> list[int]:
-    """Powers of two from 16 up to max_len (max_len itself last), at most `limit` of them."""
-    lengths, n = [], 16
-    while n < max_len:
-        lengths.append(n)
-        n *= 2
-    lengths.append(max_len)
-    return lengths[-limit:]
 
 
 def _kwargs(config: dict, mode: str, device_type: str) -> dict:

@@ -12,7 +12,7 @@ import os
 import sys
 import tempfile
 
-from autocompile.api import resolve_device, study_name
+from autocompile.api import study_name
 from autocompile.errors import UserError
 
 
@@ -59,6 +59,12 @@ def _parse_set(items: list[str] | None) -> dict:
         except ValueError:
             fixed[key.strip()] = raw
     return fixed
+
+
+def _device(requested: str | None, need_gpu: bool = True) -> str:
+    from autocompile.engine.settings import resolve_device  # torch only when a command needs it
+
+    return resolve_device(requested, need_gpu)
 
 
 def _load_config(text: str) -> dict:
@@ -127,7 +133,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 
 
 def _gpus(text: str) -> list[str]:
-    from autocompile.workers import parse_gpus
+    from autocompile.engine.workers import parse_gpus
 
     try:
         return parse_gpus(text)
@@ -262,12 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_search(args) -> int:
     from autocompile.outputs.dashboard import tlparse_command
     from autocompile.api import run
-    from autocompile.report import format_summary
-    from autocompile.scoring import DEFAULT_HORIZON
-    from autocompile.study import SearchSettings
+    from autocompile.outputs.table import format_summary
+    from autocompile.engine.scoring import DEFAULT_HORIZON
+    from autocompile.engine.settings import SearchSettings
 
     settings = SearchSettings(
-        model=args.model, device=resolve_device(args.device), study=args.study or study_name(args.model),
+        model=args.model, device=_device(args.device), study=args.study or study_name(args.model),
         directory=args.dir, storage=args.storage, trials=args.trials, timeout_s=args.timeout,
         trial_timeout_s=args.trial_timeout, baseline_timeout_s=args.baseline_timeout, horizon=args.horizon_steps or DEFAULT_HORIZON,
         batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
@@ -290,10 +296,10 @@ def cmd_search(args) -> int:
 def cmd_worker(args) -> int:
     from autocompile.api import live_outputs
     from autocompile.outputs.progress import progress_for
-    from autocompile.workers import join, run_workers
+    from autocompile.engine.workers import join, run_workers
 
     if args.gpus and len(args.gpus) > 1:
-        from autocompile.study import load_study
+        from autocompile.engine.study import load_study
 
         device = load_study(args.study, args.storage).user_attrs.get("settings", {}).get("device", "cuda")
         codes = run_workers(args.study, args.storage, args.dir, args.gpus, device, args.verbosity, args.timeout)
@@ -307,11 +313,11 @@ def cmd_worker(args) -> int:
 
 
 def cmd_trial(args) -> int:
-    from autocompile.scoring import score
-    from autocompile.study import build_space
+    from autocompile.engine.scoring import score
+    from autocompile.engine.study import build_space
     from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
 
-    device = resolve_device(args.device)
+    device = _device(args.device)
     config = _load_config(args.config)
     space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed)
     config = space.validate(config)
@@ -354,7 +360,7 @@ def cmd_trial(args) -> int:
 
 def _existing_study(args):
     """(study, storage URL) of --study in --dir or --storage; a one-line error if absent."""
-    from autocompile.storage import load_study, storage_file, storage_url
+    from autocompile.engine.storage import load_study, storage_file, storage_url
 
     url = storage_url(args.storage, args.dir, args.study)
     path = storage_file(url)
@@ -364,7 +370,7 @@ def _existing_study(args):
 
 
 def cmd_best(args) -> int:
-    from autocompile.report import format_best, format_effects, summarize
+    from autocompile.outputs.table import format_best, format_effects, summarize
 
     study, _ = _existing_study(args)
     # The study's folder holds each trial's whole record (the winner's snippet); nothing is written
@@ -389,7 +395,7 @@ def cmd_best(args) -> int:
 def cmd_report(args) -> int:
     from autocompile.outputs.plots import write_report
     from autocompile.outputs.results import FILE_NAME, write_results
-    from autocompile.report import summarize
+    from autocompile.outputs.table import summarize
 
     study, _ = _existing_study(args)
     study_dir = os.path.join(args.dir, args.study)
@@ -411,9 +417,9 @@ def cmd_models(args) -> int:
 
 
 def cmd_space(args) -> int:
-    from autocompile.study import build_space
+    from autocompile.engine.study import build_space
 
-    device = resolve_device(args.device, need_gpu=False)
+    device = _device(args.device, need_gpu=False)
     space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set), args.space)
     described = space.describe()
     described["left_out"] += _remembered(space, device, args.failure_memory)
@@ -434,7 +440,7 @@ def cmd_space(args) -> int:
 
 def _remembered(space, device: str, path: str | None) -> list[dict]:
     """The failure memory's left-out values for this space's torch and device, as `left_out` items."""
-    from autocompile.memory import FailureMemory, device_name, store_path, why
+    from autocompile.engine.memory import FailureMemory, device_name, store_path, why
 
     path = store_path(path)
     if not os.path.exists(path):
@@ -444,7 +450,7 @@ def _remembered(space, device: str, path: str | None) -> list[dict]:
 
 
 def cmd_failures(args) -> int:
-    from autocompile.memory import forget, listing, store_path, why
+    from autocompile.engine.memory import forget, listing, store_path, why
 
     path = store_path(args.failure_memory)
     if args.forget or args.forget_all:
@@ -501,9 +507,9 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_rejudge(args) -> int:
-    from autocompile.finalists import WINNER_RULE, rechoose
-    from autocompile.rejudge import rejudge, to_rejudge
-    from autocompile.report import summarize
+    from autocompile.engine.finalists import WINNER_RULE, rechoose
+    from autocompile.engine.rejudge import rejudge, to_rejudge
+    from autocompile.outputs.table import summarize
 
     study, _ = _existing_study(args)
     study_dir = os.path.join(args.dir, args.study)
@@ -519,7 +525,7 @@ def cmd_rejudge(args) -> int:
 
 
 def cmd_screen_check(args) -> int:
-    from autocompile.screencheck import check_screening, write_check
+    from autocompile.outputs.screencheck import check_screening, write_check
 
     study, _ = _existing_study(args)
     others = [_existing_study(argparse.Namespace(study=name, dir=args.dir, storage=None))[0] for name in args.also]

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from autocompile.scoring import score
+from autocompile.engine.scoring import score
 
 
 def main() -> int:

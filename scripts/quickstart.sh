@@ -14,8 +14,7 @@ else
   # About 3 minutes on 2 CPU cores: eager and plain torch.compile (given 60 s), the recipe, a
   # neighbour of the best, then the finalist round against eager. studies/quickstart-cpu.toml
   # keeps the space to what pays off on 2 cores and fits that time; the horizon is a run of
-  # 100000 steps (10 minutes of this toy), over which a warm-up of 15-40 s must pay for itself (see "Scoring" in
-  # README.md). A run of it: studies/runs/2026-11-23-cpu-quickstart.log.
+  # 100000 steps (10 minutes of this toy), over which a warm-up of 15-40 s must pay for itself (docs/scoring.md). A run of it: studies/runs/2026-11-23-cpu-quickstart.log.
   autocompile search --model tiny-llama --trials 5 --finalists 1 --timeout 180 --baseline-timeout 60 \
     --horizon-steps 100000 --space studies/quickstart-cpu.toml "$@"
 fi

@@ -9,8 +9,8 @@ import json
 import os
 import sys
 
-from autocompile.scoring import numerics_verdict
-from autocompile.study import load_study
+from autocompile.engine.scoring import numerics_verdict
+from autocompile.engine.study import load_study
 from autocompile.trial import TrialRequest, run_trial
 
 

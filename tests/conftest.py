@@ -53,7 +53,7 @@ def numerics_of_plain_compile(tmp_path, workload: str, seed: int) -> dict:
     import subprocess
     import sys
 
-    from autocompile.study import load_study
+    from autocompile.engine.study import load_study
 
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy(workload), "--device", "cpu",

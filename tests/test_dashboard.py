@@ -13,9 +13,9 @@ import pytest
 
 from autocompile.outputs.dashboard import (ArtifactUploader, artifact_store, trial_dir, tlparse_command, upload_study_files,
                                            uploaded)
-from autocompile.records import full_record
+from autocompile.engine.records import full_record
 from autocompile.api import run_search
-from autocompile.study import SearchSettings, load_study, storage_url
+from autocompile.engine.study import SearchSettings, load_study, storage_url
 from conftest import FAST, ROOT, toy
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -11,7 +11,7 @@ import pytest
 from autocompile.apply import load_snippet
 from autocompile.outputs.export import check_warm_start, export
 from autocompile.api import run_search
-from autocompile.study import SearchSettings, load_study, storage_url
+from autocompile.engine.study import SearchSettings, load_study, storage_url
 from conftest import FAST, ROOT, toy
 
 

@@ -7,10 +7,10 @@ import pytest
 
 from autocompile.cli import main
 from autocompile.space import DEFAULTS
-from autocompile.memory import FailureMemory, device_name, signature
-from autocompile.strategy import next_neighbour
+from autocompile.engine.memory import FailureMemory, device_name, signature
+from autocompile.engine.strategy import next_neighbour
 from autocompile.api import run_search
-from autocompile.study import SearchSettings, build_space, load_study
+from autocompile.engine.study import SearchSettings, build_space, load_study
 from conftest import FAST, toy
 
 MODEL = toy("toy_graph_break")  # a real Dynamo graph break: fullgraph=True fails to compile

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from autocompile.scoring import compare_losses
+from autocompile.engine.scoring import compare_losses
 from conftest import numerics_of_plain_compile
 
 SEEDS = range(6)  # each seed a search of its own (about 25 s on 2 cores)

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FAST, ROOT, toy
 
-from autocompile.records import full_record
+from autocompile.engine.records import full_record
 
 STUDIES = os.path.join(ROOT, "studies")
 
@@ -48,6 +48,20 @@ def test_the_search_from_python_gives_the_winner_its_snippet_and_the_study(searc
     assert "(window 1, steps_per_s" in progress  # -v: every event of each trial
 
 
+@pytest.mark.parametrize("workload, study", [("llama-8b", "llama-8b-fresh-5"), ("captioner", "captioner-fresh-3")])
+def test_best_of_a_committed_result_prints_its_snippet_and_winner(workload, study):
+    """studies/WORKLOAD/ holds the study that stands as the workload's result, under its own name:
+    `best --study WORKLOAD` reads it, and prints the snippet and the winner line its search wrote."""
+    out = cli("best", "--study", workload, "--dir", STUDIES)
+    assert out.returncode == 0, out.stderr
+    with open(os.path.join(STUDIES, workload, "apply_compilation.py")) as f:
+        assert out.stdout.rstrip() == f.read().rstrip() and f"(study '{study}'" in out.stdout
+    with open(os.path.join(STUDIES, workload, "trials.txt")) as f:
+        assert out.stderr.splitlines()[0] in f.read()
+    figures = json.loads(cli("best", "--study", workload, "--dir", STUDIES, "--json").stdout)
+    assert figures["status"] == "ok" and figures["vs_eager"] > 1
+
+
 def test_import_autocompile_stays_light():
     out = subprocess.run([sys.executable, "-c", "import sys, autocompile; print(sorted({'torch', 'optuna'} & set(sys.modules)))"],
                          capture_output=True, text=True, cwd=ROOT)
@@ -78,7 +92,7 @@ def test_the_results_table_matches_the_study(searched):
 def test_trials_carry_concise_user_attrs(searched):
     """The study (and the dashboard showing it) holds each trial's figures in short user attributes;
     the whole record (window rates, losses, reasons, the snippet) stays in the trial's result.json."""
-    from autocompile.records import ATTR_CHARS, WHOLE, full_record
+    from autocompile.engine.records import ATTR_CHARS, WHOLE, full_record
 
     result, study_dir, _ = searched
     finished = [t for t in result.study.trials if t.state.is_finished()]
@@ -151,7 +165,7 @@ def test_a_far_bound_on_plain_torch_compile_leaves_the_trials_readable(tmp_path)
     import optuna
 
     from autocompile.outputs import plots
-    from autocompile.study import load_study
+    from autocompile.engine.study import load_study
 
     committed = load_study("captioner-regional", f"sqlite:///{ROOT}/studies/history/captioner-regional/study.db")
     study = optuna.create_study(direction="maximize")
@@ -168,7 +182,7 @@ def test_a_neighbour_s_move_is_drawn_with_the_dimensions_it_conditions(tmp_path)
     # the search. The effects plot and report.md showed no change at all (each pair had to differ
     # in one column), though this move was the study's largest effect (+16% score).
     from autocompile.outputs import plots
-    from autocompile.study import load_study
+    from autocompile.engine.study import load_study
 
     committed = load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner/study.db")
     pairs = plots.single_changes(committed)
@@ -187,7 +201,7 @@ def test_importances_that_explain_nothing_are_not_drawn(tmp_path):
     # parameters an importance of 0.05, a panel of equal bars that said nothing. The captioner's
     # study, with TPE trials among them, ranks its parameters.
     from autocompile.outputs import plots
-    from autocompile.study import load_study
+    from autocompile.engine.study import load_study
 
     flat = load_study("llama-8b-fresh-5", f"sqlite:///{ROOT}/studies/llama-8b/study.db")
     assert plots.param_importances(flat) == {}
@@ -225,7 +239,7 @@ def test_best_for_another_horizon_changes_the_winner_where_the_front_says(llama_
     """At 100 steps the 8 s warm-up of eager beats the 5.05 steps/s of the search's winner (32 s
     warm-up); at a million steps the fastest steady speed wins. Both are on the front."""
     from autocompile.outputs.pareto import measured_points, pareto_front, winning_ranges
-    from autocompile.study import load_study
+    from autocompile.engine.study import load_study
 
     def best(*extra):
         out = cli("best", "--study", "llama-8b", "--dir", llama_copy, "--json", *extra)

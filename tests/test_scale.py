@@ -13,11 +13,11 @@ import time
 import optuna
 import pytest
 
-from autocompile.storage import JOURNAL, load_study
-from autocompile.study import SearchSettings
+from autocompile.engine.storage import JOURNAL, load_study
+from autocompile.engine.study import SearchSettings
 from autocompile.trial import pid_alive
-from autocompile.report import search_summary
-from autocompile.workers import parse_gpus, search_on_workers
+from autocompile.outputs.table import search_summary
+from autocompile.engine.workers import parse_gpus, search_on_workers
 from conftest import FAST, HERE, toy
 
 PG_BIN = "/usr/lib/postgresql/15/bin"
@@ -113,8 +113,8 @@ PARENT = """
 import sys
 sys.path.insert(0, {here!r})
 from conftest import FAST, toy
-from autocompile.study import SearchSettings
-from autocompile.workers import search_on_workers
+from autocompile.engine.study import SearchSettings
+from autocompile.engine.workers import search_on_workers
 search_on_workers(SearchSettings(study="kill", directory={directory!r}, storage={storage!r}, **{search!r}), ["0", "1"])
 """
 
@@ -177,7 +177,7 @@ def _claimed_trial(study, worker: dict | None = None):
 @pytest.mark.parametrize("kind", ["sqlite", "postgres", "journal"])
 def test_a_dead_workers_trial_is_failed_as_stale_and_its_configuration_queued_again(tmp_path, monkeypatch, kind, request):
     # RDB storages (SQLite, PostgreSQL): Optuna's heartbeat; the journal has none: the worker's pid on this host
-    from autocompile.storage import create_or_load, fail_stale, open_storage
+    from autocompile.engine.storage import create_or_load, fail_stale, open_storage
 
     monkeypatch.setenv("AUTOCOMPILE_HEARTBEAT_S", "1")
     url = {"sqlite": lambda: "sqlite:///" + str(tmp_path / "study.db"), "journal": lambda: JOURNAL + str(tmp_path / "journal.log"),
@@ -200,7 +200,7 @@ def test_a_dead_workers_trial_is_failed_as_stale_and_its_configuration_queued_ag
 def test_a_trial_process_whose_worker_died_is_reaped(tmp_path):
     from autocompile.trial import reap_orphans
 
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "autocompile._worker"],
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "autocompile.trial.worker"],
                               start_new_session=True)
     folder = tmp_path / "s" / "trials" / "0003"
     folder.mkdir(parents=True)
@@ -213,7 +213,7 @@ INTERRUPTED = """
 import sys
 sys.path.insert(0, {here!r})
 from autocompile.api import run_search
-from autocompile.study import SearchSettings
+from autocompile.engine.study import SearchSettings
 try:
     run_search(SearchSettings(study="c", directory={directory!r}, **{search!r}))
 except KeyboardInterrupt:
@@ -241,7 +241,7 @@ def test_ctrl_c_kills_the_running_trial_marks_it_interrupted_and_keeps_the_finis
 
 RACE = """
 import sys, time
-from autocompile.storage import create_or_load, open_storage
+from autocompile.engine.storage import create_or_load, open_storage
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
 create_or_load("race", open_storage(sys.argv[1]), direction="maximize")
 """
@@ -257,7 +257,7 @@ def test_two_processes_starting_the_same_new_study_both_open_it(tmp_path):
 
 def test_a_worker_refuses_a_study_no_search_started(tmp_path, capsys):
     from autocompile.cli import main
-    from autocompile.storage import create_or_load, open_storage
+    from autocompile.engine.storage import create_or_load, open_storage
 
     url = "sqlite:///" + str(tmp_path / "study.db")
     create_or_load("bare", open_storage(url), direction="maximize")
@@ -269,8 +269,8 @@ def test_a_worker_refuses_a_study_no_search_started(tmp_path, capsys):
 PARALLEL_INTERRUPTED = """
 import sys
 sys.path.insert(0, {here!r})
-from autocompile.study import SearchSettings
-from autocompile.workers import search_on_workers
+from autocompile.engine.study import SearchSettings
+from autocompile.engine.workers import search_on_workers
 try:
     search_on_workers(SearchSettings(study="cc", directory={directory!r}, **{search!r}), ["0", "1"])
 except KeyboardInterrupt:

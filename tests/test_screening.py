@@ -8,11 +8,12 @@ import optuna
 import pytest
 
 from autocompile import cli
-from autocompile.screencheck import check_screening, ranks, spearman, write_check
+from autocompile.outputs.screencheck import check_screening, ranks, spearman, write_check
 from autocompile.errors import UserError
-from autocompile.screening import ScreeningPruner, check_blocks, cut_blocks, screened
+from autocompile.engine.screening import ScreeningPruner, check_blocks
+from autocompile.trial.screened import cut_blocks, screened
 from autocompile.api import run_search
-from autocompile.study import SearchSettings, load_study
+from autocompile.engine.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
 from conftest import FAST, ROOT, toy
 
@@ -87,12 +88,12 @@ def test_the_pruner_promotes_the_top_half_of_the_screens():
 def test_a_screen_below_the_top_half_is_told_pruned(tmp_path, monkeypatch):
     """The search's side of a pruned screen, its measurements stubbed (the real ones are below):
     told PRUNED with its reason and screen, the callbacks called, no full trial started."""
-    import autocompile.screening as screening
-    from autocompile.runner import Progress, Runner
+    import autocompile.engine.screening as screening
+    from autocompile.engine.runner import Progress, Runner
 
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, direction="maximize", pruner=ScreeningPruner(K))
-    from autocompile.storage import this_boot
+    from autocompile.engine.storage import this_boot
 
     study.set_user_attr("screened_eager", {str(K): {"steps_per_s": 100.0, "boot": this_boot()}})  # this machine's
     speeds = iter([150.0, 50.0])
@@ -173,7 +174,7 @@ def test_screen_check_writes_the_table_with_rho(screened_study):
 def test_rho_without_the_cuda_graph_modes():
     # llama-8b's check at 4 blocks (H200, 2026-11-23): its two reduce-overhead configurations rank 5th
     # and 6th screened and last in full; without them the screens rank the other seven well.
-    from autocompile.screencheck import correlations
+    from autocompile.outputs.screencheck import correlations
 
     with open(os.path.join(ROOT, "tests", "data", "llama-8b-screening-4-blocks.json")) as f:
         rows = json.load(f)["rows"]

@@ -7,7 +7,7 @@ import pytest
 from autocompile.errors import UserError
 from autocompile.space import DEFAULTS, Capabilities, SearchSpace, WorkloadTraits
 from autocompile.space.rules import doomed
-from autocompile.study import build_space
+from autocompile.engine.study import build_space
 from conftest import toy
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from autocompile.space import DEFAULTS
 from autocompile.api import run_search
-from autocompile.study import SearchSettings, build_space
-from autocompile.report import format_summary
+from autocompile.engine.study import SearchSettings, build_space
+from autocompile.outputs.table import format_summary
 from conftest import FAST, toy
 
 # Every dimension pinned but Inductor's fusion options: the recipes collapse into plain
@@ -57,10 +57,10 @@ def test_an_effect_measured_on_another_machine_than_its_parent_says_so(neighbour
     # captioner's eager at 13.3 steps/s where others ran it at 8.2.
     import copy
 
-    from autocompile.report import format_effects
-    from autocompile.storage import this_boot
-    from autocompile.strategy import effects
-    from autocompile.study import load_study
+    from autocompile.outputs.table import format_effects
+    from autocompile.engine.storage import this_boot
+    from autocompile.engine.strategy import effects
+    from autocompile.engine.study import load_study
 
     ran = load_study("n", f"sqlite:///{neighbours['directory']}/n/study.db")
     child = effects(ran)[0]["trial"]
@@ -93,7 +93,7 @@ def test_too_slow_takes_evidence_only_from_trials_compiling_no_more_than_the_can
     # the shape of llama-8b's trials 19 and 21 (H200, 2026-11-23): regional max-autotune with a
     # compiled step and loss was still compiling after 300 s; its no-CUDA-graph twin then spent
     # its limit too. Recorded trials (as a search records them), judged without a run.
-    from autocompile.strategy import too_slow
+    from autocompile.engine.strategy import too_slow
     study = optuna.create_study(direction="maximize")
     slow = {"compile": True, "scope": "regional", "mode": "max-autotune", "compile_optimizer": True, "compile_loss": True}
     study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
@@ -110,8 +110,8 @@ def test_too_slow_takes_evidence_only_from_trials_compiling_no_more_than_the_can
 def test_a_max_autotune_mode_is_expected_to_take_twice_a_lighter_twins_warm_up():
     # the captioner's trial 17 (H200, 2026-11-23): regional max-autotune, a neighbour of trial 12
     # (reduce-overhead, 130 s of warm-up, 159 s in its finalist rerun), still compiling at 240 s.
-    from autocompile.strategy import too_slow
-    from autocompile.study import load_study
+    from autocompile.engine.strategy import too_slow
+    from autocompile.engine.study import load_study
     from conftest import ROOT
 
     committed = load_study("captioner-search", f"sqlite:///{ROOT}/studies/history/captioner-search/study.db")
@@ -130,8 +130,8 @@ def test_a_modular_configuration_compares_with_whole_model_compiles():
     # captioner-fresh-3 (H200, 2026-11-25): TPE's trial 9, the encoder and decoder each compiled whole
     # under max-autotune modes, ran out of its 240 s limit while compiling, after plain torch.compile
     # (trial 1) had been still compiling at its 300 s: 240 s, a sixth of the search, spent on it.
-    from autocompile.strategy import too_slow
-    from autocompile.study import load_study
+    from autocompile.engine.strategy import too_slow
+    from autocompile.engine.study import load_study
     from conftest import ROOT
 
     committed = load_study("captioner-fresh-3", f"sqlite:///{ROOT}/studies/captioner/study.db")
@@ -149,7 +149,7 @@ def test_a_modular_configuration_compares_with_whole_model_compiles():
 
 
 def test_neighbours_borrow_from_the_fastest_trial_first_and_give_up_a_promising_value_last():
-    from autocompile.strategy import _rank
+    from autocompile.engine.strategy import _rank
     base = {"compile_loss": True, "compile_optimizer": False, "mode": "default", "padding": "multiple"}
     fastest = {"compile_loss": False, "compile_optimizer": True, "mode": "default", "padding": "buckets"}
     assert _rank("compile_optimizer", True, base, fastest) == 0  # the fastest had it, and it promises
@@ -174,9 +174,9 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
     # 28 s left after the round's eager and measured no finalist).
     import time
 
-    from autocompile.finalists import finalist_reserve, run_finalists
-    from autocompile.runner import MIN_TRIAL_S
-    from autocompile.study import open_search
+    from autocompile.engine.finalists import finalist_reserve, run_finalists
+    from autocompile.engine.runner import MIN_TRIAL_S
+    from autocompile.engine.study import open_search
 
     runner = open_search(settings)
     runner.study.set_user_attr("finalists", None)
@@ -199,7 +199,7 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
     assert rerun and rerun[0].user_attrs["status"] in ("ok", "timeout"), (reserve, MIN_TRIAL_S, again)
     # its limit: what its first run took and a minute more, not the 300 s trial limit (a rerun that
     # hangs leaves the round's other finalists their time)
-    from autocompile.finalists import rerun_limit_s
+    from autocompile.engine.finalists import rerun_limit_s
 
     first = runner.study.trials[leader].user_attrs["wall_s"]
     with open(os.path.join(settings.study_dir, "trials", f"{rerun[0].number:04d}", "spec.json")) as f:
@@ -209,8 +209,8 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
     import dataclasses
     import io
 
-    from autocompile.runner import Progress
-    from autocompile.study import plan
+    from autocompile.engine.runner import Progress
+    from autocompile.engine.study import plan
 
     said = io.StringIO()
     runner.progress = Progress(1, said)
@@ -227,7 +227,7 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path):
 def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_elsewhere():
     import io
 
-    from autocompile.runner import Progress
+    from autocompile.engine.runner import Progress
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -275,8 +275,8 @@ def test_the_incumbent_is_judged_by_every_measurement_of_it(tmp_path):
 
     import optuna
 
-    from autocompile.strategy import incumbent
-    from autocompile.study import load_study
+    from autocompile.engine.strategy import incumbent
+    from autocompile.engine.study import load_study
     from conftest import ROOT
 
     shutil.copy(f"{ROOT}/studies/history/captioner-search/study.db", tmp_path / "study.db")
@@ -289,7 +289,7 @@ def test_the_incumbent_is_judged_by_every_measurement_of_it(tmp_path):
     assert best.number == 12 and params == best.params
     # what the loss compiled apart did, on the same means: (16.28 + 14.93) / 2 against
     # (16.05 + 15.45 + 14.92) / 3, +0.8% (+1.4% on the first runs alone)
-    from autocompile.strategy import effects
+    from autocompile.engine.strategy import effects
 
     (change,) = [row for row in effects(study) if row["trial"] == 12]
     assert change["parent"] == 5 and change["effect"] == pytest.approx(0.0084, abs=0.0005)
@@ -300,9 +300,9 @@ def test_a_trial_whose_twin_took_longer_than_what_is_left_is_not_started(tmp_pat
     # (regional reduce-overhead, bucket padding, compiled step; 218 s), started with 119 s left and cut.
     import time
 
-    from autocompile.runner import Progress, Runner
-    from autocompile.strategy import twin_time
-    from autocompile.study import load_study
+    from autocompile.engine.runner import Progress, Runner
+    from autocompile.engine.strategy import twin_time
+    from autocompile.engine.study import load_study
     from conftest import ROOT
 
     committed = load_study("captioner-fresh", f"sqlite:///{ROOT}/studies/history/captioner-fresh/study.db")
@@ -351,7 +351,7 @@ def test_the_fastest_trial_takes_turns_as_a_parent_and_first_drops_its_compiled_
     # apart, fused AdamW, pad to 64; 17.6 steps/s, 27 s of warm-up) and the fastest (regional
     # reduce-overhead, compiled step, buckets; 20.6 steps/s, 116 s: 19% of its run at 10000 steps),
     # whose neighbours come first. The fastest without its compiled step ran 20.8 steps/s after 31-34 s.
-    from autocompile.strategy import next_neighbour, warmup_share
+    from autocompile.engine.strategy import next_neighbour, warmup_share
 
     space = build_space("tiny-llama", "cpu")
     study, measured = _measured_study(space)
@@ -384,7 +384,7 @@ def test_a_fastest_trial_light_on_warm_up_waits_for_the_incumbent():
     # AdamW, pad to 64; 5.05 steps/s after 26 s) and the fastest (a compiled step; 5.23 after 100 s,
     # 5% of its run at 10000 steps): the incumbent's neighbour first, towards the fastest's step
     # (5.31 steps/s, 1.52x eager).
-    from autocompile.strategy import next_neighbour
+    from autocompile.engine.strategy import next_neighbour
 
     space = build_space("tiny-llama", "cpu")
     study, measured = _measured_study(space)
@@ -401,7 +401,7 @@ def test_an_incumbent_heavy_with_warm_up_first_drops_a_graph_it_compiles_besides
     # and a compiled step, 19.7 steps/s after 150 s of warm-up (23% of its run at 10000 steps), and
     # its first neighbour in PROMISE's order compiled the loss too, more warm-up. A step no longer
     # compiled brings in the fused optimizer, the promising value of what it conditions.
-    from autocompile.strategy import next_neighbour
+    from autocompile.engine.strategy import next_neighbour
 
     space = build_space("tiny-llama", "cpu")
     tried = lambda config, params: False  # noqa: E731

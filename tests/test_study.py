@@ -9,10 +9,10 @@ import pytest
 
 from autocompile.apply import load_snippet
 from autocompile.errors import UserError
-from autocompile.records import best_trial
-from autocompile.scoring import score
+from autocompile.engine.records import best_trial
+from autocompile.engine.scoring import score
 from autocompile.api import run_search
-from autocompile.study import SearchSettings, load_study
+from autocompile.engine.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
 from conftest import FAST, ROOT, toy
 
@@ -164,7 +164,7 @@ def test_numerics_of_a_faithful_compile_pass_and_memory_limits_bind(searched):
     study = load_study("toy", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     compiled = [t.user_attrs for t in study.trials if t.user_attrs.get("role") != "eager" and "numerics" in t.user_attrs]
     assert compiled and all(a["numerics"]["max_rel_diff"] <= a["numerics"]["tolerance"] for a in compiled)
-    from autocompile.scoring import judge, violation
+    from autocompile.engine.scoring import judge, violation
 
     record = judge({**compiled[0], "status": "ok"}, None, "cpu", max_memory_gb=0.001)
     assert record["status"] == "infeasible" and "--max-memory-gb" in record["reason"]
@@ -237,7 +237,7 @@ def test_the_search_timeout_bounds_the_search(tmp_path, capsys):
 
 
 def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
-    from autocompile.finalists import choose_winner
+    from autocompile.engine.finalists import choose_winner
 
     def row(trial, score, noise, warmup_s):
         return {"trial": trial, "status": "ok", "score": score, "noise": noise, "warmup_s": warmup_s}
@@ -262,7 +262,7 @@ def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
     # 38% behind, cannot win a rerun: it is no contender, and the round keeps its time no more.
     import optuna
 
-    from autocompile.finalists import REACH, contenders, finalist_reserve
+    from autocompile.engine.finalists import REACH, contenders, finalist_reserve
 
     committed = load_study("llama-8b-fresh", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh", "study.db"))
     study = optuna.create_study(directions=committed.directions)
@@ -283,7 +283,7 @@ def test_the_finalist_round_leaves_out_a_baseline_that_took_longer_than_a_rerun_
     # is no contender, and the round keeps only what the others took.
     import optuna
 
-    from autocompile.finalists import contenders, finalist_reserve
+    from autocompile.engine.finalists import contenders, finalist_reserve
 
     committed = load_study("llama-8b-fresh-4", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh-4", "study.db"))
     study = optuna.create_study(directions=committed.directions)
@@ -303,7 +303,7 @@ def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_ro
     import shutil
 
     from autocompile import cli
-    from autocompile.finalists import WINNER_RULE
+    from autocompile.engine.finalists import WINNER_RULE
 
     import optuna
 
@@ -318,7 +318,7 @@ def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_ro
         study.set_user_attr(key, value)
     # The verdict as the older rule stored it: rows without their window spread (so the runner-up's
     # disagreement counts as noise), no rule recorded.
-    from autocompile.finalists import choose_winner
+    from autocompile.engine.finalists import choose_winner
 
     with open(os.path.join(ROOT, "tests", "data", "captioner-search-round-1.json")) as f:
         stored = json.load(f)  # that round's verdict, as the study held it until its later round
@@ -342,7 +342,7 @@ def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_ro
 def test_a_baseline_that_timed_out_under_a_shorter_limit_is_measured_again():
     import optuna
 
-    from autocompile.runner import baselines_to_run
+    from autocompile.engine.runner import baselines_to_run
 
     def finished(role, status, wall_s):
         return optuna.trial.create_trial(value=0.0, user_attrs={"role": role, "status": status, "wall_s": wall_s})
@@ -359,7 +359,7 @@ def test_the_winner_is_compared_with_plain_torch_compile_by_score_or_by_a_bound(
     bound (horizon / its longest warm-up); once it is measured, with its score."""
     import optuna
 
-    from autocompile.report import summarize
+    from autocompile.outputs.table import summarize
 
     def finished(number, role, status, value, **attrs):
         trial = optuna.trial.create_trial(value=value, user_attrs={"role": role, "status": status,
@@ -385,7 +385,7 @@ def test_the_winner_is_compared_with_plain_torch_compile_by_score_or_by_a_bound(
 
 
 def test_optimistic_score_bounds_what_a_running_trial_can_reach():
-    from autocompile.scoring import optimistic_score
+    from autocompile.engine.scoring import optimistic_score
 
     warming = [{"phase": "building", "t": 0.0}, {"phase": "compiling", "t": 10.0}]
     assert optimistic_score(warming[:1], 1000, now=50.0) is None

@@ -131,7 +131,7 @@ def test_the_cpu_quickstart_space_and_preset():
     finalist round (its measured run: studies/runs/2026-11-23-cpu-quickstart.log)."""
     import os
 
-    from autocompile.study import build_space
+    from autocompile.engine.study import build_space
     from conftest import ROOT
 
     config = get_workload("tiny-llama").build(WorkloadOptions(device="meta"))[0].config

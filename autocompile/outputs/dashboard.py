@@ -27,7 +27,7 @@ import uuid
 
 import optuna
 
-from autocompile.records import full_record
+from autocompile.engine.records import full_record
 
 ARTIFACTS_DIR = "artifacts"  # DIR/STUDY/artifacts/
 TRIAL_FILES = ("apply_compilation.py", "log.txt", "events.jsonl", "result.json", "log-hard-mark.txt")
@@ -149,7 +149,7 @@ class ArtifactUploader:
 def winner_note(study, study_dir: str | None = None) -> str:
     """The study page's note (Markdown): the current winner, its speed-ups and its snippet (whole
     from the trial's result.json in study_dir: the study holds only its start)."""
-    from autocompile.report import format_best, format_finalists, summarize
+    from autocompile.outputs.table import format_best, format_finalists, summarize
 
     summary = summarize(study, study_dir)  # writes nothing
     best = summary["best"]

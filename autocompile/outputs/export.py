@@ -23,7 +23,7 @@ EXPORT_MEASURE = {"min_windows": 1, "max_windows": 1}  # the warm-up is what cou
 def chosen(study, number: int | None) -> tuple[int, dict]:
     """(trial number, configuration) of the winner, or of trial `number`: one that ran cleanly,
     compiled, on a device this machine has."""
-    from autocompile.records import best_trial
+    from autocompile.engine.records import best_trial
 
     settings = study.user_attrs.get("settings") or {}
     if "model" not in settings:

@@ -1,7 +1,7 @@
 """The Pareto choice: steady speed against cold warm-up, and the winner for any horizon.
 
 A configuration's score depends on the horizon H (the training steps its warm-up is amortised
-over: see `autocompile.scoring.score`). Every configuration that ran is a point (warm-up s,
+over: see `autocompile.engine.scoring.score`). Every configuration that ran is a point (warm-up s,
 steady steps/s); the front holds those no other one beats on both. Its winner for another H is
 found from those measurements, without running anything again: a configuration measured
 more than once (a finalist) counts with the mean of its measurements.
@@ -30,7 +30,7 @@ class Point:
         return self.trial.number
 
     def score(self, horizon: int) -> float:
-        from autocompile.scoring import score
+        from autocompile.engine.scoring import score
 
         return score({"status": "ok", **self.figures}, horizon)
 

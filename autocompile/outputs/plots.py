@@ -58,8 +58,8 @@ def _status(trial) -> str:
 def plot_scores(study, path: str) -> dict:
     """(a) The score of each trial in order, by role; failures at 0, pruned trials at the bound
     they could still reach; eager and plain torch.compile as horizontal lines."""
-    from autocompile.records import baseline_trial, best_trial
-    from autocompile.report import default_score_bound
+    from autocompile.engine.records import baseline_trial, best_trial
+    from autocompile.outputs.table import default_score_bound
 
     horizon, figure = _horizon(study), _figure(9, 4.8)
     ax = figure.add_subplot()
@@ -329,7 +329,7 @@ def _header(study) -> str:
 def write_report(study, study_dir: str) -> str:
     """Write study_dir/report/: the four PNGs and report.md embedding them; returns report.md's path."""
     from autocompile.outputs.pareto import format_front
-    from autocompile.report import format_best, format_summary, summarize
+    from autocompile.outputs.table import format_best, format_summary, summarize
 
     out = os.path.join(study_dir, "report")
     os.makedirs(out, exist_ok=True)

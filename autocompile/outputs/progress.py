@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from autocompile.runner import Progress
+from autocompile.engine.runner import Progress
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 

@@ -19,8 +19,8 @@ import os
 import sqlite_utils
 
 from autocompile.apply import describe_config
-from autocompile.records import full_record
-from autocompile.storage import file_lock
+from autocompile.engine.records import full_record
+from autocompile.engine.storage import file_lock
 
 FILE_NAME = "results.db"
 # User attributes that are not columns: the code is on disk, the config is flattened, the

@@ -43,6 +43,7 @@ from autocompile.space.dimensions import (
     Dimension,
     WorkloadTraits,
     _fits,
+    bucket_lengths,
     _member,
     _OPTION_GROUPS,
     _set,
@@ -59,7 +60,7 @@ __all__ = [
     "CUDA_GRAPH_MODES", "DEFAULTS", "EAGER", "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
     "INDUCTOR_OPTIONS_CUDAGRAPHS", "MARK_DYNAMIC", "MODES", "PADDINGS", "SCOPES", "STARTING_POINTS",
     "Capabilities", "Dimension", "SearchSpace", "SpaceFile", "WorkloadTraits",
-    "doomed", "load_space_file", "uses_autotune", "uses_cuda_graphs",
+    "bucket_lengths", "doomed", "load_space_file", "uses_autotune", "uses_cuda_graphs",
 ]
 
 

@@ -161,3 +161,13 @@ def _set(config: dict, path: tuple[str, ...], value) -> None:
         config[path[0]] = value
     else:
         config[path[0]] = {**config[path[0]], path[1]: value}
+
+
+def bucket_lengths(max_len: int, limit: int = 8) -> list[int]:
+    """Powers of two from 16 up to max_len (max_len itself last), at most `limit` of them."""
+    lengths, n = [], 16
+    while n < max_len:
+        lengths.append(n)
+        n *= 2
+    lengths.append(max_len)
+    return lengths[-limit:]

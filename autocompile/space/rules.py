@@ -15,7 +15,7 @@ import json
 import math
 
 from autocompile.space.capabilities import _MISSING
-from autocompile.space.dimensions import CUDA_GRAPH_MODES, DEFAULTS, EAGER, _member, _OPTION_GROUPS, _show
+from autocompile.space.dimensions import CUDA_GRAPH_MODES, DEFAULTS, EAGER, _member, _OPTION_GROUPS, _show, bucket_lengths
 
 # Failures seen on the GPU, keyed by the torch releases they were seen on (prefix of the version):
 # (releases, predicate on the configuration, reason).
@@ -66,8 +66,6 @@ def _over_the_recompile_limit(config: dict, traits, caps) -> str | None:
     and the rest falls back to eager (FailOnRecompileLimitHit, or a trial made infeasible)."""
     if config["dynamic"] is not False or not traits.varying or not traits.lengths:
         return None
-    from autocompile.apply import bucket_lengths
-
     limit = config.get("recompile_limit") or caps.recompile_limit
     if not limit:
         return None

@@ -40,7 +40,7 @@ class Workload:
 
     build(options) -> (model, optimizer), on options.device. A builder may honour
         options.blocks (build only that many of each list of repeated blocks, as the built-in
-        ones do); any other is cut after it is built (autocompile.screening.screened).
+        ones do); any other is cut after it is built (autocompile.trial.screened).
     batches(options, n) -> n batches (dicts of tensors on the device), each padded to its
         longest sequence, the way a typical collate function leaves them.
     loss(model, batch) -> scalar loss tensor (explicit, so it never breaks the graph). May be

@@ -14,75 +14,31 @@ score is reported as it runs, and `CannotWinPruner` compares it with the best); 
 pruned trials after the completed ones.
 
 At the end, the finalists (the top K configurations) are measured again, alternating with
-eager, and the winner is chosen from that round (`autocompile.finalists`). Each trial is run
-and told by `autocompile.runner`; the order of proposals is `autocompile.claims` and
-`autocompile.strategy`.
+eager, and the winner is chosen from that round (`autocompile.engine.finalists`). Each trial is run
+and told by `autocompile.engine.runner`; the order of proposals is `autocompile.engine.claims` and
+`autocompile.engine.strategy`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
 import time
 import warnings
-from dataclasses import dataclass
 
 import optuna
 
 from autocompile.errors import UserError
-from autocompile.finalists import reserve_note, run_finalists
-from autocompile.memory import FailureMemory, store_path
-from autocompile.memory import device_name as _device_name
-from autocompile.runner import Progress, Runner
-from autocompile.screening import make_pruner
-from autocompile.scoring import DEFAULT_HORIZON
+from autocompile.engine.finalists import reserve_note, run_finalists
+from autocompile.engine.memory import FailureMemory, store_path
+from autocompile.engine.memory import device_name as _device_name
+from autocompile.engine.runner import Progress, Runner
+from autocompile.engine.screening import make_pruner
+from autocompile.engine.settings import DEFAULT_FINALISTS, SearchSettings  # noqa: F401
 from autocompile.space import Capabilities, SearchSpace, WorkloadTraits
-from autocompile.storage import (check_study_name, counted, create_or_load, fail_stale,  # noqa: F401
+from autocompile.engine.storage import (check_study_name, counted, create_or_load, fail_stale,  # noqa: F401
                                  load_study, open_storage, set_budget, storage_url)
 from autocompile.trial import reap_orphans
-
-DEFAULT_FINALISTS = 3
-
-
-@dataclass
-class SearchSettings:
-    model: str
-    device: str
-    study: str
-    directory: str = "studies"
-    storage: str | None = None
-    trials: int = 10
-    timeout_s: float | None = None
-    trial_timeout_s: float = 900.0
-    baseline_timeout_s: float | None = None  # the baselines' own limit (default: trial_timeout_s)
-    horizon: int = DEFAULT_HORIZON
-    batch_size: int | None = None
-    seq_len: int | None = None
-    seed: int = 0
-    fixed: dict | None = None
-    space_file: str | None = None  # a space file (TOML or JSON): [fix], [exclude], [inductor]
-    measure: dict | None = None
-    max_memory_gb: float | None = None  # trials above it are infeasible
-    finalists: int = DEFAULT_FINALISTS  # re-measured at the end, alternating with eager (0: none)
-    prune: bool = True  # stop trials that can no longer win
-    triage: bool = True  # rerun compile failures with simpler backends to name the failing layer
-    trace: bool = False  # each trial writes a TORCH_TRACE (for tlparse reports in the dashboard)
-    memory_path: str | None = None  # the failure memory (default: ~/.cache/autocompile/failures.db)
-    screen: int | None = None  # screen trials at this many blocks first (autocompile.screening)
-
-    def __post_init__(self):
-        check_study_name(self.study)
-
-    @property
-    def baseline_limit_s(self) -> float:
-        """The baselines are what every trial is compared to: they may be given longer."""
-        return self.baseline_timeout_s or self.trial_timeout_s
-
-    @property
-    def study_dir(self) -> str:
-        return os.path.join(self.directory, self.study)
-
 
 def _sampler(seed: int):
     """TPE over the conditional space (multivariate, grouped); it reads each trial's constraint."""
@@ -189,7 +145,7 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
 
 def plan(runner: Runner, trials: int, timeout_s: float | None) -> dict:
     """The study's budget from now (`trials` more, within `timeout_s`), stored with the search's
-    settings for workers that join it (autocompile.workers)."""
+    settings for workers that join it (autocompile.engine.workers)."""
     runner.deadline = None if timeout_s is None else time.time() + timeout_s
     note = reserve_note(runner.study, runner.settings.finalists, timeout_s, runner.settings.trial_timeout_s)
     if note:
@@ -210,7 +166,7 @@ def search_study(settings: SearchSettings, progress: Progress | None = None, cal
     """Run (or resume) a search in this process, the finalist round included; the runner, whose study
     holds every trial. Raises UserError on bad input. `callbacks` are called as
     callback(study, frozen_trial) after each trial is told to the study."""
-    from autocompile.claims import work
+    from autocompile.engine.claims import work
 
     runner = open_search(settings, progress, callbacks)
     work(runner, plan(runner, settings.trials, settings.timeout_s))

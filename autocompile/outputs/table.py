@@ -6,8 +6,8 @@ import json
 import os
 
 from autocompile.apply import describe_config
-from autocompile.records import baseline_trial, baseline_value, best_trial, full_record, speedup
-from autocompile.strategy import effects
+from autocompile.engine.records import baseline_trial, baseline_value, best_trial, full_record, speedup
+from autocompile.engine.strategy import effects
 
 
 def default_score_bound(study, horizon: int) -> float | None:
@@ -56,7 +56,7 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
         best, score_of = best_trial(study), (lambda t: t.value)
     else:
         from autocompile.outputs.pareto import best_trial_for
-        from autocompile.scoring import score
+        from autocompile.engine.scoring import score
 
         best, score_of = best_trial_for(study, horizon), (lambda t: score(t.user_attrs, horizon))
     summary = {"study": study.study_name, "rows": rows, "best": None, "horizon": horizon,
@@ -91,7 +91,7 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
 
 
 def search_summary(runner) -> dict:
-    """The summary of a search that has ended (autocompile.study.search_study): its table, its winner
+    """The summary of a search that has ended (autocompile.engine.study.search_study): its table, its winner
     and what the harness added around the trials; the winner's files written beside the study."""
     import time
 

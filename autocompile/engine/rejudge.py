@@ -12,8 +12,8 @@ import os
 
 import optuna
 
-from autocompile.records import concise, eager_record, full_record, save_record, trial_folder
-from autocompile.scoring import _judged_by_an_older_guard, judge, score, violation
+from autocompile.engine.records import concise, eager_record, full_record, save_record, trial_folder
+from autocompile.engine.scoring import _judged_by_an_older_guard, judge, score, violation
 from autocompile.trial import TrialRequest, run_trial
 
 # What the new trial does not copy from the original: its verdict, and what follows from it.

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 import optuna
 
 from autocompile.apply import describe_config
-from autocompile.records import baseline_value, best_trial, concise, eager_record, save_record, speedup
-from autocompile.scoring import _judged_by_an_older_guard, judge, optimistic_score, score, violation
+from autocompile.engine.records import baseline_value, best_trial, concise, eager_record, save_record, speedup
+from autocompile.engine.scoring import _judged_by_an_older_guard, judge, optimistic_score, score, violation
 from autocompile.space import DEFAULTS, EAGER
-from autocompile.storage import heartbeat_s, this_worker
-from autocompile.strategy import too_slow, twin_time
+from autocompile.engine.storage import heartbeat_s, this_worker
+from autocompile.engine.strategy import too_slow, twin_time
 from autocompile.trial import TrialRequest, run_trial, triage
 
 if TYPE_CHECKING:
-    from autocompile.study import SearchSettings
+    from autocompile.engine.settings import SearchSettings
 
 BASELINES = (("eager", EAGER), ("compile-defaults", DEFAULTS))
 MIN_TRIAL_S = 30.0  # with less of --timeout left, no trial is started
@@ -249,7 +249,7 @@ class Runner:
 
     def _pruning(self, trial):
         """should_stop for run_trial: report the optimistic score, ask the study's pruner."""
-        # After a screen's step (autocompile.screening): a full trial's steps come later
+        # After a screen's step (autocompile.engine.screening): a full trial's steps come later
         horizon, state = self.settings.horizon, {"step": (self.settings.screen or -1) + 1, "last": None}
 
         def should_stop(events: list[dict]) -> str | None:

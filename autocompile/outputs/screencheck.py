@@ -20,9 +20,9 @@ import sys
 import time
 
 from autocompile.errors import UserError
-from autocompile.records import baseline_value
+from autocompile.engine.records import baseline_value
 from autocompile.space import CUDA_GRAPH_MODES
-from autocompile.storage import same_machine, this_boot
+from autocompile.engine.storage import same_machine, this_boot
 
 MIN_CONFIGS = 3  # fewer distinct configurations say nothing about a ranking
 
@@ -64,8 +64,8 @@ def study_configs(study, limit: int, others=()) -> list:
     at `study`'s horizon; a configuration in several studies counts once, from the first. Across
     studies, "best" is the score over the study's own eager speed: studies run on different machines,
     and a workload bound by the host moves with the machine (the captioner's eager: 8.2 and 13.3 steps/s)."""
-    from autocompile.records import search_candidates
-    from autocompile.scoring import score
+    from autocompile.engine.records import search_candidates
+    from autocompile.engine.scoring import score
 
     horizon = study.user_attrs.get("horizon")
     found = []
@@ -114,7 +114,7 @@ def _key(config: dict) -> str:
 
 def _settings(study, directory: str, measure: dict | None):
     """The study's own workload settings, as a SearchSettings for `screen_request`."""
-    from autocompile.study import SearchSettings
+    from autocompile.engine.settings import SearchSettings
 
     stored = study.user_attrs.get("settings")
     if not stored:
@@ -125,8 +125,8 @@ def _settings(study, directory: str, measure: dict | None):
 
 
 def _screen(settings, config: dict, k: int, folder: str, limit_s: float, eager: dict | None) -> dict:
-    from autocompile.scoring import judge
-    from autocompile.screening import screen_request
+    from autocompile.engine.scoring import judge
+    from autocompile.engine.screening import screen_request
     from autocompile.trial import run_trial
 
     record = run_trial(screen_request(settings, config, k, folder, limit_s))
@@ -153,7 +153,7 @@ def check_screening(study, directory: str, k: int, limit: int = 10, timeout_s: f
     _check_here(settings, k)
     deadline = None if timeout_s is None else time.time() + timeout_s
     left = lambda: trial_timeout_s if deadline is None else min(trial_timeout_s, deadline - time.time())  # noqa: E731
-    from autocompile.screening import SCREENS
+    from autocompile.engine.screening import SCREENS
 
     folder = os.path.join(settings.study_dir, SCREENS, f"check-{k}-blocks")
     names = ", ".join(repr(s.study_name) for s in (study, *others))
@@ -177,8 +177,8 @@ def check_screening(study, directory: str, k: int, limit: int = 10, timeout_s: f
 
 def _check_here(settings, k: int) -> None:
     """One-line errors before anything runs: a device this machine lacks, a k that cuts nothing."""
-    from autocompile.api import resolve_device
-    from autocompile.screening import block_counts, check_blocks
+    from autocompile.engine.settings import resolve_device
+    from autocompile.engine.screening import block_counts, check_blocks
     from autocompile.workloads import WorkloadOptions
 
     resolve_device(settings.device)

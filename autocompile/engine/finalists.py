@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import statistics
 
-from autocompile._worker import REPLAY_VERSION
-from autocompile.records import baseline_trial, eager_record, search_candidates
-from autocompile.runner import Runner, new_trial
+from autocompile.trial.protocol import REPLAY_VERSION
+from autocompile.engine.records import baseline_trial, eager_record, search_candidates
+from autocompile.engine.runner import Runner, new_trial
 
 # choose_winner's rule; a stored verdict of an older rule is chosen again from its own rows (rechoose).
 # 2: a runner-up's disagreement between its two runs no longer counts as noise against the leader.

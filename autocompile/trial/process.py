@@ -1,6 +1,6 @@
 """Running one trial in its own process, with cold compile caches and a time limit.
 
-The parent side of a trial: it writes the trial's spec, starts `autocompile._worker` in a new
+The parent side of a trial: it writes the trial's spec, starts `autocompile.trial.worker` in a new
 process session with empty Inductor and Triton cache folders, follows its progress, kills
 it at the time limit, and always returns a record: the worker's own measurement, or a
 failure record saying how and in which phase the process ended.
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from autocompile._worker import STACK_SIGNAL
+from autocompile.trial.protocol import STACK_SIGNAL
 
 # A record's fields, in the order tables and `trial --json` show them.
 RECORD_FIELDS = ("status", "reason", "warmup_s", "steps_per_s", "items_per_s", "recompiles",
@@ -46,7 +46,7 @@ class TrialRequest:
     seq_len: int | None = None
     seed: int = 0
     timeout_s: float = 900.0
-    toolchain_dir: str = field(default_factory=default_toolchain_dir)  # see _worker._warm_cpu_toolchain
+    toolchain_dir: str = field(default_factory=default_toolchain_dir)  # see worker._warm_cpu_toolchain
     header: str = ""
     measure: dict = field(default_factory=dict)  # overrides of the worker's measurement knobs
     trace: bool = False  # write a TORCH_TRACE to trial_dir/trace, for the dashboard's tlparse report
@@ -122,7 +122,7 @@ def pid_alive(pid: int) -> bool:
 def _is_trial_process(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"autocompile._worker" in f.read()
+            return b"autocompile.trial.worker" in f.read()
     except OSError:
         return sys.platform != "linux" and pid_alive(pid)
 
@@ -190,7 +190,7 @@ def stuck_in(log_path: str) -> tuple[str | None, list[str]]:
             frames.append(f"{path}:{m.group(2)} in {m.group(3).strip()}")
         else:
             frames = None
-    main = [t for t in threads if any(f.endswith("in <module>") and "_worker" in f for f in t)]
+    main = [t for t in threads if any(f.endswith("in <module>") and "trial/worker.py" in f for f in t)]
     if not main:
         return None, []
     stack = main[-1]  # the last dump's main thread
@@ -278,7 +278,7 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
     stop_reason = None
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "autocompile._worker", spec_path],
+            [sys.executable, "-m", "autocompile.trial.worker", spec_path],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=_child_env(request), start_new_session=True, preexec_fn=die_with_parent,
         )

@@ -14,7 +14,7 @@ import time
 
 import optuna
 
-from autocompile._worker import REPLAY_VERSION
+from autocompile.trial.protocol import REPLAY_VERSION
 
 DEFAULT_HORIZON = 1000  # training steps the warm-up is amortised over
 RECOMPILE_PENALTY = 0.02  # score lost per recompile after warm-up (at most half)
@@ -75,7 +75,7 @@ def numerics_verdict(record: dict, eager: dict | None, device: str) -> dict | No
     A loss that does not depend on the random stream is compared as measured: the trial's first
     losses against the eager baseline's (same seed, weights and batches). One that does
     (dropout) differs from eager's by the noise of the masks whatever the compile does, so it is
-    compared in the trial's replay instead (see autocompile._worker._replay): eager and the
+    compared in the trial's replay instead (see autocompile.trial.worker._replay): eager and the
     configuration from fresh weights and one seed, with compiled code drawing its random numbers
     from torch's stream in eager's order. None: nothing to compare.
     """

@@ -1,6 +1,6 @@
 """Several workers on one study: `search --gpus N` (a worker process per GPU of this host) and `autocompile worker` (joining).
 
-The search creates the study and its budget (autocompile.storage), starts one `autocompile worker`
+The search creates the study and its budget (autocompile.engine.storage), starts one `autocompile worker`
 process per GPU (each sees only its GPU through CUDA_VISIBLE_DEVICES; on the CPU, N workers for
 testing), relays their lines prefixed by worker, waits, then runs the finalist round once, on the
 first GPU, and writes the same table and winner as a single search. A worker on another host joins
@@ -19,7 +19,7 @@ import time
 import optuna
 
 from autocompile.errors import UserError
-from autocompile.storage import load_study
+from autocompile.engine.storage import load_study
 from autocompile.trial import die_with_parent
 
 WAIT_FOR_OTHERS_S = 5.0  # how often the search looks whether other hosts' workers are done
@@ -87,7 +87,7 @@ def run_workers(study: str, url: str, directory: str, gpus: list[str], device: s
 
 def _wait_for_others(runner) -> None:
     """Trials still running on other hosts' workers: the finalist round waits for them (failing stale ones)."""
-    from autocompile.storage import fail_stale
+    from autocompile.engine.storage import fail_stale
 
     running = (optuna.trial.TrialState.RUNNING,)
     while True:
@@ -103,7 +103,7 @@ def _wait_for_others(runner) -> None:
 def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=None, callbacks=()):
     """`search --gpus N`: the study and its budget made here, the trials run by a worker per GPU,
     the finalist round run here once (on the first GPU); the runner, as search_study returns it."""
-    from autocompile.study import conclude, open_search, plan
+    from autocompile.engine.study import conclude, open_search, plan
 
     runner = open_search(settings, progress, callbacks, workers=len(gpus))  # callbacks: the finalist round's
     if len(gpus) > 1 and not runner.url.startswith(("journal", "postgresql", "mysql")):
@@ -126,9 +126,10 @@ def join(study_name: str, url: str, directory: str, progress=None, timeout_s: fl
          callbacks=()) -> int:
     """`autocompile worker`: run trials of a study made by `autocompile search` until its budget or
     deadline (or this worker's `timeout_s`) is spent; returns how many trials the study counts."""
-    from autocompile.claims import work
-    from autocompile.storage import counted
-    from autocompile.study import SearchSettings, open_search
+    from autocompile.engine.claims import work
+    from autocompile.engine.storage import counted
+    from autocompile.engine.settings import SearchSettings
+    from autocompile.engine.study import open_search
 
     study = load_study(study_name, url)
     stored, budget = study.user_attrs.get("search_settings"), study.user_attrs.get("budget")

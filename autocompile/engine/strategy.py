@@ -22,8 +22,8 @@ import statistics
 
 import optuna
 
-from autocompile.scoring import DEFAULT_HORIZON
-from autocompile.storage import same_machine
+from autocompile.engine.scoring import DEFAULT_HORIZON
+from autocompile.engine.storage import same_machine
 
 # Dimensions in the order a change is most likely to pay, and why.
 PROMISE = (

@@ -4,7 +4,7 @@ The next trial is chosen as a single search chooses it (the baselines, the recip
 incumbent alternating with TPE's proposals), but from what the whole study holds: a configuration
 another worker measured, queued or is running is not started again, and compiled trials wait for
 eager (the reference every judge needs). The claim records role, config and worker at once, under
-`autocompile.storage.claim_lock`.
+`autocompile.engine.storage.claim_lock`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import time
 import optuna
 
 from autocompile.errors import UserError
-from autocompile.screening import screen_trial
-from autocompile.storage import claim_lock, counted, fail_stale, this_worker
-from autocompile.strategy import next_neighbour
-from autocompile.finalists import finalist_reserve
-from autocompile.runner import MIN_TRIAL_S, Runner, already_tried, ask, baselines_to_run, expected_trial_s, waiting
-from autocompile.study import SearchSettings
+from autocompile.engine.screening import screen_trial
+from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
+from autocompile.engine.strategy import next_neighbour
+from autocompile.engine.finalists import finalist_reserve
+from autocompile.engine.runner import MIN_TRIAL_S, Runner, already_tried, ask, baselines_to_run, expected_trial_s, waiting
+from autocompile.engine.settings import SearchSettings
 
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
 

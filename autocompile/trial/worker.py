@@ -1,6 +1,6 @@
 """The inside of one trial: build the workload, apply the snippet, warm up, measure.
 
-Runs as ``python -m autocompile._worker SPEC.json`` in a fresh process whose Inductor and
+Runs as ``python -m autocompile.trial.worker SPEC.json`` in a fresh process whose Inductor and
 Triton caches point at empty folders (set by the parent, `autocompile.trial`), so the warm-up
 measured is a cold compile. It reports its phase to an events file as it goes and writes
 its measurement to a result file at the end, whatever happens; the parent turns a crash, a
@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import resource
-import signal
 import statistics
 import sys
 import time
@@ -25,12 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet
+from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL
 
 if TYPE_CHECKING:
     from autocompile.workloads import Workload, WorkloadOptions
 
 
-STACK_SIGNAL = signal.SIGUSR1  # dump every thread's stack to the log (see the end of this file)
 
 
 class Events:
@@ -162,13 +161,6 @@ def _save_compile_cache(torch, folder: str, key: dict) -> dict:
     return {"path": path, "bytes": len(data), "artifacts": artifacts}
 
 
-REPLAY_STEPS = 3  # optimizer steps compared in the numerics replay
-REPLAY_SEED = 1234  # the random stream both sides of each replay step start from
-# 1: one seed for all steps (a lazy compile of the backward shifted the stream on CUDA); 2: dropout
-# aligned, not switched off (a compiled GPT-2 drew its attention dropout in another fused kernel)
-REPLAY_VERSION = 3
-
-
 class Training:
     """A freshly built model and optimizer with a snippet applied: one training step at a time."""
 
@@ -256,7 +248,7 @@ def _build(spec: dict, result: dict) -> tuple[Setup, tuple]:
 
     workload = get_workload(spec["model"])
     if spec.get("blocks"):  # a screened trial: the same model with its repeated blocks cut
-        from autocompile.screening import screened
+        from autocompile.trial.screened import screened
 
         workload = screened(workload, spec["blocks"])
         result["blocks"] = spec["blocks"]

@@ -1,0 +1,67 @@
+"""What a search is asked to do (`SearchSettings`), and the device it runs on."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from autocompile.engine.scoring import DEFAULT_HORIZON
+from autocompile.engine.storage import check_study_name
+from autocompile.errors import UserError
+
+DEFAULT_FINALISTS = 3
+
+
+@dataclass
+class SearchSettings:
+    model: str
+    device: str
+    study: str
+    directory: str = "studies"
+    storage: str | None = None
+    trials: int = 10
+    timeout_s: float | None = None
+    trial_timeout_s: float = 900.0
+    baseline_timeout_s: float | None = None  # the baselines' own limit (default: trial_timeout_s)
+    horizon: int = DEFAULT_HORIZON
+    batch_size: int | None = None
+    seq_len: int | None = None
+    seed: int = 0
+    fixed: dict | None = None
+    space_file: str | None = None  # a space file (TOML or JSON): [fix], [exclude], [inductor]
+    measure: dict | None = None
+    max_memory_gb: float | None = None  # trials above it are infeasible
+    finalists: int = DEFAULT_FINALISTS  # re-measured at the end, alternating with eager (0: none)
+    prune: bool = True  # stop trials that can no longer win
+    triage: bool = True  # rerun compile failures with simpler backends to name the failing layer
+    trace: bool = False  # each trial writes a TORCH_TRACE (for tlparse reports in the dashboard)
+    memory_path: str | None = None  # the failure memory (default: ~/.cache/autocompile/failures.db)
+    screen: int | None = None  # screen trials at this many blocks first (autocompile.engine.screening)
+
+    def __post_init__(self):
+        check_study_name(self.study)
+
+    @property
+    def baseline_limit_s(self) -> float:
+        """The baselines are what every trial is compared to: they may be given longer."""
+        return self.baseline_timeout_s or self.trial_timeout_s
+
+    @property
+    def study_dir(self) -> str:
+        return os.path.join(self.directory, self.study)
+
+
+def resolve_device(requested: str | None, need_gpu: bool = True) -> str:
+    """cuda when there is a GPU, else cpu; a clear error when a GPU is asked for and absent
+    (unless need_gpu is False: listing a CUDA search space needs no GPU)."""
+    import torch
+
+    if requested is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda"):
+        if need_gpu and not torch.cuda.is_available():
+            raise UserError(f"--device {requested}: no CUDA GPU is visible to torch {torch.__version__}; use --device cpu")
+        return requested
+    if requested != "cpu":
+        raise UserError(f"--device must be cuda or cpu, not {requested!r}")
+    return requested

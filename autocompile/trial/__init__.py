@@ -1,0 +1,13 @@
+"""One measurement in its own process: the parent's side (`process`: launch, limits, the kill of
+the process group, events, the triage ladder) and the inside (`worker`: build, apply the snippet,
+warm up, measure, replay), which agree on what `protocol` holds.
+
+`python -m autocompile.trial.worker SPEC.json` is the process a trial starts; nothing imports
+`worker` in the parent.
+"""
+
+from autocompile.trial.process import (RECORD_FIELDS, TrialRequest, die_with_parent, pid_alive, reap_orphans,
+                                       run_trial, stuck_in, triage)
+
+__all__ = ["RECORD_FIELDS", "TrialRequest", "die_with_parent", "pid_alive", "reap_orphans", "run_trial", "stuck_in",
+           "triage"]

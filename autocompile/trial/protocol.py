@@ -1,0 +1,12 @@
+"""What the parent and the trial process agree on: the signal that asks for stacks, and the
+numerics replay's steps, seed and version (a record judged by an older replay is judged again)."""
+
+import signal
+
+STACK_SIGNAL = signal.SIGUSR1  # the trial process dumps every thread's stack to its log (worker.main)
+
+REPLAY_STEPS = 3  # optimizer steps compared in the numerics replay
+REPLAY_SEED = 1234  # the random stream both sides of each replay step start from
+# 1: one seed for all steps (a lazy compile of the backward shifted the stream on CUDA); 2: dropout
+# aligned, not switched off (a compiled GPT-2 drew its attention dropout in another fused kernel)
+REPLAY_VERSION = 3
