@@ -130,7 +130,7 @@ def screened_study(tmp_path_factory):
     slower than eager on a CPU), so the study has three configurations for a check."""
     folder = tmp_path_factory.mktemp("screen")
     settings = SearchSettings(model=DEEP, device="cpu", study="s", directory=str(folder), trials=3, finalists=0,
-                              trial_timeout_s=120, measure=FAST, screen=K, prune=False)
+                              trial_timeout_s=120, baseline_timeout_s=600, measure=FAST, screen=K, prune=False)
     run_search(settings)
     return folder, load_study("s", "sqlite:///" + str(folder / "s" / "study.db"))
 

@@ -190,25 +190,36 @@ class Runner:
             timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining)),
             header=_header(settings, trial.number), measure=settings.measure or {}, trace=settings.trace,
         )
-        storage = self.storage
-        beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None
         try:
-            record = run_trial(request, on_event=lambda e: self.progress.phase(trial.number, label, e), heartbeat=beat,
-                               heartbeat_every_s=heartbeat_s() / 2,
-                               should_stop=self._pruning(trial) if prunable and settings.prune else None)
-            self.trials_wall += record["wall_s"]
-            if record["status"] == "compile_error" and settings.triage and (remaining is None or
-                                                                            self.remaining() > MIN_TRIAL_S):
-                self.progress.line(f"  trial {trial.number}: compile error; rerunning with simpler backends to find the layer")
-                record = triage(request, record, time_left=self.remaining(), heartbeat=beat)
-                self.trials_wall += sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
+            record = self._launch(trial, request, label, prunable, remaining)
+            record = self._tell(trial, request, record, limit_s)
         except KeyboardInterrupt:
-            trial.set_user_attr("status", "interrupted")
-            trial.set_user_attr("reason", "interrupted")
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            self.progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
-                               f"{self.url}; run the same command to resume")
+            self._abandon(trial)
             raise
+        self.progress.done += 1
+        self._report(trial.number, label, record)
+        self._told(trial)
+        return record
+
+    def _launch(self, trial, request: TrialRequest, label: str, prunable: bool, remaining: float | None) -> dict:
+        """The trial's process (and the triage ladder after a compile error): its record."""
+        settings, storage = self.settings, self.storage
+        beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None
+        record = run_trial(request, on_event=lambda e: self.progress.phase(trial.number, label, e), heartbeat=beat,
+                           heartbeat_every_s=heartbeat_s() / 2,
+                           should_stop=self._pruning(trial) if prunable and settings.prune else None)
+        self.trials_wall += record["wall_s"]
+        if record["status"] == "compile_error" and settings.triage and (remaining is None or
+                                                                        self.remaining() > MIN_TRIAL_S):
+            self.progress.line(f"  trial {trial.number}: compile error; rerunning with simpler backends to find the layer")
+            record = triage(request, record, time_left=self.remaining(), heartbeat=beat)
+            self.trials_wall += sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
+        return record
+
+    def _tell(self, trial, request: TrialRequest, record: dict, limit_s: float) -> dict:
+        """Judge the record, keep it whole in the trial's folder and concise in the study, tell the
+        study; the judged record."""
+        settings = self.settings
         record = judge(record, eager_record(self.study), settings.device, settings.max_memory_gb)
         record["score"] = score(record, settings.horizon)
         save_record(request.trial_dir, record)  # the whole record; the study keeps it concise
@@ -224,10 +235,17 @@ class Runner:
         else:
             trial.set_constraint("failed", violation(record))
             self.study.tell(trial, record["score"])
-        self.progress.done += 1
-        self._report(trial.number, label, record)
-        self._told(trial)
         return record
+
+    def _abandon(self, trial) -> None:
+        """Ctrl-C during a trial, or between its end and its tell: failed as interrupted (a trial already
+        told keeps its result), so no trial is left running in the study."""
+        if self.storage.get_trial(trial._trial_id).state == optuna.trial.TrialState.RUNNING:
+            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("reason", "interrupted")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
+                           f"{self.url}; run the same command to resume")
 
     def reject(self, trial, config: dict, role: str, reason: str) -> None:
         """A configuration that cannot work here: infeasible before launch, at no GPU cost."""
