@@ -102,6 +102,9 @@ def test_the_dashboard_shows_the_trials_and_opens_a_snippet(study):
         assert link, "no link to the trial's snippet on its page"
         with urllib.request.urlopen(base + link.group(1), timeout=10) as response:
             assert response.read().decode() == full_record(trial, study_dir)["snippet"]
+        # the study's page names its objective as the table does, not "Objective 0"
+        (name,) = study.metric_names
+        assert name.startswith("score at ") and name in _dom(f"{base}/dashboard/studies/{study._study_id}")
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -27,3 +27,38 @@ def test_a_correct_compile_of_a_model_with_dropout_passes_under_every_seed(tmp_p
     # What the guard compared before: the measured run's first losses against eager's, drawn with
     # other masks. Chance alone puts them beyond the tolerance, under every seed.
     assert compare_losses(record["losses"], record["eager_losses"], "cpu")["differs"]
+
+
+def test_a_finalists_rerun_starts_from_its_first_runs_code_and_carries_its_replay(tmp_path):
+    """The finalist round measures speed again, not compile: plain torch.compile's rerun loads the code
+    its first run compiled (cache hits where the first run missed), carries that run's cold warm-up
+    and its numerics replay (a replay of its own is not run), and is judged by them."""
+    import os
+    import subprocess
+    import sys
+
+    from autocompile.engine.records import full_record
+    from autocompile.engine.study import load_study
+    from conftest import ROOT, toy
+
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy("toy_dropout"), "--device", "cpu",
+                           "--trials", "2", "--finalists", "1", "--study", "s", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "each starts from the code its first run compiled" in done.stderr
+    study_dir = str(tmp_path / "s")
+    study = load_study("s", "sqlite:///" + os.path.join(study_dir, "study.db"))
+    (rerun,) = [t for t in study.trials if t.user_attrs.get("remeasure_of") == 1]
+    first, again = full_record(study.trials[1], study_dir), full_record(rerun, study_dir)
+    assert first["replay"]["version"] and again["status"] == "ok"
+    assert again["warmup_carried_from"] == 1 and again["warmup_s"] == first["warmup_s"] and "warm_warmup_s" in again
+    assert again["replay_carried_from"] == 1 and again["numerics"]["method"] == "replay"
+    with open(os.path.join(study_dir, "trials", f"{rerun.number:04d}", "spec.json")) as f:
+        spec = json.load(f)
+    assert spec["numerics_replay"] is False
+    counted = lambda record, kind: sum(n for k, n in record["compile_caches"].items() if k.endswith(kind))  # noqa: E731
+    assert counted(again, "_hit") > 0 and counted(again, "_miss") < counted(first, "_miss")
+    # the finalist keeps its caches for a resumed search's round; eager compiled nothing
+    assert os.path.isdir(os.path.join(study_dir, "trials", "0001", "cache"))
+    assert not os.path.isdir(os.path.join(study_dir, "trials", "0000", "cache"))

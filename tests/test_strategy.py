@@ -427,3 +427,26 @@ def test_an_incumbent_heavy_with_warm_up_first_drops_a_graph_it_compiles_besides
     study, measured = _measured_study(space)
     measured({"compile_optimizer": True, "lr_tensor": True, "padding": "buckets"}, 19.4, 19.7, 15)  # 3%: light
     assert next_neighbour(space, study, tried)["changed"] == ["compile_loss"]  # PROMISE's order
+
+
+def test_a_neighbour_of_a_parent_outside_the_space_is_a_move_of_several_dimensions():
+    # the CPU quickstart (2026-11-25): its space file pins the regional scope and more, so its first
+    # neighbour of plain torch.compile (trial 1, outside that space) moved one searched dimension,
+    # inductor.epilogue_fusion, and four pinned ones with it; it was said as the one.
+    from autocompile.engine.strategy import effects
+    from autocompile.outputs.table import format_effects
+
+    study = optuna.create_study(direction="maximize")
+    parent = {**DEFAULTS, "compile": True}
+    child = {**parent, "scope": "regional", "compile_optimizer": True, "inductor": {"epilogue_fusion": False}}
+    one_move = {**parent, "inductor": {"epilogue_fusion": False}}
+    for number, (config, extra) in enumerate([(parent, {}), (child, {"parent": 0, "changed": ["inductor.epilogue_fusion"]}),
+                                              (one_move, {"parent": 0, "changed": ["inductor.epilogue_fusion"]})]):
+        study.add_trial(optuna.trial.create_trial(value=10.0 - number, user_attrs={
+            "config": config, "status": "ok", "role": "neighbour" if extra else "compile-defaults", **extra}))
+    several, single = effects(study)
+    assert not several["single"] and set(several["changed"]) == {"scope", "compile_optimizer", "inductor.epilogue_fusion"}
+    assert single["single"] and single["changed"] == {"inductor.epilogue_fusion": (None, False)}
+    text = format_effects([several, single])
+    assert "trial 1 (from 0): a move of 3 dimensions (compile_optimizer false -> true, inductor.epilogue_fusion null" in text
+    assert "trial 2 (from 0): inductor.epilogue_fusion null -> false: -20.0% score" in text

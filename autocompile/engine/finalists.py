@@ -137,7 +137,8 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
         # this round was run already for these finalists, under the current numerics guard
         return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, runner.settings.horizon, progress.line)
-    progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager")
+    progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager; "
+                  "each starts from the code its first run compiled, whose cold warm-up and numerics it carries")
     progress.total = progress.done + rounds * (len(finalists) + 1)
     runs: dict[int, list[dict]] = {t.number: [] for t in [eager, *finalists]}
     for r in range(rounds):
@@ -158,7 +159,7 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
             limit = rerun_limit_s(original.user_attrs["wall_s"], trial_limit)
             keep = -overrun if remaining is None else min(-overrun, remaining - limit)
             record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
-                                limit_s=limit, keep_s=keep)
+                                limit_s=limit, keep_s=keep, first=original)
             runs[original.number].append({**record, "trial": trial.number})
     eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"]
     eager_pace = statistics.mean([x["steps_per_s"] for x in eager_runs]) if eager_runs else None

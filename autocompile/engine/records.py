@@ -131,3 +131,32 @@ def best_trial(study):
 
 def speedup(value: float | None, base: float | None) -> str:
     return f"{value / base:.2f}x" if value and base else "-"
+
+
+def config_columns(config: dict) -> dict:
+    """A configuration flattened: one column per dimension, `inductor.KEY` and `mode.PART` included."""
+    from autocompile.space import DEFAULTS
+
+    columns = {}
+    for key, value in {**DEFAULTS, **config}.items():
+        if key == "inductor":
+            columns.update({f"inductor.{k}": v for k, v in value.items()})
+        elif key == "part_modes":
+            columns.update({f"mode.{part}": mode for part, mode in value.items()})
+        else:
+            columns[key] = value
+    return columns
+
+
+def carried(record: dict, first: dict, number: int) -> dict:
+    """A finalist's rerun that started from the code its first run (trial `number`, whole record
+    `first`) compiled: its warm warm-up kept apart, the first run's cold warm-up carried as its
+    own, and the first run's numerics replay with it (not run again), so that its score is the
+    score of the configuration as a user meets it, cold."""
+    if record.get("status") != "ok":
+        return record
+    record["warm_warmup_s"] = record.get("warmup_s")
+    record.update(warmup_s=first.get("warmup_s"), warmup_steps=first.get("warmup_steps"), warmup_carried_from=number)
+    if first.get("replay") and not record.get("replay"):
+        record.update(replay=first["replay"], replay_carried_from=number)
+    return record

@@ -7,7 +7,6 @@ callback(study, frozen_trial)) that outputs such as the results table hang on ea
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -17,12 +16,13 @@ from typing import TYPE_CHECKING
 import optuna
 
 from autocompile.apply import describe_config
-from autocompile.engine.records import baseline_value, best_trial, concise, eager_record, save_record, speedup
+from autocompile.engine.records import (baseline_value, best_trial, carried, concise, eager_record, full_record,
+                                       save_record, speedup, trial_folder)
 from autocompile.engine.scoring import _judged_by_an_older_guard, judge, optimistic_score, score, violation
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.engine.storage import heartbeat_s, this_worker
 from autocompile.engine.strategy import too_slow, twin_time
-from autocompile.trial import TrialRequest, run_trial, triage
+from autocompile.trial import TrialRequest, caches, run_trial, triage
 
 if TYPE_CHECKING:
     from autocompile.engine.settings import SearchSettings
@@ -172,9 +172,10 @@ class Runner:
         return True
 
     def run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None = None,
-            keep_s: float = 0.0) -> dict:
+            keep_s: float = 0.0, first=None) -> dict:
         """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
-        of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record."""
+        of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record.
+        A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`)."""
         settings = self.settings
         limit_s = limit_s or settings.trial_timeout_s
         trial.set_user_attr("role", role)
@@ -183,15 +184,20 @@ class Runner:
         label = describe_config(config)
         self.progress.phase(trial.number, label, {"phase": "starting"})
         remaining = None if self.remaining() is None else self.remaining() - keep_s
+        warm = first is not None and config["compile"] and caches.kept(trial_folder(settings.study_dir, first.number))
         request = TrialRequest(
             model=settings.model, config=config, device=settings.device,
-            trial_dir=os.path.join(settings.study_dir, "trials", f"{trial.number:04d}"),
+            trial_dir=trial_folder(settings.study_dir, trial.number),
             batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
             timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining)),
-            header=_header(settings, trial.number), measure=settings.measure or {}, trace=settings.trace,
+            header=_header(settings, trial.number), trace=settings.trace,
+            measure={**(settings.measure or {}), **({"numerics_replay": False} if warm else {})},
+            cache_dir=warm or None, keep_cache=bool(config["compile"]) and first is None,
         )
         try:
             record = self._launch(trial, request, label, prunable, remaining)
+            if warm:
+                record = carried(record, full_record(first, settings.study_dir), first.number)
             record = self._tell(trial, request, record, limit_s)
         except KeyboardInterrupt:
             self._abandon(trial)

@@ -22,6 +22,7 @@ import statistics
 
 import optuna
 
+from autocompile.engine.records import config_columns
 from autocompile.engine.scoring import DEFAULT_HORIZON
 from autocompile.engine.storage import same_machine
 
@@ -90,10 +91,13 @@ def mean_scores(study) -> dict[int, float]:
 
 
 def effects(study) -> list[dict]:
-    """The measured effect of each single change against its parent: trial, parent, what changed
-    (dimension: from -> to), and the ratio of their mean scores (finalist reruns included, as the
-    report's plot has them) or the child's failure; `other_machine` where the two ran on different
-    machines, whose hosts may differ in speed."""
+    """The measured effect of each neighbour against its parent: trial, parent, every dimension in
+    which their configurations differ (dimension: from -> to), whether that is one move (`single`: the
+    dimension moved and those the move conditions, as the neighbour recorded them), and the ratio of
+    their mean scores (finalist reruns included, as the report's plot has them) or the child's
+    failure; `other_machine` where the two ran on different machines, whose hosts may differ in
+    speed. A parent outside the space (plain torch.compile under a space file) differs in more than
+    the move: the quickstart's trial 3 changed five dimensions of trial 1, not one."""
     means = mean_scores(study)
     rows = []
     for t in study.get_trials(deepcopy=False):
@@ -101,9 +105,11 @@ def effects(study) -> list[dict]:
         if "parent" not in a or not t.state.is_finished() or "status" not in a:
             continue
         parent = study.trials[a["parent"]]
-        before = a.get("parent_params") or parent.params
-        changes = {name: (before.get(name), t.params.get(name)) for name in a.get("changed", [])}
-        row = {"trial": t.number, "parent": parent.number, "changed": changes, "status": a["status"]}
+        before, after = config_columns(parent.user_attrs["config"]), config_columns(a["config"])
+        changes = {name: (before.get(name), after.get(name)) for name in sorted(set(before) | set(after))
+                   if before.get(name) != after.get(name)}
+        row = {"trial": t.number, "parent": parent.number, "changed": changes, "status": a["status"],
+               "single": set(changes) <= set(a.get("changed", []))}
         if same_machine(a.get("worker"), parent.user_attrs.get("worker")) is False:
             row["other_machine"] = True  # a resumed study on a new lease: the host's speed moved too
         if t.number in means and parent.number in means:
@@ -119,7 +125,7 @@ def _order(space, study) -> list:
     rank = {name: i for i, (name, _) in enumerate(PROMISE)}
     seen: dict[str, float] = {}
     for row in effects(study):
-        for name in row["changed"]:
+        for name in row["changed"] if row["single"] else ():  # a move of several says nothing of each
             seen[name] = max(seen.get(name, -1.0), row.get("effect", -1.0))
     dims = [d for d in space.dimensions if d.name not in space.fixed]
     return sorted(dims, key=lambda d: (0 if seen.get(d.name, 0) > 0 else 2 if d.name in seen else 1,

@@ -38,7 +38,8 @@ from autocompile.engine.settings import DEFAULT_FINALISTS, SearchSettings  # noq
 from autocompile.space import Capabilities, SearchSpace, WorkloadTraits
 from autocompile.engine.storage import (check_study_name, counted, create_or_load, fail_stale,  # noqa: F401
                                  load_study, open_storage, set_budget, storage_url)
-from autocompile.trial import reap_orphans
+from autocompile.trial import caches, reap_orphans
+from autocompile.engine.records import trial_folder
 
 def _sampler(seed: int):
     """TPE over the conditional space (multivariate, grouped); it reads each trial's constraint."""
@@ -128,6 +129,7 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     study = create_or_load(settings.study, storage, direction="maximize", sampler=_sampler(settings.seed + seed_offset),
                            pruner=pruner)
     _check_resume(study, settings)
+    _name_the_objective(study, settings.horizon)
     progress = progress or Progress(settings.trials)
     progress.line(f"autocompile search: {settings.model} on {_device_name(settings.device)} "
                   f"(torch {space.caps.torch_version}), study {settings.study!r} in {url}")
@@ -143,6 +145,15 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     return runner
 
 
+def _name_the_objective(study, horizon: int) -> None:
+    """The objective's name where Optuna shows it (the dashboard's history plot said "Objective 0")."""
+    name = f"score at {horizon} steps (steps/s, warm-up included)"
+    if study.metric_names != [name]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([name])
+
+
 def plan(runner: Runner, trials: int, timeout_s: float | None) -> dict:
     """The study's budget from now (`trials` more, within `timeout_s`), stored with the search's
     settings for workers that join it (autocompile.engine.workers)."""
@@ -156,9 +167,13 @@ def plan(runner: Runner, trials: int, timeout_s: float | None) -> dict:
 
 
 def conclude(runner: Runner) -> Runner:
-    """The end of a search: its finalist round, once (the summary is the outputs' part: report.py)."""
-    if runner.settings.finalists > 0:
-        run_finalists(runner, runner.settings.finalists)
+    """The end of a search: its finalist round, once (the summary is the outputs' part: outputs/table.py),
+    then the compile caches the trials kept, but the finalists' (a resumed search's round may use them)."""
+    verdict = run_finalists(runner, runner.settings.finalists) if runner.settings.finalists > 0 else None
+    keep = set((verdict or {}).get("finalists", []))
+    for t in runner.study.get_trials(deepcopy=False):
+        if t.number not in keep:
+            caches.drop(trial_folder(runner.settings.study_dir, t.number))
     return runner
 
 

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from autocompile.apply import describe_config
 from autocompile.outputs.pareto import measured_points, pareto_front, winner_at
-from autocompile.outputs.results import config_columns
+from autocompile.engine.records import config_columns
 
 DPI = 110
 ROLE_STYLE = {  # role -> (marker, colour, legend label)
@@ -280,8 +280,9 @@ def trial_phases(trial, study_dir: str) -> list[tuple[str, float, float]]:
         if _status(trial) not in ("ok",) and phases and measure is None:
             phases[-1] = ("stopped or failed", *phases[-1][1:])
         return phases
-    if a.get("warmup_s") is not None and a.get("wall_s"):
-        return [("compile / warm-up", 0.0, a["warmup_s"]), ("measurement", a["warmup_s"], a["wall_s"] - a["warmup_s"])]
+    spent = a.get("warm_warmup_s", a.get("warmup_s"))  # a finalist's rerun carries a cold warm-up it did not spend
+    if spent is not None and a.get("wall_s"):
+        return [("compile / warm-up", 0.0, spent), ("measurement", spent, a["wall_s"] - spent)]
     return [("stopped or failed", 0.0, a["wall_s"])] if a.get("wall_s") else []
 
 

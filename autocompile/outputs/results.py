@@ -19,7 +19,7 @@ import os
 import sqlite_utils
 
 from autocompile.apply import describe_config
-from autocompile.engine.records import full_record
+from autocompile.engine.records import config_columns, full_record
 from autocompile.engine.storage import file_lock
 
 FILE_NAME = "results.db"
@@ -28,21 +28,6 @@ FILE_NAME = "results.db"
 NOT_COLUMNS = ("snippet", "log", "config", "recompile_reasons", "graph_break_reasons")
 FIRST_COLUMNS = ("number", "state", "role", "remeasure_of", "status", "reason", "config", "value", "score",
                  "steps_per_s", "warmup_s", "warmup_steps")
-
-
-def config_columns(config: dict) -> dict:
-    """A configuration flattened: one column per dimension, `inductor.KEY` and `mode.PART` included."""
-    from autocompile.space import DEFAULTS
-
-    columns = {}
-    for key, value in {**DEFAULTS, **config}.items():
-        if key == "inductor":
-            columns.update({f"inductor.{k}": v for k, v in value.items()})
-        elif key == "part_modes":
-            columns.update({f"mode.{part}": mode for part, mode in value.items()})
-        else:
-            columns[key] = value
-    return columns
 
 
 def _status(trial) -> str:

@@ -210,11 +210,14 @@ def format_finalists(verdict: dict | None) -> str:
 
 
 def format_effects(rows: list[dict]) -> str:
-    """What each setting did: each single change against the trial it changed."""
-    lines = ["what each setting did (a trial against its parent, one dimension changed; "
-             "each one's score averaged over its runs, finalist reruns included):"]
+    """What each setting did: each neighbour against the trial it changed, a move of one dimension
+    (with those it conditions) said as such, a move of several as several."""
+    lines = ["what each setting did (a trial against its parent: one dimension changed, with those it conditions, "
+             "unless it says several; each one's score averaged over its runs, finalist reruns included):"]
     for row in rows:
         change = ", ".join(f"{name} {json.dumps(old)} -> {json.dumps(new)}" for name, (old, new) in row["changed"].items())
+        if not row.get("single", True):
+            change = f"a move of {len(row['changed'])} dimensions ({change})"
         outcome = (f"{row['effect']:+.1%} score" if "effect" in row
                    else f"{row['status']}: {row.get('reason', '')[:90]}")
         if row.get("other_machine"):

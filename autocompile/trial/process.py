@@ -13,7 +13,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +21,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from autocompile.trial import caches
 from autocompile.trial.protocol import STACK_SIGNAL
 
 # A record's fields, in the order tables and `trial --json` show them.
@@ -51,12 +51,13 @@ class TrialRequest:
     measure: dict = field(default_factory=dict)  # overrides of the worker's measurement knobs
     trace: bool = False  # write a TORCH_TRACE to trial_dir/trace, for the dashboard's tlparse report
     blocks: int | None = None  # screening: the model's repeated blocks cut to this many
-    cache_dir: str | None = None  # compile caches shared with other trials (screens only), kept after it
+    cache_dir: str | None = None  # compile caches it starts from (screens', a finalist's first run's), kept after it
+    keep_cache: bool = False  # keep its own caches after a clean run (`caches`: its finalist rerun starts from them)
 
 
 def _child_env(request: TrialRequest) -> dict:
     env = dict(os.environ)
-    cache = request.cache_dir or os.path.join(request.trial_dir, "cache")  # a full trial's caches start empty
+    cache = request.cache_dir or caches.own(request.trial_dir)  # a full trial's caches start empty
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
     env["PYTHONUNBUFFERED"] = "1"
@@ -346,7 +347,8 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
     record["config"] = request.config
     record["wall_s"] = wall_s
     record["log"] = log_path
-    shutil.rmtree(os.path.join(request.trial_dir, "cache"), ignore_errors=True)  # a shared cache_dir is kept
+    if not (request.keep_cache and record["status"] == "ok"):
+        caches.drop(request.trial_dir)  # a cache_dir it was given is kept
     with open(result_path, "w") as f:
         json.dump(record, f, indent=1, default=str)
     return record
