@@ -218,8 +218,9 @@ def format_effects(rows: list[dict]) -> str:
         change = ", ".join(f"{name} {json.dumps(old)} -> {json.dumps(new)}" for name, (old, new) in row["changed"].items())
         if not row.get("single", True):
             change = f"a move of {len(row['changed'])} dimensions ({change})"
+        reason = row.get("reason", "")
         outcome = (f"{row['effect']:+.1%} score" if "effect" in row
-                   else f"{row['status']}: {row.get('reason', '')[:90]}")
+                   else reason[:90] if reason.startswith(row["status"]) else f"{row['status']}: {reason[:90]}")
         if row.get("other_machine"):
             outcome += " (the two ran on different machines: not a like-for-like comparison)"
         lines.append(f"  trial {row['trial']} (from {row['parent']}): {change}: {outcome}")
