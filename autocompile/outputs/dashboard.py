@@ -27,7 +27,7 @@ import uuid
 
 import optuna
 
-from autocompile.engine.records import full_record
+from autocompile.engine.records import full_record, trial_folder
 
 ARTIFACTS_DIR = "artifacts"  # DIR/STUDY/artifacts/
 TRIAL_FILES = ("apply_compilation.py", "log.txt", "events.jsonl", "result.json", "log-hard-mark.txt")
@@ -45,8 +45,7 @@ def artifact_store(study_dir: str) -> optuna.artifacts.FileSystemArtifactStore:
     return optuna.artifacts.FileSystemArtifactStore(path)
 
 
-def trial_dir(study_dir: str, number: int) -> str:
-    return os.path.join(study_dir, "trials", f"{number:04d}")
+trial_dir = trial_folder  # a trial's folder: DIR/STUDY/trials/NNNN
 
 
 def tlparse_command() -> str | None:
