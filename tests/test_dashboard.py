@@ -108,3 +108,34 @@ def test_the_dashboard_shows_the_trials_and_opens_a_snippet(study):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.mark.parametrize("workload, bars", [("llama-8b", False), ("captioner", True)])
+def test_the_dashboard_draws_no_importances_where_optuna_tells_none_apart(tmp_path, workload, bars):
+    """llama-8b-fresh-5's importances are all alike (its 20 parameters 0.05 each in optuna-dashboard's
+    own panel): the dashboard draws none, as the report does; the captioner's it draws as they come."""
+    import json
+
+    shutil.copytree(os.path.join(ROOT, "studies", workload), tmp_path / workload)  # serving writes the note
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    server = subprocess.Popen([sys.executable, "-m", "autocompile", "dashboard", "--study", workload, "--dir",
+                               str(tmp_path), "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(base + "/api/meta", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read()
+                time.sleep(0.5)
+        with urllib.request.urlopen(f"{base}/api/studies/1/param_importances", timeout=120) as response:
+            (drawn,) = json.load(response)["param_importances"]
+        assert bool(drawn) == bars
+        if bars:
+            assert len({round(bar["importance"], 6) for bar in drawn}) > 1
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
