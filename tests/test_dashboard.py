@@ -1,5 +1,6 @@
 """The dashboard: each trial's files uploaded once, the winner's note, and the page in a real headless browser."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -78,49 +79,13 @@ def _dom(url: str) -> str:
     return out.stdout
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")
-def test_the_dashboard_shows_the_trials_and_opens_a_snippet(study):
-    study, study_dir = study
+@contextlib.contextmanager
+def _dashboard(study_name: str, directory: str):
+    """`autocompile dashboard` on a free port, as a user starts it; its base URL once it answers."""
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    server = subprocess.Popen([sys.executable, "-m", "autocompile", "dashboard", "--study", "toy", "--dir",
-                               os.path.dirname(study_dir), "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(base + "/api/meta", timeout=2)
-                break
-            except OSError:
-                assert server.poll() is None, server.stderr.read()
-                time.sleep(0.5)
-        trial = study.trials[1]
-        dom = _dom(f"{base}/dashboard/studies/{study._study_id}/trials?numbers={trial.number}")
-        assert {f"Trial {t.number}" for t in study.trials} <= set(re.findall(r"Trial \d+", dom))
-        link = re.search(r'download="apply_compilation.py" href="([^"]+)"', dom)
-        assert link, "no link to the trial's snippet on its page"
-        with urllib.request.urlopen(base + link.group(1), timeout=10) as response:
-            assert response.read().decode() == full_record(trial, study_dir)["snippet"]
-        # the study's page names its objective as the table does, not "Objective 0"
-        (name,) = study.metric_names
-        assert name.startswith("score at ") and name in _dom(f"{base}/dashboard/studies/{study._study_id}")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-@pytest.mark.parametrize("workload, bars", [("llama-8b", False), ("captioner", True)])
-def test_the_dashboard_draws_no_importances_where_optuna_tells_none_apart(tmp_path, workload, bars):
-    """llama-8b-fresh-5's importances are all alike (its 20 parameters 0.05 each in optuna-dashboard's
-    own panel): the dashboard draws none, as the report does; the captioner's it draws as they come."""
-    import json
-
-    shutil.copytree(os.path.join(ROOT, "studies", workload), tmp_path / workload)  # serving writes the note
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    server = subprocess.Popen([sys.executable, "-m", "autocompile", "dashboard", "--study", workload, "--dir",
-                               str(tmp_path), "--port", str(port)], env=env,
+    server = subprocess.Popen([sys.executable, "-m", "autocompile", "dashboard", "--study", study_name, "--dir",
+                               directory, "--port", str(port)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
@@ -131,11 +96,38 @@ def test_the_dashboard_draws_no_importances_where_optuna_tells_none_apart(tmp_pa
             except OSError:
                 assert server.poll() is None, server.stderr.read()
                 time.sleep(0.5)
-        with urllib.request.urlopen(f"{base}/api/studies/1/param_importances", timeout=120) as response:
-            (drawn,) = json.load(response)["param_importances"]
-        assert bool(drawn) == bars
-        if bars:
-            assert len({round(bar["importance"], 6) for bar in drawn}) > 1
+        yield base
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")
+def test_the_dashboard_shows_the_trials_and_opens_a_snippet(study):
+    study, study_dir = study
+    with _dashboard("toy", os.path.dirname(study_dir)) as base:
+        trial = study.trials[1]
+        dom = _dom(f"{base}/dashboard/studies/{study._study_id}/trials?numbers={trial.number}")
+        assert {f"Trial {t.number}" for t in study.trials} <= set(re.findall(r"Trial \d+", dom))
+        link = re.search(r'download="apply_compilation.py" href="([^"]+)"', dom)
+        assert link, "no link to the trial's snippet on its page"
+        with urllib.request.urlopen(base + link.group(1), timeout=10) as response:
+            assert response.read().decode() == full_record(trial, study_dir)["snippet"]
+        # the study's page names its objective as the table does, not "Objective 0"
+        (name,) = study.metric_names
+        assert name.startswith("score at ") and name in _dom(f"{base}/dashboard/studies/{study._study_id}")
+
+
+@pytest.mark.parametrize("workload, bars", [("llama-8b", False), ("captioner", True)])
+def test_the_dashboard_draws_no_importances_where_optuna_tells_none_apart(tmp_path, workload, bars):
+    """llama-8b-fresh-5's importances are all alike (its 20 parameters 0.05 each in optuna-dashboard's
+    own panel): the dashboard draws none, as the report does; the captioner's it draws as they come."""
+    import json
+
+    shutil.copytree(os.path.join(ROOT, "studies", workload), tmp_path / workload)  # serving writes the note
+    with _dashboard(workload, str(tmp_path)) as base:
+        with urllib.request.urlopen(f"{base}/api/studies/1/param_importances", timeout=120) as response:
+            (drawn,) = json.load(response)["param_importances"]
+    assert bool(drawn) == bars
+    if bars:
+        assert len({round(bar["importance"], 6) for bar in drawn}) > 1
