@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--screen", type=_positive_int, metavar="K",
                    help="screen each trial first with the model's repeated blocks cut to K; the top half go on to a "
                         "full trial (off by default; see `autocompile screen-check`)")
+    p.add_argument("--shared-cache", action=argparse.BooleanOptionalAction, default=False,
+                   help="trials after the baselines share one compile cache, each graph compiled once in the study, "
+                        "their cold warm-up reconstructed (off by default until validated: `autocompile cache-check`)")
     _gpus_arg(p)
     _memory_args(p)
 
@@ -255,6 +258,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--also", action="append", default=[], metavar="STUDY",
                    help="another study of the same workload (in --dir) whose configurations join the check; repeatable")
 
+    p = sub.add_parser("cache-check", help="how well a shared compile cache's reconstructed warm-up matches a cold one "
+                                          "(decides --shared-cache; table in DIR/cache-check-MODEL/cache-check.md)")
+    _workload_args(p)
+    p.add_argument("--groups", type=_positive_int, default=2, help="recipes whose graphs are shared (default 2)")
+    p.add_argument("--per-group", type=_positive_int, default=4,
+                   help="configurations per recipe: it, and its moves of the optimizer step and the loss (default 4)")
+    p.add_argument("--trial-timeout", type=_positive_float, default=600.0, help="limit for one run, seconds (default 600)")
+    p.add_argument("--dir", default="studies", help="the check goes to DIR/cache-check-MODEL (default: studies); "
+                                                    "a check that was cut continues there")
+
     p = sub.add_parser("dashboard", help="open a study in optuna-dashboard")
     p.add_argument("--study", required=True)
     _storage_args(p)
@@ -280,7 +293,7 @@ def cmd_search(args) -> int:
         space_file=args.space, max_memory_gb=args.max_memory_gb, finalists=args.finalists,
         prune=not args.no_prune, triage=not args.no_triage,
         trace=tlparse_command() is not None and not args.no_trace,  # tlparse reports in the dashboard
-        memory_path=args.failure_memory, screen=args.screen,
+        memory_path=args.failure_memory, screen=args.screen, shared_cache=args.shared_cache,
     )
     summary = run(settings, args.verbosity, gpus=args.gpus).summary
     print(format_summary(summary))
@@ -542,7 +555,24 @@ def cmd_screen_check(args) -> int:
     return 0 if result["rho"] is not None else 1
 
 
-COMMANDS = {"screen-check": cmd_screen_check, "search": cmd_search, "worker": cmd_worker, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
+def cmd_cache_check(args) -> int:
+    from autocompile.engine.study import build_space
+    from autocompile.outputs.cachecheck import check_cache, format_check
+
+    device = _device(args.device)
+    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed)
+    out = os.path.join(args.dir, "cache-check-" + study_name(args.model))
+    command = (f"autocompile cache-check --model {args.model} --groups {args.groups} --per-group {args.per_group} "
+               f"--trial-timeout {args.trial_timeout:g} --dir {args.dir}")
+    state = check_cache(space, args.model, device, out, args.groups, args.per_group, args.trial_timeout, command,
+                        say=lambda line: print(line, file=sys.stderr, flush=True))
+    with open(os.path.join(out, "cache-check.md"), "w") as f:
+        f.write(format_check(state))
+    print(format_check(state))
+    return 0 if state["rows"] else 1
+
+
+COMMANDS = {"screen-check": cmd_screen_check, "cache-check": cmd_cache_check, "search": cmd_search, "worker": cmd_worker, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
             "models": cmd_models,
             "space": cmd_space, "failures": cmd_failures, "export": cmd_export, "dashboard": cmd_dashboard}
 

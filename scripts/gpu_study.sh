@@ -26,7 +26,7 @@ case "$1" in
     rm -rf "$RUNS/src" && mkdir -p "$RUNS/src/studies" && cp -r autocompile "$RUNS/src/" && cp studies/*.toml "$RUNS/src/studies/"
     : > "$RUNS/commands.txt"
     for job in "$@"; do
-      case "$job" in screen-check*|export*|best*|report*|rejudge*) cmd=$job ;; *) cmd="search $job" ;; esac
+      case "$job" in screen-check*|cache-check*|export*|best*|report*|rejudge*) cmd=$job ;; *) cmd="search $job" ;; esac
       echo "python3 -m autocompile $cmd --dir $RUNS" >> "$RUNS/commands.txt"
     done
     setsid nohup env PYTHONPATH="$RUNS/src:$PYTHONPATH" AUTOCOMPILE_CACHE="$AUTOCOMPILE_CACHE" bash -c "cd $RUNS/src; while read -r cmd; do echo \"\$ \$cmd (\$(date -u +%FT%TZ))\"; \$cmd; echo \"exit \$?\"; done < $RUNS/commands.txt" \
@@ -45,6 +45,9 @@ esac
 if [ -n "${OUT:-}" ]; then
   cp "$RUNS/search.log" "$RUNS/device.txt" "$OUT/" 2>/dev/null
   [ -f "$AUTOCOMPILE_CACHE/failures.db" ] && cp "$AUTOCOMPILE_CACHE/failures.db" "$OUT/gpu-failures.db"
+  for d in "$RUNS"/cache-check-*/; do  # `cache-check --dir $RUNS`: its runs and table
+    [ -f "$d/cache-check.json" ] && cp "$d/cache-check.json" "$OUT/$(basename "$d").json"
+  done
   for d in "$RUNS"/*/; do
     s=$(basename "$d"); [ -f "$d/study.db" ] || [ -f "$d/journal.log" ] || continue
     tar -czf "$OUT/$s.tar.gz" -C "$RUNS" --exclude='cache' "$s"

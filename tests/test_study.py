@@ -264,7 +264,7 @@ def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
     # 38% behind, cannot win a rerun: it is no contender, and the round keeps its time no more.
     import optuna
 
-    from autocompile.engine.finalists import REACH, contenders, finalist_reserve
+    from autocompile.engine.finalists import REACH, WARM_SHARE, contenders, finalist_reserve, rerun_estimate_s
 
     committed = load_study("llama-8b-fresh", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh", "study.db"))
     study = optuna.create_study(directions=committed.directions)
@@ -273,7 +273,10 @@ def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
     assert 1 - study.trials[1].value / study.trials[3].value > REACH
     walls = {t.number: t.user_attrs["wall_s"] for t in study.trials}
     assert walls[1] > 500
-    assert finalist_reserve(study, 3) == pytest.approx(1.1 * (walls[3] + walls[2] + walls[0]))
+    # each rerun is expected to load what its first run compiled: that run, less 2/3 of its warm-up
+    reruns = {n: walls[n] - (1 - WARM_SHARE) * study.trials[n].user_attrs["warmup_s"] for n in (3, 2)}
+    assert all(rerun_estimate_s(study.trials[n]) == pytest.approx(reruns[n]) and reruns[n] < walls[n] for n in reruns)
+    assert finalist_reserve(study, 3) == pytest.approx(1.1 * (reruns[3] + reruns[2] + walls[0]))
     assert finalist_reserve(study, 3) < 0.2 * 1500
 
 
@@ -285,7 +288,7 @@ def test_the_finalist_round_leaves_out_a_baseline_that_took_longer_than_a_rerun_
     # is no contender, and the round keeps only what the others took.
     import optuna
 
-    from autocompile.engine.finalists import contenders, finalist_reserve
+    from autocompile.engine.finalists import contenders, finalist_reserve, rerun_estimate_s
 
     committed = load_study("llama-8b-fresh-4", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh-4", "study.db"))
     study = optuna.create_study(directions=committed.directions)
@@ -293,7 +296,7 @@ def test_the_finalist_round_leaves_out_a_baseline_that_took_longer_than_a_rerun_
     walls = {t.number: t.user_attrs["wall_s"] for t in study.trials}
     assert walls[1] > 240 and [t.number for t in contenders(study, 3)] == [2, 1]  # without the limit: both
     assert [t.number for t in contenders(study, 3, 240)] == [2]
-    assert finalist_reserve(study, 3, 240) == pytest.approx(1.1 * (walls[2] + walls[0]))
+    assert finalist_reserve(study, 3, 240) == pytest.approx(1.1 * (rerun_estimate_s(study.trials[2]) + walls[0]))
     assert finalist_reserve(study, 3, 240) < 0.1 * 1500 < 0.5 * finalist_reserve(study, 3)
 
 

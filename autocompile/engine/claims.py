@@ -17,10 +17,10 @@ import optuna
 from autocompile.errors import UserError
 from autocompile.engine.screening import screen_trial
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
+from autocompile.engine.prediction import Predictor
 from autocompile.engine.strategy import next_neighbour
 from autocompile.engine.finalists import finalist_reserve
 from autocompile.engine.runner import MIN_TRIAL_S, Runner, already_tried, ask, baselines_to_run, expected_trial_s, waiting
-from autocompile.engine.settings import SearchSettings
 
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
 
@@ -53,8 +53,33 @@ def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
             return  # on to the finalist round
         if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
             continue  # pruned at its screen
-        runner.run(trial, config, role, prunable=not baseline, limit_s=settings.baseline_limit_s if baseline else None,
-                   keep_s=reserve)
+        limit = _baseline_limit(runner, role, reserve) if baseline else None
+        record = runner.run(trial, config, role, prunable=not baseline, limit_s=limit, keep_s=reserve)
+        if baseline and record["status"] == "timeout" and limit < settings.baseline_limit_s:
+            runner.cut_baselines.add(role)  # not again in this search; a resumed one with more time measures it
+
+
+# Plain torch.compile may take at most this share of what is left of --timeout before the finalist
+# round: llama-8b's whole-model compile took 558 s of a 1500 s search (38%) and left one neighbour
+# and no TPE trial (H200, 2026-11-25). Cut, it still says how long it had been warming up, which
+# bounds its score (the summary's "at least Nx plain torch.compile's").
+BASELINE_SHARE = 0.5
+
+
+def _baseline_limit(runner: Runner, role: str, reserve: float) -> float:
+    """A baseline's time limit: --baseline-timeout; for plain torch.compile under --timeout, no more
+    than BASELINE_SHARE of what is left before the finalist round (and no less than --trial-timeout)."""
+    settings, remaining = runner.settings, runner.remaining()
+    limit = settings.baseline_limit_s
+    if role != "compile-defaults" or remaining is None:
+        return limit
+    share = BASELINE_SHARE * (remaining - reserve)
+    if share >= limit:
+        return limit
+    bounded = max(share, min(limit, settings.trial_timeout_s))
+    runner.progress.line(f"plain torch.compile gets {bounded:.0f} s of the {limit:.0f} s --baseline-timeout: at most "
+                         f"{BASELINE_SHARE:.0%} of the {max(remaining - reserve, 0):.0f} s left before the finalist round")
+    return bounded
 
 
 def _out_of_time(runner: Runner, reserve: float) -> bool:
@@ -62,7 +87,7 @@ def _out_of_time(runner: Runner, reserve: float) -> bool:
     remaining, settings = runner.remaining(), runner.settings
     if remaining is None:
         return False
-    expected = MIN_TRIAL_S if _owed_baselines(runner.study, settings) else expected_trial_s(runner.study)
+    expected = MIN_TRIAL_S if _owed_baselines(runner) else expected_trial_s(runner.study)
     if remaining - reserve >= expected:
         return False
     runner.progress.line(f"search timeout of {settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
@@ -71,12 +96,12 @@ def _out_of_time(runner: Runner, reserve: float) -> bool:
     return True
 
 
-def _owed_baselines(study, settings: SearchSettings) -> list[tuple[str, dict]]:
-    """The baselines still owed, less those another worker is running."""
-    trials = study.get_trials(deepcopy=False)
+def _owed_baselines(runner: Runner) -> list[tuple[str, dict]]:
+    """The baselines still owed, less those another worker is running and those this search cut by its budget."""
+    trials = runner.study.get_trials(deepcopy=False)
     running = {t.user_attrs.get("role") for t in trials if t.state == optuna.trial.TrialState.RUNNING}
-    owed = baselines_to_run([t for t in trials if t.state.is_finished()], settings.baseline_limit_s)
-    return [(role, config) for role, config in owed if role not in running]
+    owed = baselines_to_run([t for t in trials if t.state.is_finished()], runner.settings.baseline_limit_s)
+    return [(role, config) for role, config in owed if role not in running and role not in runner.cut_baselines]
 
 
 def _eager_running(study) -> bool:
@@ -91,7 +116,7 @@ def _claim(runner: Runner, state: dict):
     study = runner.study
     if _eager_running(study):
         return "wait"
-    pending = _owed_baselines(study, runner.settings)
+    pending = _owed_baselines(runner)
     _queue_proposals(runner, state, pending)
     trial = ask(study)
     try:
@@ -116,7 +141,8 @@ def _queue_proposals(runner: Runner, state: dict, pending: list) -> None:
                 study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
         state["recipes_queued"] = True
     if state["recipes_queued"] and state["proposals"] % 2 == 0 and not waiting(study):
-        neighbour = next_neighbour(space, study, runner.tried)  # alternating with TPE's proposals
+        cost = Predictor(study, settings.study_dir).predict  # the cheaper of equally promising moves first
+        neighbour = next_neighbour(space, study, runner.tried, cost)  # alternating with TPE's proposals
         if neighbour:
             study.enqueue_trial(neighbour["params"], user_attrs={
                 "role": "neighbour", **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
@@ -140,6 +166,10 @@ def _attribute(runner: Runner, trial, pending: list, state: dict):
     why_not = None if baseline else runner.refusal(config)
     if why_not:
         runner.reject(trial, config, role, why_not)
+        return None
+    doomed = None if baseline else runner.ruled_out(config)
+    if doomed:
+        runner.prune_before_launch(trial, config, role, doomed)
         return None
     return trial, config, role
 

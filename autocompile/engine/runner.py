@@ -18,7 +18,8 @@ import optuna
 from autocompile.apply import describe_config
 from autocompile.engine.records import (baseline_value, best_trial, carried, concise, eager_record, full_record,
                                        save_record, speedup, trial_folder)
-from autocompile.engine.scoring import _judged_by_an_older_guard, judge, optimistic_score, score, violation
+from autocompile.engine.prediction import Predictor
+from autocompile.engine.scoring import _judged_by_an_older_guard, best_score, judge, optimistic_score, score, violation
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.engine.storage import heartbeat_s, this_worker
 from autocompile.engine.strategy import too_slow, twin_time
@@ -139,6 +140,7 @@ class Runner:
         self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
         self.started = time.time()  # when the search began (set by open_search)
         self.space = self.memory = None  # set by open_search
+        self.cut_baselines: set[str] = set()  # baselines this search cut by its budget (claims._baseline_limit)
 
     def refusal(self, config: dict) -> str | None:
         """Why `config` is not launched, before any process: it cannot work or is doomed here,
@@ -182,9 +184,15 @@ class Runner:
         trial.set_user_attr("config", config)  # known even if the search dies during the trial
         trial.set_user_attr("worker", this_worker())  # a trial of a dead worker is failed and tried again
         label = describe_config(config)
+        predicted = Predictor(self.study, settings.study_dir).predict(config) if first is None else None
+        if predicted is not None:
+            trial.set_user_attr("predicted_warmup_s", predicted)  # beside the measured one, for the summary
         self.progress.phase(trial.number, label, {"phase": "starting"})
         remaining = None if self.remaining() is None else self.remaining() - keep_s
-        warm = first is not None and config["compile"] and caches.kept(trial_folder(settings.study_dir, first.number))
+        warm = self._warm_cache(config, first)
+        shared = self._shares(config, role, first)
+        if shared:
+            trial.set_user_attr("compile_cache", "shared")
         request = TrialRequest(
             model=settings.model, config=config, device=settings.device,
             trial_dir=trial_folder(settings.study_dir, trial.number),
@@ -192,7 +200,9 @@ class Runner:
             timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining)),
             header=_header(settings, trial.number), trace=settings.trace,
             measure={**(settings.measure or {}), **({"numerics_replay": False} if warm else {})},
-            cache_dir=warm or None, keep_cache=bool(config["compile"]) and first is None,
+            cache_dir=warm or (caches.shared(settings.study_dir) if shared else None),
+            keep_cache=bool(config["compile"]) and first is None and role != "finalist",
+            ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
         )
         try:
             record = self._launch(trial, request, label, prunable, remaining)
@@ -206,6 +216,22 @@ class Runner:
         self._report(trial.number, label, record)
         self._told(trial)
         return record
+
+    def _warm_cache(self, config: dict, first) -> str | None:
+        """The compile cache a rerun of trial `first` starts from: the study's shared one where `first`
+        compiled into it, else the one `first` kept; None for a first run."""
+        if first is None or not config["compile"]:
+            return None
+        if first.user_attrs.get("compile_cache") == "shared" and caches.has_shared(self.settings.study_dir):
+            return caches.shared(self.settings.study_dir)
+        return caches.kept(trial_folder(self.settings.study_dir, first.number))
+
+    def _shares(self, config: dict, role: str, first) -> bool:
+        """Whether a first run compiles into the study's shared cache: with --shared-cache, every
+        compiled trial but the baselines (measured cold, the comparison users read) and a finalist's
+        cold check."""
+        return (self.settings.shared_cache and bool(config["compile"]) and first is None
+                and role not in ("eager", "compile-defaults", "finalist"))
 
     def _launch(self, trial, request: TrialRequest, label: str, prunable: bool, remaining: float | None) -> dict:
         """The trial's process (and the triage ladder after a compile error): its record."""
@@ -252,6 +278,25 @@ class Runner:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
                            f"{self.url}; run the same command to resume")
+
+    def ruled_out(self, config: dict) -> str | None:
+        """Why `config` cannot win, predicted before launch (autocompile.engine.prediction), or None."""
+        if not self.settings.prune:
+            return None
+        return Predictor(self.study, self.settings.study_dir).ruled_out(config, best_score(self.study),
+                                                                         self.settings.horizon)
+
+    def prune_before_launch(self, trial, config: dict, role: str, reason: str) -> None:
+        """A configuration predicted not to win: pruned with the prediction as its reason, at no process cost."""
+        record = {"status": "pruned", "reason": "pruned before launch: " + reason, "config": config, "wall_s": 0.0,
+                  "notes": []}
+        trial.set_user_attr("role", role)
+        for key, value in concise(record).items():
+            trial.set_user_attr(key, value)
+        self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        self.progress.done += 1
+        self._report(trial.number, describe_config(config), record)
+        self._told(trial)
 
     def reject(self, trial, config: dict, role: str, reason: str) -> None:
         """A configuration that cannot work here: infeasible before launch, at no GPU cost."""

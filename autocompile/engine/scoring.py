@@ -142,18 +142,21 @@ def optimistic_score(events: list[dict], horizon: int, now: float | None = None)
     return at_pace * (1 + slack)
 
 
-class CannotWinPruner(optuna.pruners.BasePruner):
-    """Prunes a trial whose last reported value (its optimistic score) is below the best score.
+def best_score(study) -> float | None:
+    """The best score of the feasible completed trials, finalist reruns included."""
+    return max((t.value for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                if t.user_attrs.get("status") == "ok" and t.value), default=None)
 
-    The best is that of the feasible completed trials, finalist re-runs included.
-    """
+
+class CannotWinPruner(optuna.pruners.BasePruner):
+    """Prunes a trial whose last reported value (its optimistic score) is below the best score
+    (`best_score`)."""
 
     def prune(self, study, trial) -> bool:
         step = trial.last_step
         if step is None:
             return False
-        best = max((t.value for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                    if t.user_attrs.get("status") == "ok" and t.value), default=None)
+        best = best_score(study)
         return best is not None and trial.intermediate_values[step] < best
 
 

@@ -37,6 +37,7 @@ class SearchSettings:
     trace: bool = False  # each trial writes a TORCH_TRACE (for tlparse reports in the dashboard)
     memory_path: str | None = None  # the failure memory (default: ~/.cache/autocompile/failures.db)
     screen: int | None = None  # screen trials at this many blocks first (autocompile.engine.screening)
+    shared_cache: bool = False  # trials after the baselines share one compile cache (autocompile.trial.caches)
 
     def __post_init__(self):
         check_study_name(self.study)

@@ -266,7 +266,7 @@ def _rank_lighter(name: str, value, base: dict, borrow: dict) -> int:
     return 1 if name in borrow and _same(borrow[name], value) else 2
 
 
-def next_neighbour(space, study, tried) -> dict | None:
+def next_neighbour(space, study, tried, cost=None) -> dict | None:
     """The next untried, feasible neighbour: {"params", "changed", "parent", "parent_params",
     "config"}, or None. `tried(config, params)` says whether a configuration was measured or queued already.
 
@@ -297,18 +297,27 @@ def next_neighbour(space, study, tried) -> dict | None:
         fast_first = warmup_share(study, top) >= WARMUP_SHARE
         parents.sort(key=lambda p: (children[p[0].number], (p[0].number == best.number) == fast_first))
     for parent, own, borrow, rank in parents:
-        found = _neighbour(space, study, tried, parent, own, borrow, rank)
+        found = _neighbour(space, study, tried, parent, own, borrow, rank, cost)
         if found:
             return found
     return None
 
 
-def _neighbour(space, study, tried, parent, base: dict, borrow: dict, rank) -> dict | None:
-    """The first untried, feasible neighbour of `parent` (parameters `base`) in `rank`'s order,
-    a move bringing in what it conditions as `borrow` has it, else at its promising value."""
+CHEAPEST_OF = 4  # moves of the first rank weighed by their predicted cost
+
+
+def _neighbour(space, study, tried, parent, base: dict, borrow: dict, rank, cost=None) -> dict | None:
+    """The next untried, feasible neighbour of `parent` (parameters `base`) in `rank`'s order, a move
+    bringing in what it conditions as `borrow` has it, else at its promising value. Among the first
+    CHEAPEST_OF moves of the first rank, the one `cost(config)` (a predicted warm-up, None where it is
+    unknown) says is cheapest: as likely to pay, it costs least (gain per second)."""
     moves = [(dim, value) for dim in _order(space, study) for value in dim.choices
              if not (dim.name in base and _same(base[dim.name], value))]
+    found = []
     for dim, value in sorted(moves, key=lambda m: rank(m[0].name, m[1], base, borrow)):  # a stable sort
+        level = rank(dim.name, value, base, borrow)
+        if found and (level != found[0][0] or len(found) >= CHEAPEST_OF or cost is None):
+            break
         # what the move brings in: as `borrow` has it, else its promising value
         params = space.params_for({**_PROMISING_VALUE, **borrow, **base, dim.name: value})
         if not params or params == base or dim.name not in params:
@@ -317,5 +326,10 @@ def _neighbour(space, study, tried, parent, base: dict, borrow: dict, rank) -> d
         if tried(config, params) or space.rejection(config):
             continue
         changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
-        return {"params": params, "changed": changed, "parent": parent.number, "parent_params": base, "config": config}
-    return None
+        found.append((level, {"params": params, "changed": changed, "parent": parent.number, "parent_params": base,
+                              "config": config}))
+    if not found:
+        return None
+    predicted = [(cost(m["config"]) if cost else None) for _, m in found]
+    best = min(range(len(found)), key=lambda i: (predicted[i] is None, predicted[i] or 0.0, i))
+    return found[best][1]

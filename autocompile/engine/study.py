@@ -174,6 +174,8 @@ def conclude(runner: Runner) -> Runner:
     for t in runner.study.get_trials(deepcopy=False):
         if t.number not in keep:
             caches.drop(trial_folder(runner.settings.study_dir, t.number))
+    if not keep:
+        caches.drop_shared(runner.settings.study_dir)
     return runner
 
 

@@ -35,7 +35,8 @@ def trial_rows(study) -> list[dict]:
             "config": describe_config(config) if config else "",
             "status": a.get("status", "pruned" if t.state.name == "PRUNED" else "interrupted"),
             "reason": a.get("reason", "the search stopped during this trial" if "status" not in a else ""),
-            "warmup_s": a.get("warmup_s"), "steps_per_s": a.get("steps_per_s"), "items_per_s": a.get("items_per_s"),
+            "warmup_s": a.get("warmup_s"), "warmup_kind": a.get("warmup_kind"), "predicted_warmup_s": a.get("predicted_warmup_s"),
+            "steps_per_s": a.get("steps_per_s"), "items_per_s": a.get("items_per_s"),
             "vs_eager": a["steps_per_s"] / eager_sps if a.get("steps_per_s") and eager_sps else None,
             "vs_default": a["steps_per_s"] / default_sps if a.get("steps_per_s") and default_sps else None,
             "cv": a.get("cv"), "recompiles": a.get("recompiles"), "graph_breaks": a.get("graph_breaks"),
@@ -73,9 +74,11 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
                                  "graph_breaks", "peak_mem_gb", "cv", "device_name", "torch", "transformers")},
         "vs_eager": a["steps_per_s"] / eager_sps if eager_sps else None,
         "vs_default": a["steps_per_s"] / default_sps if default_sps else None,
-        "snippet": winner_snippet(study, best, study_dir),
+        "warmup_kind": a.get("warmup_kind"),
     }
     verdict = summary["finalists"]
+    _cold_warm_up(summary["best"], verdict)
+    summary["best"]["snippet"] = winner_snippet(study, best, study_dir, summary["best"])
     if verdict and verdict.get("finalists") and verdict.get("winner") is None:
         summary["best"]["unconfirmed"] = "the finalist round measured none of its finalists again"
     default = baseline_trial(study, "compile-defaults")
@@ -88,6 +91,24 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
     if write and study_dir:
         write_outputs(summary, study_dir)
     return summary
+
+
+def _cold_warm_up(best: dict, verdict: dict | None) -> None:
+    """The winner's warm-up as measured cold by the finalist round's check, where its own was
+    reconstructed (autocompile.engine.finalists.cold_check)."""
+    check = (verdict or {}).get("cold_check") or {}
+    if best.get("warmup_kind") == "reconstructed" and (verdict or {}).get("winner") == best["number"] \
+            and check.get("status") == "ok":
+        best.update(warmup_s=check["cold_warmup_s"], warmup_kind=f"cold, measured in trial {check['trial']}",
+                    reconstructed_warmup_s=check["reconstructed_warmup_s"])
+
+
+def _warm_up_words(record: dict) -> str:
+    """"warm-up 12.3 s", and how it was found where it was not one cold run."""
+    kind = record.get("warmup_kind") or ""
+    how = " (reconstructed from the shared cache's hits)" if kind == "reconstructed" else \
+        f" ({kind})" if kind.startswith("cold, measured in") else ""
+    return f"warm-up {record.get('warmup_s') or 0:.1f} s{how}"
 
 
 def search_summary(runner) -> dict:
@@ -128,16 +149,18 @@ def write_outputs(summary: dict, study_dir: str) -> None:
         json.dump({k: v for k, v in summary.items()}, f, indent=1, default=str)
 
 
-def winner_snippet(study, best, study_dir: str | None = None) -> str:
+def winner_snippet(study, best, study_dir: str | None = None, summary_best: dict | None = None) -> str:
     """The code the winning trial ran, under a docstring that says what it measured (the
-    snippet from the trial's whole record: the study holds only its start)."""
-    a = full_record(best, study_dir)
+    snippet from the trial's whole record: the study holds only its start; the warm-up the
+    summary's winner has, cold-checked where it was reconstructed)."""
+    a = {**full_record(best, study_dir), **{k: v for k, v in (summary_best or {}).items()
+                                           if k in ("warmup_s", "warmup_kind")}}
     eager = baseline_value(study, "eager", "steps_per_s")
     default = baseline_value(study, "compile-defaults", "steps_per_s")
     measured = (
         f"Measured on {a.get('device_name')} with torch {a.get('torch')}: {a.get('steps_per_s', 0):.3g} steps/s "
         f"steady ({speedup(a.get('steps_per_s'), eager)} eager, {_against_defaults(speedup(a.get('steps_per_s'), default))}), "
-        f"warm-up {a.get('warmup_s', 0):.1f} s."
+        f"{_warm_up_words(a)}."
     )
     snippet = a.get("snippet", "")
     first_line_end = snippet.find("\n")
@@ -160,6 +183,8 @@ def format_table(rows: list[dict]) -> str:
         for _, key, fmt in TABLE_COLUMNS:
             value = row.get(key)
             line.append("-" if value is None or value == "" else fmt.format(value))
+            if key == "warmup_s" and value is not None and row.get("warmup_kind") == "reconstructed":
+                line[-1] += "r"
         if row.get("status") not in ("ok", None) and row.get("reason"):
             line[-1] += f"  [{row['reason'][:80]}]"
         cells.append(line)
@@ -181,12 +206,30 @@ def format_best(best: dict) -> str:
     horizon = f" for {best['horizon']} steps" if best.get("horizon") else ""
     return (f"winner{horizon}: trial {best['number']} ({best['role']}) {describe_config(best['config'])}: "
             f"{best['steps_per_s']:.3g} steps/s, {vs(best['vs_eager'])} eager, {_against_defaults(vs(best['vs_default']))}, "
-            f"warm-up {best['warmup_s']:.1f} s"
+            f"{_warm_up_words(best)}"
             + (f"; score {best['score_vs_default']:.2f}x plain torch.compile's (warm-up included)"
                if best.get("score_vs_default") else "")
             + (f"; score at least {best['score_vs_default_at_least']:.2f}x plain torch.compile's, which was "
                f"still warming up when stopped" if best.get("score_vs_default_at_least") else "")
             + (f"; not confirmed: {best['unconfirmed']}" if best.get("unconfirmed") else ""))
+
+
+def format_predictions(rows: list[dict]) -> str:
+    """How well warm-ups predicted before launch (autocompile.engine.prediction) matched the measured
+    ones, and how many trials a prediction pruned before launch; "" where there was none."""
+    pairs = [(r["predicted_warmup_s"], r["warmup_s"]) for r in rows
+             if r.get("predicted_warmup_s") and r.get("warmup_s") and r.get("status") == "ok"]
+    pruned = sum(r.get("status") == "pruned" and r.get("reason", "").startswith("pruned before launch") for r in rows)
+    if not pairs and not pruned:
+        return ""
+    line = "warm-up predicted before launch:"
+    if pairs:
+        errors = sorted(abs(p / m - 1) for p, m in pairs)
+        line += (f" {len(pairs)} trial{'s' if len(pairs) > 1 else ''} measured, median error {errors[len(errors) // 2]:.0%},"
+                 f" worst {errors[-1]:.0%}")
+    if pruned:
+        line += f"{';' if pairs else ''} {pruned} pruned before launch by the prediction"
+    return line
 
 
 def format_finalists(verdict: dict | None) -> str:
@@ -202,7 +245,9 @@ def format_finalists(verdict: dict | None) -> str:
         vs = f"{row['vs_eager']:.2f}x eager, " if row.get("vs_eager") else ""
         lines.append(f"  trial {row['trial']} (rerun as {', '.join(map(str, row['reruns']))}): "
                      f"{row['search_steps_per_s']:.3g} then {row['steps_per_s']:.3g} steps/s "
-                     f"(agree within {row['agreement']:.1%}), {vs}warm-up {row['warmup_s']:.1f} s, "
+                     f"(agree within {row['agreement']:.1%}), {vs}warm-up {row['warmup_s']:.1f} s"
+                     + (f" cold (reconstructed {row['reconstructed_warmup_s']:.1f} s)" if "reconstructed_warmup_s" in row
+                        else "") + ", "
                      f"score {row['score']:.3g}  {describe_config(row['config'])}")
     if verdict.get("why"):
         lines.append("  " + verdict["why"])
@@ -230,6 +275,11 @@ def format_effects(rows: list[dict]) -> str:
 def format_summary(summary: dict) -> str:
     """Table, finalist round and winner: what `search` prints and trials.txt holds."""
     parts = [format_table(summary["rows"])]
+    if any(row.get("warmup_kind") == "reconstructed" for row in summary["rows"]):
+        parts[0] += ("\nr: a cold warm-up reconstructed: the warm-up measured with the shared compile cache, plus the "
+                     "cold compile time of each graph the cache had (docs/search.md)")
+    if predictions := format_predictions(summary["rows"]):
+        parts.append(predictions)
     if summary.get("effects"):
         parts.append(format_effects(summary["effects"]))
     if summary.get("finalists"):

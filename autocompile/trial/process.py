@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from autocompile.trial import caches
+from autocompile.trial import caches, graphs
 from autocompile.trial.protocol import STACK_SIGNAL
 
 # A record's fields, in the order tables and `trial --json` show them.
@@ -53,6 +53,7 @@ class TrialRequest:
     blocks: int | None = None  # screening: the model's repeated blocks cut to this many
     cache_dir: str | None = None  # compile caches it starts from (screens', a finalist's first run's), kept after it
     keep_cache: bool = False  # keep its own caches after a clean run (`caches`: its finalist rerun starts from them)
+    ledger: bool = False  # cache_dir is a study's shared cache: its graphs go to its ledger, its warm-up is reconstructed
 
 
 def _child_env(request: TrialRequest) -> dict:
@@ -267,6 +268,7 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
         "seq_len": request.seq_len, "seed": request.seed, "toolchain_dir": request.toolchain_dir,
         "header": request.header, "events": events_path, "result": result_path, "blocks": request.blocks,
         "timeout_s": request.timeout_s,  # the time limit it ran under, for the record
+        "graph_ledger": graphs.ledger_path(request.cache_dir) if request.ledger else None,
         **request.measure,
     }
     with open(spec_path, "w") as f:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet
+from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
 from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL
 
 if TYPE_CHECKING:
@@ -209,7 +210,7 @@ def run(spec: dict, events: Events, result: dict) -> None:
     events.emit(phase="building")
     import torch
 
-    watcher = _prepare(torch, spec, result)
+    watcher, ledger = _prepare(torch, spec, result)
     setup, built = _build(spec, result)
     _write_snippet(spec, result, setup)
     if spec.get("replay_only"):  # the numerics replay alone, for a configuration measured before
@@ -220,7 +221,7 @@ def run(spec: dict, events: Events, result: dict) -> None:
     training = _apply(spec, result, setup, built)
     del built  # the model and optimizer live on in `training` only
     sync = _device_sync(torch, spec["device"])
-    warm = _warm_up(training, watcher, spec, events, result, sync, setup.pool)
+    warm = _warm_up(training, watcher, spec, events, result, sync, setup.pool, ledger)
     _save_cache(torch, spec, result, training)
     _measure(torch, training, watcher, warm, spec, events, result, sync, setup.counts, setup.workload.unit)
     if result.get("rng_dependent") and spec.get("numerics_replay", True) and result["status"] == "ok":
@@ -228,18 +229,19 @@ def run(spec: dict, events: Events, result: dict) -> None:
         _check_numerics(torch, spec, events, result, setup, sync)
 
 
-def _prepare(torch, spec: dict, result: dict) -> CompileWatcher:
-    """Check the device, pre-run the CPU probe, hook a compile watcher and record the versions."""
+def _prepare(torch, spec: dict, result: dict) -> tuple[CompileWatcher, GraphLedger]:
+    """Check the device, pre-run the CPU probe, hook a compile watcher and a graph ledger, and record the versions."""
     notes: list[str] = result["notes"]
     device, config = spec["device"], spec["config"]
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("CUDA was asked for but torch sees no GPU")
     if not device.startswith("cuda") and config["compile"]:
         _warm_cpu_toolchain(spec.get("toolchain_dir"), notes)
-    watcher = CompileWatcher()
+    watcher, ledger = CompileWatcher(), GraphLedger(spec.get("graph_ledger"))
     notes += watcher.install(torch)
+    notes += ledger.install(torch)
     _versions(torch, device, result)
-    return watcher
+    return watcher, ledger
 
 
 def _build(spec: dict, result: dict) -> tuple[Setup, tuple]:
@@ -362,10 +364,12 @@ def _rng_dependent(torch, workload, model, batch: dict) -> bool:
     return other > max(10 * same, 1e-9 * abs(losses[0]))
 
 
-def _warm_up(training: Training, watcher, spec: dict, events: Events, result: dict, sync, pool: int) -> dict:
+def _warm_up(training: Training, watcher, spec: dict, events: Events, result: dict, sync, pool: int,
+             ledger: GraphLedger) -> dict:
     """Until a whole pass over the batch pool is done and `settle` steps in a row started no
     compile. Each step is synchronised so its compile events are its own. Returns where it ended:
-    steps run, a typical quiet step's time, compile events so far."""
+    steps run, a typical quiet step's time, compile events so far. With a shared compile cache the
+    warm-up it measured is not cold: `_cold_warm_up` reconstructs it."""
     warming = "compiling" if spec["config"]["compile"] else "warming up"
     events.emit(phase=warming)
     settle = spec.get("settle_steps", 3)
@@ -388,6 +392,7 @@ def _warm_up(training: Training, watcher, spec: dict, events: Events, result: di
             quiet_times.append(dt)
         else:
             quiet, quiet_times = 0, []
+            ledger.update()  # its cold compiles reach the study's ledger now, even if the trial is cut later
         if (index >= pool and quiet >= settle) or index >= max_warmup:
             break
         if index % max(1, pool // 2) == 0:
@@ -396,8 +401,22 @@ def _warm_up(training: Training, watcher, spec: dict, events: Events, result: di
     if index >= max_warmup and quiet < settle:
         result["notes"].append(f"compiles did not stop within {max_warmup} warm-up steps")
     result.update(warmup_s=warmup_s, warmup_steps=index, losses=losses, compile_caches=_cache_counters())
+    _cold_warm_up(spec, result, ledger)
     return {"steps": index, "typical_step_s": statistics.median(quiet_times) if quiet_times else warmup_s / index,
             "events": watcher.events}
+
+
+def _cold_warm_up(spec: dict, result: dict, ledger: GraphLedger) -> None:
+    """The graphs compiled; where the shared cache had some, the cold warm-up reconstructed (see
+    autocompile.trial.graphs) becomes the warm-up, beside the one measured."""
+    graphs = ledger.update()
+    result["graphs"] = graphs
+    rebuilt = reconstruct(result["warmup_s"], graphs, read_ledger(spec.get("graph_ledger")))
+    if rebuilt:
+        result.update(warmup_s=rebuilt["warmup_s"], warmup_measured_s=rebuilt["measured_s"],
+                      warmup_kind="reconstructed", reconstruction=rebuilt)
+    else:
+        result["warmup_kind"] = "cold" if spec["config"]["compile"] else "eager"
 
 
 def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events: Events, result: dict, sync,

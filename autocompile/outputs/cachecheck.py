@@ -1,0 +1,159 @@
+"""Whether a reconstructed warm-up is a cold one: `autocompile cache-check`.
+
+A shared compile cache (`search --shared-cache`) spares a trial the graphs another trial compiled,
+and its cold warm-up is reconstructed from the study's ledger (`autocompile.trial.graphs`). This
+check measures both on one workload: groups of configurations that share the model's graphs (a
+recipe, then the same recipe with the optimizer step, the loss or the fused optimizer changed)
+run one after another with one shared cache, as a search runs them; each that had cache hits is
+then run cold (its own empty cache), and the table sets its reconstructed warm-up beside the cold
+one. Sharing is trusted where every reconstruction is within TOLERANCE of its cold run.
+
+A primer run comes first, cold and not compared, as a search's baselines come before its shared
+trials: the first compile on a fresh machine is slower (files not yet in the page cache, CUDA's
+JIT cache empty), and graphs first compiled then made every reconstruction from them 17-38% long
+(the captioner on one H100, 2026-11-25, studies/cache-check/2026-11-25-captioner-h100-unprimed.json).
+
+Runs are kept in OUT/cache-check.json as they finish: the same command continues a check that
+was cut (GPU time comes in calls of minutes), measuring only what it lacks.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+import optuna
+
+from autocompile.trial import TrialRequest, caches, run_trial
+
+TOLERANCE = 0.15  # the brief's: a reconstructed warm-up agrees with a cold one within 15%
+MOVES = ("compile_optimizer", "compile_loss", "fused_optimizer")  # changes that keep the model's graphs
+QUICK = {"min_windows": 1, "max_windows": 1, "min_window_s": 0.2, "numerics_replay": False}  # warm-up is the point
+
+
+def check_configs(space, groups: int, per_group: int) -> list[tuple[int, dict]]:
+    """(group, config) pairs: each of the first `groups` recipes, then up to per_group - 1 of its
+    single moves in MOVES (those the space offers and does not reject)."""
+    out, seen = [], []
+    for group, params in enumerate(space.starting_points()[:groups]):
+        members = [params]
+        for name in MOVES:
+            if name in space.fixed or len(members) >= per_group:
+                continue
+            extra = {"lr_tensor": True} if name == "compile_optimizer" else {}  # a compiled step under a schedule needs it
+            moved = space.params_for({**params, **extra, name: not params.get(name, False)})
+            if moved and moved.get(name) == (not params.get(name, False)) and moved not in members:
+                members.append(moved)
+        for member in members:
+            config = space.suggest(optuna.trial.FixedTrial(member))
+            if config not in seen and not space.rejection(config):
+                seen.append(config)
+                out.append((group, config))
+    return out
+
+
+def _load(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(path: str, state: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f, indent=1, default=str)
+    os.replace(path + ".tmp", path)
+
+
+def _run(out: str, name: str, model: str, device: str, config: dict, timeout_s: float, cache_dir: str | None) -> dict:
+    record = run_trial(TrialRequest(model=model, config=config, device=device, trial_dir=os.path.join(out, "runs", name),
+                                    timeout_s=timeout_s, measure=QUICK, cache_dir=cache_dir, ledger=cache_dir is not None))
+    keep = ("status", "reason", "warmup_s", "warmup_measured_s", "warmup_kind", "reconstruction", "wall_s", "steps_per_s",
+            "device_name", "torch")
+    return {**{k: record.get(k) for k in keep},
+            "graphs": [{k: g.get(k) for k in ("compile_id", "key", "frame", "state", "s", "saved_s")}
+                       for g in record.get("graphs", [])]}
+
+
+def check_cache(space, model: str, device: str, out: str, groups: int = 2, per_group: int = 4,
+                trial_timeout_s: float = 600.0, command: str = "", say=print) -> dict:
+    """Run (or continue) the check; returns its state (also in OUT/cache-check.json)."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "cache-check.json")
+    state = _load(path) or {"model": model, "device": device, "command": command,
+                            "date": datetime.date.today().isoformat(), "runs": []}
+    pairs = check_configs(space, groups, per_group)
+    if "primer" not in state and not state["runs"] and pairs:
+        say("cache-check: a primer run (the first configuration, its own cold cache, not compared)")
+        state["primer"] = _run(out, "primer", model, device, pairs[0][1], trial_timeout_s, None)
+        _save(path, state)
+    shared = caches.shared(out)
+    for i, (group, config) in enumerate(pairs):
+        if i < len(state["runs"]):
+            continue
+        say(f"cache-check: shared run {i + 1}/{len(pairs)} (group {group}): {json.dumps(config)[:160]}")
+        state["runs"].append({"group": group, "config": config,
+                              "shared": _run(out, f"shared-{i}", model, device, config, trial_timeout_s, shared)})
+        _save(path, state)
+    for i, run in enumerate(state["runs"]):
+        if run["shared"].get("warmup_kind") == "reconstructed" and "cold" not in run:
+            say(f"cache-check: cold run of configuration {i + 1}")
+            run["cold"] = _run(out, f"cold-{i}", model, device, run["config"], trial_timeout_s, None)
+            _save(path, state)
+    from autocompile.trial.graphs import ledger_path
+
+    try:  # the ledger the reconstructions read, kept with the check
+        with open(ledger_path(shared)) as f:
+            state["ledger"] = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        pass
+    state["rows"] = rows(state)
+    state["agree"] = bool(state["rows"]) and all(abs(r["error"]) <= TOLERANCE for r in state["rows"])
+    _save(path, state)
+    return state
+
+
+def rows(state: dict) -> list[dict]:
+    """Each configuration whose reconstructed warm-up has a cold run to compare with."""
+    out = []
+    for i, run in enumerate(state["runs"]):
+        shared, cold = run["shared"], run.get("cold") or {}
+        if shared.get("warmup_kind") != "reconstructed" or cold.get("status") != "ok" or shared.get("status") != "ok":
+            continue
+        out.append({"config": i + 1, "group": run["group"], "measured_s": shared["warmup_measured_s"],
+                    "reconstructed_s": shared["warmup_s"], "cold_s": cold["warmup_s"],
+                    "hits": shared["reconstruction"]["hits"], "error": shared["warmup_s"] / cold["warmup_s"] - 1,
+                    "torch_error": None if "torch_saved_s" not in shared["reconstruction"] else
+                    (shared["warmup_measured_s"] + shared["reconstruction"]["torch_saved_s"]) / cold["warmup_s"] - 1})
+    return out
+
+
+def format_check(state: dict) -> str:
+    """The check as Markdown: the command, each run, and the verdict."""
+    from autocompile.apply import describe_config
+
+    device = next((r["shared"].get("device_name") for r in state["runs"] if r["shared"].get("device_name")), state["device"])
+    torch = next((r["shared"].get("torch") for r in state["runs"] if r["shared"].get("torch")), "?")
+    lines = [f"# Reconstructed against cold warm-up: {state['model']}", "",
+             f"{state['date']}, {device}, torch {torch}. Command: `{state['command']}`", "",
+             f"Primer run (cold, not compared): warm-up {(state.get('primer') or {}).get('warmup_s') or 0:.1f} s."
+             if state.get("primer") else "No primer run.", "",
+             "| # | group | configuration | status | cache hits | measured with the shared cache (s) | reconstructed (s) | cold (s) | error | error with torch's saved time |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    by_config = {r["config"]: r for r in state.get("rows", [])}
+    for i, run in enumerate(state["runs"], 1):
+        shared, row = run["shared"], by_config.get(i)
+        hits = (shared.get("reconstruction") or {}).get("hits", 0)
+        fmt = lambda x: "-" if x is None else f"{x:.1f}"
+        measured = shared.get("warmup_measured_s") or shared.get("warmup_s")
+        lines.append(f"| {i} | {run['group']} | {describe_config(run['config'])} | {shared.get('status')} | {hits} | "
+                     f"{fmt(measured)} | {fmt(row['reconstructed_s']) if row else '-'} | "
+                     f"{fmt(row['cold_s']) if row else ('(cold: no hits)' if not hits else '-')} | "
+                     + (f"{row['error']:+.1%} | " + ("-" if row["torch_error"] is None else f"{row['torch_error']:+.1%}")
+                        + " |" if row else "- | - |"))
+    worst = max((abs(r["error"]) for r in state.get("rows", [])), default=None)
+    lines += ["", f"{len(state.get('rows', []))} reconstructions compared; worst error "
+              + ("-" if worst is None else f"{worst:.1%}") + f"; within {TOLERANCE:.0%}: {'yes' if state.get('agree') else 'no'}."]
+    return "\n".join(lines) + "\n"
