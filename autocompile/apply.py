@@ -26,6 +26,7 @@ class ModelInfo:
     max_len: int = 0
     device_type: str = "cpu"
     recompile_limit_key: str | None = "recompile_limit"
+    compiled_autograd_api: str | None = "_enable"  # see Capabilities.compiled_autograd_api
 
 
 def find_repeated_blocks(model) -> list[str]:
@@ -85,8 +86,9 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
               "Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,",
               "if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and",
               "prepare_batch(batch) on every batch, right before the forward pass. Wrap your loss",
-              "function (model outputs, batch) -> loss once with compile_loss(loss_fn). To start warm,",
-              "call load_compile_cache(path) first with a cache from `autocompile export`.", '"""',
+              "function (model outputs, batch) -> loss once with compile_loss(loss_fn), and call",
+              "backward(loss) where you called loss.backward(). To start warm, call",
+              "load_compile_cache(path) first with a cache from `autocompile export`.", '"""',
               "import torch", ""]
 
     settings: list[str] = []
@@ -96,6 +98,11 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     else:
         if config["matmul_precision"]:
             body.append(f"    torch.set_float32_matmul_precision({config['matmul_precision']!r})")
+        if config.get("activation_memory_budget") is not None:
+            settings.append(f"ACTIVATION_MEMORY_BUDGET = {config['activation_memory_budget']!r}  "
+                            "# activations kept for the backward; the rest is recomputed")
+            body += ["    import torch._functorch.config  # AOTAutograd's partitioner reads it at each compile",
+                     "    torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET"]
         if config["recompile_limit"] and info.recompile_limit_key:
             body.append(f"    torch._dynamo.config.{info.recompile_limit_key} = {config['recompile_limit']}")
         scope = config["scope"]
@@ -137,6 +144,7 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     lines += body
     lines += ["    return model, optimizer", "", ""]
     lines += loss_fn + ["", ""]
+    lines += _backward_lines(config, info) + ["", ""]
     lines += ["def prepare_batch(batch):"]
     lines += ['    """Pads and marks the batch for the compiled model (call it where the collate ends)."""']
     lines += prep
@@ -177,6 +185,21 @@ def load_compile_cache(path):
         torch.compiler.load_cache_artifacts(f.read())
     return True
 '''.splitlines()
+
+
+def _backward_lines(config: dict, info: ModelInfo) -> list[str]:
+    """backward(loss): loss.backward(), or under Compiled Autograd (002): the autograd engine's whole
+    backward traced and compiled as a graph of its own (dynamic shapes: one graph for all lengths)."""
+    lines = ["def backward(loss):"]
+    if not (config["compile"] and config.get("compiled_autograd")):
+        return lines + ['    """The backward pass (call it where you called loss.backward())."""', "    loss.backward()"]
+    api = info.compiled_autograd_api or "_enable"
+    return lines + [
+        '    """The backward pass, compiled by Compiled Autograd (call it where you called loss.backward())."""',
+        "    import torch._dynamo.compiled_autograd",
+        "",
+        f"    with torch._dynamo.compiled_autograd.{api}(lambda graph: torch.compile(graph, dynamic=True)):",
+        "        loss.backward()"]
 
 
 def _lr_tensor_lines() -> list[str]:
@@ -290,6 +313,10 @@ def describe_config(config: dict) -> str:
         parts.append(f"pad={config['padding']}" + (f"{config['pad_multiple']}" if config["padding"] == "multiple" else ""))
     if config["mark_dynamic"] != "off":
         parts.append(f"{config['mark_dynamic']}_dynamic")
+    if config.get("compiled_autograd"):
+        parts.append("compiled-autograd")
+    if config.get("activation_memory_budget") is not None:
+        parts.append(f"act-budget={config['activation_memory_budget']:g}")
     for key, value in config["inductor"].items():
         parts.append(f"{key}={json.dumps(value)}")
     return " ".join(parts)

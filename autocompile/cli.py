@@ -220,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(p)
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
+    p.add_argument("--max-memory-gb", type=_positive_float, help="the space of a search under this memory limit")
     p.add_argument("--json", action="store_true")
     _memory_args(p)
 
@@ -430,10 +431,12 @@ def cmd_models(args) -> int:
 
 
 def cmd_space(args) -> int:
-    from autocompile.engine.study import build_space
+    from autocompile.engine.study import build_space, memory_bound
 
     device = _device(args.device, need_gpu=False)
-    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set), args.space)
+    bound = memory_bound(args.max_memory_gb, device)
+    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set), args.space,
+                        bound)
     described = space.describe()
     described["left_out"] += _remembered(space, device, args.failure_memory)
     if args.json:

@@ -185,3 +185,59 @@ def test_a_tensor_lr_keeps_a_scheduled_compiled_step_from_recompiling(lr_tensor)
         assert graphs[-1] == graphs[0], graphs  # no recompile
     else:
         assert graphs[-1] >= graphs[0] + 2, graphs  # a recompile at each new LR
+
+
+def test_an_activation_memory_budget_recomputes_and_trains_like_eager():
+    """A budget below 1 makes AOTAutograd's partitioner keep fewer activations for the backward
+    (recomputing the rest): the snippet sets it before compiling, and the compiled model trains
+    with eager's numerics (the same first losses from the same weights and batches)."""
+    import torch._functorch.config as functorch_config
+
+    before = functorch_config.activation_memory_budget
+    batches = WORKLOAD.batches(OPTIONS, 3)
+    try:
+        cfg = config(scope="full", activation_memory_budget=0.5)
+        source = render_snippet(cfg, info())
+        assert "ACTIVATION_MEMORY_BUDGET = 0.5" in source
+        model, optimizer, prepare = applied(cfg)
+        assert functorch_config.activation_memory_budget == 0.5
+        compiled_losses = [float(train_step(model, optimizer, prepare, b)) for b in batches * 2]
+    finally:
+        functorch_config.activation_memory_budget = before
+    model, optimizer, prepare = applied(EAGER)
+    eager_losses = [float(train_step(model, optimizer, prepare, b)) for b in batches * 2]
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-3)
+    assert sum(compiled_losses[3:]) < sum(compiled_losses[:3])  # the second pass over the same batches: it learned
+
+
+def test_compiled_autograd_compiles_the_backward_and_trains_like_eager():
+    """backward(loss) under Compiled Autograd: the autograd engine's backward is captured and
+    compiled as a graph of its own (torch counts the captures), and the model trains with eager's
+    numerics; without it, backward(loss) is loss.backward()."""
+    from torch._dynamo.utils import counters
+
+    batches = WORKLOAD.batches(OPTIONS, 3)
+    plain = load_snippet(render_snippet(config(scope="full"), info()))
+    assert "compiled_autograd" not in render_snippet(config(scope="full"), info())
+    model, optimizer = WORKLOAD.build(OPTIONS)
+    namespace = load_snippet(render_snippet(config(scope="full", compiled_autograd=True), info(model=model)))
+    model, optimizer = namespace["apply_compilation"](model, optimizer)
+    before = sum(counters["compiled_autograd"].values())
+    losses = []
+    for batch in batches * 2:
+        loss = WORKLOAD.loss(model, namespace["prepare_batch"](dict(batch)))
+        namespace["backward"](loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss))
+    assert sum(counters["compiled_autograd"].values()) > before  # the backward went through Compiled Autograd
+    model, optimizer = WORKLOAD.build(OPTIONS)
+    eager = []
+    for batch in batches * 2:
+        loss = WORKLOAD.loss(model, dict(batch))
+        plain["backward"](loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        eager.append(float(loss))
+    assert losses == pytest.approx(eager, rel=1e-3)
+    assert sum(losses[3:]) < sum(losses[:3])

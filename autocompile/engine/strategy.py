@@ -31,10 +31,13 @@ PROMISE = (
     ("compile_loss", "the loss compiled apart: part of llama-8b's 1.46x (studies/README.md)"),
     ("fused_optimizer", "one fused optimizer kernel: part of llama-8b's 1.46x"),
     ("compile_optimizer", "the optimizer step compiled (001: optimizer compilation)"),
+    ("activation_memory_budget", "offered only where memory is the constraint: recomputing activations "
+                                 "is what lets a configuration fit (AOTAutograd's partitioner)"),
     ("mode", "reduce-overhead: CUDA graphs +15% (000), the captioner's 1.82x; max-autotune tunes kernels"),
     ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets)"),
     ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
     ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
+    ("compiled_autograd", "the whole backward as one compiled graph (002: dynamic backward graphs, hooks, FSDP)"),
     ("inductor.coordinate_descent_tuning", "tunes Triton kernel configs"),
     ("inductor.shape_padding", "pads matrix dimensions for faster kernels (001)"),
     ("inductor.epilogue_fusion", "fuses pointwise epilogues into matrix kernels"),
@@ -51,6 +54,7 @@ PROMISING = {
     "compile_loss": {True}, "fused_optimizer": {True}, "compile_optimizer": {True}, "lr_tensor": {True},
     "mode": {"reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"},
     "inductor.coordinate_descent_tuning": {True}, "inductor.shape_padding": {True},
+    "activation_memory_budget": {0.8, 0.5},
 }
 # The value a dimension takes when a move makes it apply and neither parent had it.
 _PROMISING_VALUE = {name: True for name, values in PROMISING.items() if values == {True}}

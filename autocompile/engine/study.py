@@ -84,8 +84,9 @@ def _length_range(workload, options) -> tuple[int, int] | None:
 
 
 def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, fixed=None,
-                space_file: str | None = None) -> SearchSpace:
-    """The space for a workload on a device; `space_file` narrows or extends it (see load_space_file)."""
+                space_file: str | None = None, memory_bound: str | None = None) -> SearchSpace:
+    """The space for a workload on a device; `space_file` narrows or extends it (see load_space_file);
+    `memory_bound` says why memory is the constraint, where it is (see memory_bound)."""
     from autocompile.space import load_space_file
     from autocompile.workloads import WorkloadOptions, get_workload
 
@@ -94,8 +95,30 @@ def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, 
     if workload.gpu_only and not device.startswith("cuda"):
         raise UserError(f"model {model!r} needs a GPU (use tiny-llama or tiny-captioner on the CPU)")
     options = WorkloadOptions(device=device, batch_size=batch_size, seq_len=seq_len, seed=seed)
-    return SearchSpace(Capabilities.detect(device), workload_traits(workload, options), fixed=fixed,
-                       space_file=narrowing)
+    traits = dataclasses.replace(workload_traits(workload, options), memory_bound=memory_bound)
+    return SearchSpace(Capabilities.detect(device), traits, fixed=fixed, space_file=narrowing)
+
+
+NEAR_CAPACITY = 0.9  # eager's peak at this share of the device's memory or more: memory is the constraint
+
+
+def memory_bound(max_memory_gb: float | None, device: str, study=None) -> str | None:
+    """Why memory is the constraint of a search, or None: --max-memory-gb, or the study's eager
+    baseline ran out of memory or peaked within 10% of the device's memory."""
+    if max_memory_gb is not None:
+        return f"--max-memory-gb {max_memory_gb:g}"
+    eager = next((t.user_attrs for t in (study.trials if study else ()) if t.user_attrs.get("role") == "eager"
+                  and t.user_attrs.get("status") in ("ok", "oom")), None)
+    if eager is None or not device.startswith("cuda"):
+        return None
+    if eager["status"] == "oom":
+        return "eager ran out of the device's memory"
+    import torch
+
+    total = torch.cuda.get_device_properties(device).total_memory / 2**30
+    if eager.get("peak_mem_gb", 0) >= NEAR_CAPACITY * total:
+        return f"eager peaked at {eager['peak_mem_gb']:.1f} of the device's {total:.1f} GiB"
+    return None
 
 
 def _check_resume(study, settings: SearchSettings) -> None:
@@ -121,14 +144,18 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     (and tried again), their orphaned trial processes killed. Raises UserError on bad input."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.time()
+    bound = memory_bound(settings.max_memory_gb, settings.device)
     space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
-                        settings.seed, settings.fixed, settings.space_file)
+                        settings.seed, settings.fixed, settings.space_file, bound)
     pruner = make_pruner(settings)  # a --screen that cannot work fails before the storage is made
     url = storage_url(settings.storage, settings.directory, settings.study, workers)
     storage = open_storage(url, create_dir=settings.study_dir)
     study = create_or_load(settings.study, storage, direction="maximize", sampler=_sampler(settings.seed + seed_offset),
                            pruner=pruner)
     _check_resume(study, settings)
+    if not bound and (bound := memory_bound(None, settings.device, study)):  # a resumed study's eager says so
+        space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
+                            settings.seed, settings.fixed, settings.space_file, bound)
     _name_the_objective(study, settings.horizon)
     progress = progress or Progress(settings.trials)
     progress.line(f"autocompile search: {settings.model} on {_device_name(settings.device)} "

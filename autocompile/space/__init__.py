@@ -28,6 +28,7 @@ from autocompile.errors import UserError
 from autocompile.space import rules
 from autocompile.space.capabilities import _MISSING, Capabilities, _inductor_default
 from autocompile.space.dimensions import (
+    ACTIVATION_BUDGETS,
     CUDA_GRAPH_MODES,
     DEFAULTS,
     EAGER,
@@ -158,7 +159,27 @@ class SearchSpace:
                     default = caps.inductor_defaults[key]
                     values = (default, *[v for v in values if v != default])
                     self._add(f"inductor.{key}", values, f"Inductor option {key}", active)
+        self._memory_dimension()
+        if caps.compiled_autograd_api:
+            self._add("compiled_autograd", (False, True), "the backward pass compiled as one graph by Compiled "
+                      "Autograd (002: dynamic backward graphs, hooks, FSDP)")
+        else:
+            self.left_out.append(("compiled_autograd", f"torch {caps.torch_version} has no "
+                                  "torch._dynamo.compiled_autograd context manager"))
         self.left_out.append(("matmul_precision, recompile_limit", "change numerics or limits: only set with --set"))
+
+    def _memory_dimension(self) -> None:
+        """The activation memory budget, where memory is the constraint (a lower budget recomputes
+        activations in the backward instead of keeping them: slower, and it fits)."""
+        if not self.caps.has_activation_memory_budget:
+            self.left_out.append(("activation_memory_budget", f"torch {self.caps.torch_version} has no "
+                                  "torch._functorch.config.activation_memory_budget"))
+        elif not self.traits.memory_bound:
+            self.left_out.append(("activation_memory_budget", "memory is not the constraint: offered with "
+                                  "--max-memory-gb, or where eager's peak is within 10% of the device's memory"))
+        else:
+            self._add("activation_memory_budget", ACTIVATION_BUDGETS,
+                      f"activations kept for the backward, the rest recomputed ({self.traits.memory_bound})")
 
     def _extend(self, space_file: SpaceFile) -> None:
         """[inductor]: extra Inductor options to try, each checked against the installed torch."""

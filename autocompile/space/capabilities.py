@@ -24,6 +24,8 @@ class Capabilities:
     has_maybe_mark_dynamic: bool
     recompile_limit_key: str | None
     recompile_limit: int | None = None  # Dynamo's default: compiles of one function before it runs eager
+    has_activation_memory_budget: bool = False  # torch._functorch.config.activation_memory_budget
+    compiled_autograd_api: str | None = None  # torch._dynamo.compiled_autograd's context manager: "_enable" or "enable"
 
     @classmethod
     def detect(cls, device: str) -> "Capabilities":
@@ -38,6 +40,8 @@ class Capabilities:
             value = _inductor_default(inductor_config, key)
             if value is not _MISSING:
                 present[key] = value
+        import torch._functorch.config as functorch_config
+
         limit_key = next((k for k in ("recompile_limit", "cache_size_limit") if hasattr(dynamo_config, k)), None)
         return cls(
             device=device,
@@ -47,6 +51,8 @@ class Capabilities:
             has_maybe_mark_dynamic=hasattr(torch._dynamo, "maybe_mark_dynamic"),
             recompile_limit_key=limit_key,
             recompile_limit=getattr(dynamo_config, limit_key) if limit_key else None,
+            has_activation_memory_budget=hasattr(functorch_config, "activation_memory_budget"),
+            compiled_autograd_api=compiled_autograd_api_name(),
         )
 
     @property
@@ -55,6 +61,16 @@ class Capabilities:
 
 
 _MISSING = object()
+
+
+def compiled_autograd_api_name() -> str | None:
+    """The name of the context manager that turns Compiled Autograd on around a backward pass
+    (`_enable` in torch 2.6 and later, `enable` before), or None where there is none."""
+    try:
+        import torch._dynamo.compiled_autograd as compiled_autograd
+    except ImportError:
+        return None
+    return next((name for name in ("_enable", "enable") if callable(getattr(compiled_autograd, name, None))), None)
 
 
 def _inductor_default(inductor_config, key: str):

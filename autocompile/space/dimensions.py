@@ -34,6 +34,12 @@ DEFAULTS: dict[str, Any] = {
     "inductor": {},  # Inductor config options that differ from the installed defaults
     "recompile_limit": None,  # None: torch's own
     "matmul_precision": None,  # None: torch's own ("highest"); "high" allows TF32
+    # AOTAutograd's partitioner: the share of activation memory kept for the backward, the rest
+    # recomputed (torch._functorch.config.activation_memory_budget; None: torch's own, 1.0)
+    "activation_memory_budget": None,
+    # Compiled Autograd: the backward pass traced by the autograd engine and compiled as a graph
+    # of its own (the snippet's backward(loss)); AOTAutograd's own backward graphs otherwise
+    "compiled_autograd": False,
 }
 EAGER: dict[str, Any] = {**DEFAULTS, "compile": False}
 
@@ -50,6 +56,10 @@ STARTING_POINTS: list[dict] = [
     {"scope": "full", "mark_dynamic": "maybe", "fused_optimizer": True, "compile_loss": True},
     {"scope": "full", "mode": "max-autotune-no-cudagraphs", "compile_optimizer": True, "lr_tensor": True},
 ]
+
+# Activation memory budgets tried where memory is the constraint: 1.0 keeps what the partitioner
+# keeps by default, lower values recompute activations in the backward to save memory.
+ACTIVATION_BUDGETS = (None, 0.8, 0.5)
 
 # Inductor options searched, with the values tried; each is offered only if the installed
 # torch has the key with a value of the same type.
@@ -154,6 +164,7 @@ class WorkloadTraits:
     criterion: bool = False  # the loss comes as forward + criterion: the criterion can be compiled apart
     schedule: bool = False  # the learning rate follows a scheduler, changing during training
     lengths: tuple[int, int] | None = None  # the varying dimension's range (lowest, highest): None if unknown
+    memory_bound: str | None = None  # why memory is the constraint (--max-memory-gb, eager's peak), or None
 
 
 def _set(config: dict, path: tuple[str, ...], value) -> None:

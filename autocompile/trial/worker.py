@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet
+from autocompile.space.capabilities import compiled_autograd_api_name
 from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
 from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL
 
@@ -174,6 +175,7 @@ class Training:
         self.cache_loaded = namespace["load_compile_cache"](load_cache) if load_cache else None
         self.model, self.optimizer = namespace["apply_compilation"](model, optimizer)
         self.prepare_batch, self.batches = namespace["prepare_batch"], batches
+        self.backward = namespace.get("backward") or (lambda loss: loss.backward())
         if workload.split_loss:  # the criterion apart from the model, compiled where the config says so
             criterion = namespace["compile_loss"](workload.criterion)
             self.compute_loss = lambda batch: criterion(workload.forward(self.model, batch), batch)
@@ -183,7 +185,7 @@ class Training:
     def step(self, index: int):
         batch = self.prepare_batch(dict(self.batches[index % len(self.batches)]))
         loss = self.compute_loss(batch)
-        loss.backward()
+        self.backward(loss)
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
@@ -348,6 +350,7 @@ def _model_info(workload, options, model, result: dict) -> ModelInfo:
         max_len=workload.max_len(options),
         device_type="cuda" if options.device.startswith("cuda") else "cpu",
         recompile_limit_key=next((k for k in ("recompile_limit", "cache_size_limit") if hasattr(dynamo_config, k)), None),
+        compiled_autograd_api=compiled_autograd_api_name(),
     )
 
 

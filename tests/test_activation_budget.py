@@ -1,0 +1,56 @@
+"""The activation memory budget (AOTAutograd's partitioner recomputes what it does not keep): a
+dimension only where memory is the constraint, searched and emitted like any other."""
+
+import os
+
+from autocompile.api import run_search
+from autocompile.engine.study import SearchSettings, build_space, load_study, memory_bound
+from conftest import FAST, toy
+
+ONLY_THE_BUDGET = """
+[fix]
+scope = "regional"
+mode = "default"
+dynamic = "none"
+fullgraph = false
+compile_optimizer = false
+fused_optimizer = false
+compile_loss = false
+padding = "longest"
+mark_dynamic = "off"
+"inductor.shape_padding" = true
+"inductor.epilogue_fusion" = true
+"inductor.aggressive_fusion" = false
+"""
+
+
+def test_the_budget_is_offered_only_where_memory_is_the_constraint():
+    free = build_space("tiny-llama", "cpu")
+    assert "activation_memory_budget" not in {d.name for d in free.dimensions}
+    assert any(name == "activation_memory_budget" and "memory is not the constraint" in why for name, why in free.left_out)
+    bound = build_space("tiny-llama", "cpu", memory_bound=memory_bound(20.0, "cpu"))
+    [dim] = [d for d in bound.dimensions if d.name == "activation_memory_budget"]
+    assert dim.choices == (None, 0.8, 0.5) and "--max-memory-gb 20" in dim.help
+    assert memory_bound(None, "cpu") is None  # no limit, no device memory to be near
+
+
+def test_a_search_under_a_memory_limit_measures_a_lower_budget(tmp_path):
+    """Everything but the budget pinned: after the baselines and the recipe (torch's own budget), the
+    first neighbour lowers it; it runs, and its snippet sets the budget before compiling."""
+    space_file = tmp_path / "space.toml"
+    space_file.write_text(ONLY_THE_BUDGET)
+    settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="budget", directory=str(tmp_path / "studies"), trials=4,
+                              trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=0, prune=False,
+                              max_memory_gb=50.0, space_file=str(space_file))
+    run_search(settings)
+    study = load_study("budget", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    lowered = [t for t in study.trials if (t.user_attrs.get("config") or {}).get("activation_memory_budget")]
+    assert lowered, [(t.number, t.user_attrs.get("role"), t.user_attrs.get("config")) for t in study.trials]
+    t = lowered[0]
+    assert t.user_attrs["role"] == "neighbour" and t.user_attrs["changed"] == ["activation_memory_budget"]
+    assert t.user_attrs["status"] == "ok", t.user_attrs.get("reason")
+    with open(os.path.join(settings.study_dir, "trials", f"{t.number:04d}", "apply_compilation.py")) as f:
+        snippet = f.read()
+    budget = t.user_attrs["config"]["activation_memory_budget"]
+    assert f"ACTIVATION_MEMORY_BUDGET = {budget!r}" in snippet
+    assert "torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET" in snippet
