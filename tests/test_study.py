@@ -12,6 +12,7 @@ from autocompile.errors import UserError
 from autocompile.engine.records import best_trial
 from autocompile.engine.scoring import score
 from autocompile.api import run_search
+from autocompile.outputs.table import format_summary
 from autocompile.engine.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
 from conftest import FAST, ROOT, toy
@@ -422,3 +423,26 @@ def test_a_trial_that_cannot_win_is_pruned(tmp_path):
     assert pruned.user_attrs["failed_phase"] in ("compiling", "warming up") and "warmup_elapsed_s" in pruned.user_attrs
     assert "steps_per_s" not in pruned.user_attrs
     assert summary["best"]["number"] == 0  # eager wins so short a run
+
+
+def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_ratios_are_against(tmp_path):
+    """Eager training runs out of memory (as llama-8b's eager AdamW does on an 80 GB card); compiled
+    it fits. The search goes on: the compiled configurations are measured and ranked, the finalist
+    round measures them again among themselves, and the winner's line says that eager did not fit
+    and that the ratios are against plain torch.compile."""
+    settings = SearchSettings(model=toy("toy_eager_oom"), device="cpu", study="no-eager", directory=str(tmp_path),
+                              trials=3, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1, prune=False)
+    summary = run_search(settings)
+    rows = summary["rows"]
+    assert rows[0]["role"] == "eager" and rows[0]["status"] == "oom", rows[0]
+    assert [r["status"] for r in rows[1:3]] == ["ok", "ok"], [r["reason"] for r in rows]
+    best = summary["best"]
+    assert best is not None and best["config"]["compile"]
+    assert best["no_eager"].startswith("eager ended oom")
+    verdict = summary["finalists"]
+    assert verdict and verdict["winner"] == best["number"] and verdict["eager_steps_per_s"] is None
+    study = load_study("no-eager", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    judged = study.trials[best["number"]].user_attrs["numerics"]  # against an eager forward that fits
+    assert judged["method"] == "first loss" and not judged["differs"] and judged["max_rel_diff"] < 1e-3
+    text = format_summary(summary)
+    assert "no eager reference: eager ended oom" in text and "ratios are against plain torch.compile" in text

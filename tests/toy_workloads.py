@@ -20,21 +20,25 @@ VOCAB, WIDTH, MAX_LEN = 64, 32, 48
 
 
 class Block(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, eager_oom: bool = False):
         super().__init__()
         self.norm = torch.nn.LayerNorm(WIDTH)
         self.up = torch.nn.Linear(WIDTH, 2 * WIDTH)
         self.down = torch.nn.Linear(2 * WIDTH, WIDTH)
+        self.eager_oom = eager_oom
 
     def forward(self, x):
+        if self.eager_oom and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            torch.empty(2**44)  # eager training keeps what a compiled block does not: it does not fit
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
 
 
 class Toy(torch.nn.Module):
-    def __init__(self, graph_break: bool = False, differs_compiled: bool = False, depth: int = 2):
+    def __init__(self, graph_break: bool = False, differs_compiled: bool = False, depth: int = 2,
+                 eager_oom: bool = False):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, WIDTH)
-        self.blocks = torch.nn.ModuleList([Block() for _ in range(depth)])
+        self.blocks = torch.nn.ModuleList([Block(eager_oom) for _ in range(depth)])
         self.head = torch.nn.Linear(WIDTH, VOCAB)
         self.graph_break = graph_break
         self.differs_compiled = differs_compiled
@@ -51,10 +55,10 @@ class Toy(torch.nn.Module):
 
 
 def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN), differs=False,
-              split_loss=True, schedule=None, depth=2, pool=4) -> Workload:
+              split_loss=True, schedule=None, depth=2, pool=4, eager_oom=False) -> Workload:
     def build(options: WorkloadOptions):
         torch.manual_seed(options.seed)
-        model = Toy(graph_break, differs, depth).to(options.device)
+        model = Toy(graph_break, differs, depth, eager_oom).to(options.device)
         return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def batches(options: WorkloadOptions, n: int):
@@ -121,6 +125,12 @@ def toy_hang() -> Workload:
 def toy_oom() -> Workload:
     # A real allocation the machine cannot satisfy (2**44 floats = 64 TiB).
     return _workload("toy-oom", loss_hook=lambda: torch.empty(2**44))
+
+
+def toy_eager_oom() -> Workload:
+    """Eager training runs out of memory (each block asks for 64 TiB unless it runs compiled), as
+    llama-8b's eager AdamW does on an 80 GB card; compiled, it fits."""
+    return _workload("toy-eager-oom", lengths=(MAX_LEN, MAX_LEN), eager_oom=True)
 
 
 def toy_loss_only() -> Workload:

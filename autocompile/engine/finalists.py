@@ -148,8 +148,10 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     eager = baseline_trial(study, "eager")
     trial_limit = runner.settings.trial_timeout_s
     candidates = contenders(study, k, trial_limit)
-    if eager is None or not candidates:
+    if not candidates:
         return None
+    if eager is None:  # eager did not fit: the finalists are measured again among themselves
+        progress.line("finalist round: without eager (its baseline did not run cleanly): the finalists alone")
     top, chosen = search_candidates(study)[:k], {c.number for c in candidates}
     for t in top:
         if too_long(t, trial_limit):
@@ -160,21 +162,22 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
                           f"{1 - t.value / top[0].value:.0%} behind the leader's, more than a rerun moves ({REACH:.0%})")
     finalists, overrun = _plan(runner, eager, candidates, rounds)
     numbers = [t.number for t in finalists]
+    reference = [eager] if eager is not None else []
     done = study.user_attrs.get("finalists")
     if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
         # this round was run already for these finalists, under the current numerics guard
         return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, runner.settings.horizon, progress.line)
     progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager; "
                   "each starts from the code its first run compiled, whose cold warm-up and numerics it carries")
-    progress.total = progress.done + rounds * (len(finalists) + 1)
-    runs: dict[int, list[dict]] = {t.number: [] for t in [eager, *finalists]}
+    progress.total = progress.done + rounds * (len(finalists) + len(reference))
+    runs: dict[int, list[dict]] = {t.number: [] for t in [*reference, *finalists]}
     for r in range(rounds):
-        order = [eager, *(finalists if r % 2 == 0 else finalists[::-1])]
+        order = [*reference, *(finalists if r % 2 == 0 else finalists[::-1])]
         for original in order:
             remaining = runner.remaining()
             # the round was planned from what its runs took (the reserve): a run is left out only
             # when what it took no longer fits, and the first round's eager and leader always run
-            must = r == 0 and original.number in (eager.number, finalists[0].number)
+            must = r == 0 and original.number in ([t.number for t in reference] + [finalists[0].number])
             if remaining is not None and not must and remaining + overrun < rerun_estimate_s(original):
                 progress.line(f"finalist round: search timeout reached, trial {original.number} not measured again")
                 break
@@ -188,13 +191,13 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
             record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
                                 limit_s=limit, keep_s=keep, first=original)
             runs[original.number].append({**record, "trial": trial.number})
-    eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"]
+    eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"] if eager is not None else []
     eager_pace = statistics.mean([x["steps_per_s"] for x in eager_runs]) if eager_runs else None
     rows = [_row(t, runs[t.number], eager_pace) for t in finalists]
     eager_score = statistics.mean(x["score"] for x in eager_runs) if eager_runs else 0.0
     verdict = {"finalists": numbers, "rounds": rounds, "eager_steps_per_s": eager_pace, "eager_score": eager_score,
                "candidates": rows, "numerics_guard": REPLAY_VERSION, "winner_rule": WINNER_RULE,
-               **choose_winner(rows, eager.number, eager_score, runner.settings.horizon)}
+               **choose_winner(rows, eager.number if eager else None, eager_score, runner.settings.horizon)}
     if verdict["winner"] is not None:
         progress.line("finalists: " + verdict["why"])
         verdict = cold_check(runner, verdict)
@@ -229,7 +232,7 @@ def cold_check(runner: Runner, verdict: dict) -> dict:
             for r in verdict["candidates"]]
     eager = baseline_trial(study, "eager")
     again = {**verdict, "candidates": rows, "cold_check": check,
-             **choose_winner(rows, eager.number, verdict["eager_score"], runner.settings.horizon)}
+             **choose_winner(rows, eager.number if eager else None, verdict["eager_score"], runner.settings.horizon)}
     progress.line(f"finalist round: trial {first.number} warmed up in {record['warmup_s']:.1f} s cold, reconstructed "
                   f"{row['warmup_s']:.1f} s ({check['agreement']:+.0%}); " + again["why"])
     return again
@@ -239,8 +242,8 @@ def _plan(runner: Runner, eager, candidates: list, rounds: int) -> tuple[list, f
     """The finalists whose reruns fit what is left of --timeout, best first, and by how much the
     round may run past it (when none fits, the best is measured all the same)."""
     finalists, remaining, overrun = [], runner.remaining(), 0.0
-    budget = None if remaining is None else (remaining - cold_check_s(runner.study, len(candidates))) / rounds \
-        - eager.user_attrs["wall_s"]
+    eager_s = eager.user_attrs["wall_s"] if eager is not None else 0.0
+    budget = None if remaining is None else (remaining - cold_check_s(runner.study, len(candidates))) / rounds - eager_s
     for t in candidates:
         if budget is not None and rerun_estimate_s(t) > budget:
             runner.progress.line(f"finalist round: no time left to measure trial {t.number} again "
@@ -253,7 +256,7 @@ def _plan(runner: Runner, eager, candidates: list, rounds: int) -> tuple[list, f
         finalists = candidates[:1]
         limit = runner.settings.trial_timeout_s
         overrun = (rerun_limit_s(finalists[0].user_attrs["wall_s"], limit)
-                   + rerun_limit_s(eager.user_attrs["wall_s"], limit) - max(remaining, 0.0))
+                   + (rerun_limit_s(eager_s, limit) if eager is not None else 0.0) - max(remaining, 0.0))
         runner.progress.line(f"finalist round: trial {finalists[0].number} measured again even though it runs past "
                              f"--timeout, by up to {overrun:.0f} s: the winner comes from the round")
     return finalists, overrun

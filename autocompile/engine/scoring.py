@@ -91,6 +91,15 @@ def numerics_verdict(record: dict, eager: dict | None, device: str) -> dict | No
     if eager and eager.get("losses") and record.get("losses"):
         return {"method": "first losses", "how": "the measured run's first losses against the eager baseline's",
                 **compare_losses(record["losses"], eager["losses"], device)}
+    if eager is None and record.get("losses") and record.get("eager_first_loss") is not None:
+        # eager training did not fit: the first loss against eager's forward on the same batch and
+        # weights, run in the trial before anything compiled (no gradients kept: it fits)
+        return {"method": "first loss", "how": "no eager baseline ran cleanly: the first loss against an eager "
+                "forward of the same batch and weights in the trial itself",
+                **compare_losses(record["losses"][:1], [record["eager_first_loss"]], device)}
+    if eager is None and record.get("losses"):
+        return {"method": "not judged", "differs": False,
+                "how": "no eager baseline ran cleanly (it ran out of memory?) to compare the first losses with"}
     return None
 
 

@@ -77,6 +77,10 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
         "warmup_kind": a.get("warmup_kind"),
     }
     verdict = summary["finalists"]
+    if eager_sps is None:  # eager did not run cleanly (a model eager cannot fit): say what the ratios are against
+        eager = next((t.user_attrs for t in study.trials if t.user_attrs.get("role") == "eager"), {})
+        summary["best"]["no_eager"] = (f"eager ended {eager.get('status', 'unmeasured')}"
+                                       + (f" ({eager['reason'][:100]})" if eager.get("reason") else ""))
     _cold_warm_up(summary["best"], verdict)
     summary["best"]["snippet"] = winner_snippet(study, best, study_dir, summary["best"])
     if verdict and verdict.get("finalists") and verdict.get("winner") is None:
@@ -211,7 +215,9 @@ def format_best(best: dict) -> str:
                if best.get("score_vs_default") else "")
             + (f"; score at least {best['score_vs_default_at_least']:.2f}x plain torch.compile's, which was "
                f"still warming up when stopped" if best.get("score_vs_default_at_least") else "")
-            + (f"; not confirmed: {best['unconfirmed']}" if best.get("unconfirmed") else ""))
+            + (f"; not confirmed: {best['unconfirmed']}" if best.get("unconfirmed") else "")
+            + (f"; no eager reference: {best['no_eager']}, so the ratios are against plain torch.compile"
+               if best.get("no_eager") else ""))
 
 
 def format_predictions(rows: list[dict]) -> str:

@@ -291,7 +291,7 @@ def _check_randomness(torch, spec: dict, events: Events, result: dict, setup: Se
     # masks, and the numerics are judged by a replay.
     if spec["config"]["compile"]:
         events.emit(phase="checking randomness")
-        result["rng_dependent"] = _rng_dependent(torch, setup.workload, model, setup.batches[0])
+        result["rng_dependent"] = _rng_dependent(torch, setup.workload, model, setup.batches[0], result)
 
 
 def _apply(spec: dict, result: dict, setup: Setup, built: tuple) -> Training:
@@ -354,9 +354,10 @@ def _model_info(workload, options, model, result: dict) -> ModelInfo:
     )
 
 
-def _rng_dependent(torch, workload, model, batch: dict) -> bool:
+def _rng_dependent(torch, workload, model, batch: dict, result: dict | None = None) -> bool:
     """Whether the first batch's loss (eager, forward only, before anything is compiled) changes
-    with the seed more than it changes between two runs under one seed."""
+    with the seed more than it changes between two runs under one seed. That eager loss goes to
+    `result` as `eager_first_loss`: a numerics reference where eager training does not fit."""
     losses = []
     devices = [torch.cuda.current_device()] if next(model.parameters()).is_cuda else []
     with torch.random.fork_rng(devices=devices), torch.no_grad():
@@ -364,6 +365,8 @@ def _rng_dependent(torch, workload, model, batch: dict) -> bool:
             torch.manual_seed(seed)
             losses.append(float(workload.loss(model, dict(batch)).float()))
     same, other = abs(losses[0] - losses[1]), abs(losses[0] - losses[2])
+    if result is not None:
+        result["eager_first_loss"] = losses[0]
     return other > max(10 * same, 1e-9 * abs(losses[0]))
 
 
