@@ -17,7 +17,6 @@ import optuna
 from autocompile.errors import UserError
 from autocompile.engine.screening import screen_trial
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
-from autocompile.engine.prediction import Predictor
 from autocompile.engine.strategy import next_neighbour
 from autocompile.engine.finalists import finalist_reserve
 from autocompile.engine.runner import MIN_TRIAL_S, Runner, already_tried, ask, baselines_to_run, expected_trial_s, waiting
@@ -141,7 +140,7 @@ def _queue_proposals(runner: Runner, state: dict, pending: list) -> None:
                 study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
         state["recipes_queued"] = True
     if state["recipes_queued"] and state["proposals"] % 2 == 0 and not waiting(study):
-        cost = Predictor(study, settings.study_dir).predict  # the cheaper of equally promising moves first
+        cost = runner.predictor().predict  # the cheaper of equally promising moves first
         neighbour = next_neighbour(space, study, runner.tried, cost)  # alternating with TPE's proposals
         if neighbour:
             study.enqueue_trial(neighbour["params"], user_attrs={

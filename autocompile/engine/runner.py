@@ -141,6 +141,7 @@ class Runner:
         self.started = time.time()  # when the search began (set by open_search)
         self.space = self.memory = None  # set by open_search
         self.cut_baselines: set[str] = set()  # baselines this search cut by its budget (claims._baseline_limit)
+        self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
 
     def refusal(self, config: dict) -> str | None:
         """Why `config` is not launched, before any process: it cannot work or is doomed here,
@@ -184,7 +185,7 @@ class Runner:
         trial.set_user_attr("config", config)  # known even if the search dies during the trial
         trial.set_user_attr("worker", this_worker())  # a trial of a dead worker is failed and tried again
         label = describe_config(config)
-        predicted = Predictor(self.study, settings.study_dir).predict(config) if first is None else None
+        predicted = self.predictor().predict(config) if first is None else None
         if predicted is not None:
             trial.set_user_attr("predicted_warmup_s", predicted)  # beside the measured one, for the summary
         self.progress.phase(trial.number, label, {"phase": "starting"})
@@ -283,8 +284,15 @@ class Runner:
         """Why `config` cannot win, predicted before launch (autocompile.engine.prediction), or None."""
         if not self.settings.prune:
             return None
-        return Predictor(self.study, self.settings.study_dir).ruled_out(config, best_score(self.study),
-                                                                         self.settings.horizon)
+        return self.predictor().ruled_out(config, best_score(self.study), self.settings.horizon)
+
+    def predictor(self) -> Predictor:
+        """The study's warm-up predictor (it reads every trial's record), built again only when a
+        trial has finished since."""
+        finished = tuple((t.number, t.state) for t in self.study.get_trials(deepcopy=False) if t.state.is_finished())
+        if self._predictor is None or self._predictor[0] != finished:
+            self._predictor = (finished, Predictor(self.study, self.settings.study_dir))
+        return self._predictor[1]
 
     def prune_before_launch(self, trial, config: dict, role: str, reason: str) -> None:
         """A configuration predicted not to win: pruned with the prediction as its reason, at no process cost."""
