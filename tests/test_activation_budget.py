@@ -21,6 +21,7 @@ mark_dynamic = "off"
 "inductor.shape_padding" = true
 "inductor.epilogue_fusion" = true
 "inductor.aggressive_fusion" = false
+compiled_autograd = false
 """
 
 
