@@ -14,6 +14,12 @@ TOY = os.path.join(HERE, "toy_workloads.py")
 # Short measurement windows: the tests check behaviour, not speed.
 FAST = {"min_window_s": 0.05, "min_windows": 2, "max_windows": 3}
 
+# What shapes the model's graphs, pinned at plain torch.compile's values (a search's `fixed`): a
+# test searches only the dimensions it leaves free.
+PLAIN_GRAPHS = {"scope": "full", "mode": "default", "dynamic": None, "fullgraph": False, "padding": "longest",
+                "mark_dynamic": "off", "inductor.shape_padding": True, "inductor.epilogue_fusion": True,
+                "inductor.aggressive_fusion": False, "compiled_autograd": False}
+
 
 def toy(name: str = "toy") -> str:
     return f"{TOY}:{name}"

@@ -5,24 +5,11 @@ import os
 
 from autocompile.api import run_search
 from autocompile.engine.study import SearchSettings, build_space, load_study, memory_bound
-from conftest import FAST, toy
+from conftest import FAST, PLAIN_GRAPHS, toy
 
-ONLY_THE_BUDGET = """
-[fix]
-scope = "regional"
-mode = "default"
-dynamic = "none"
-fullgraph = false
-compile_optimizer = false
-fused_optimizer = false
-compile_loss = false
-padding = "longest"
-mark_dynamic = "off"
-"inductor.shape_padding" = true
-"inductor.epilogue_fusion" = true
-"inductor.aggressive_fusion" = false
-compiled_autograd = false
-"""
+# Everything but the budget pinned: the model's graphs as plain torch.compile's, each block apart.
+ONLY_THE_BUDGET = {**PLAIN_GRAPHS, "scope": "regional", "compile_optimizer": False, "fused_optimizer": False,
+                   "compile_loss": False}
 
 
 def test_the_budget_is_offered_only_where_memory_is_the_constraint():
@@ -38,11 +25,9 @@ def test_the_budget_is_offered_only_where_memory_is_the_constraint():
 def test_a_search_under_a_memory_limit_measures_a_lower_budget(tmp_path):
     """Everything but the budget pinned: after the baselines and the recipe (torch's own budget), the
     first neighbour lowers it; it runs, and its snippet sets the budget before compiling."""
-    space_file = tmp_path / "space.toml"
-    space_file.write_text(ONLY_THE_BUDGET)
     settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="budget", directory=str(tmp_path / "studies"), trials=4,
                               trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=0, prune=False,
-                              max_memory_gb=50.0, space_file=str(space_file))
+                              max_memory_gb=50.0, fixed=ONLY_THE_BUDGET)
     run_search(settings)
     study = load_study("budget", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     lowered = [t for t in study.trials if (t.user_attrs.get("config") or {}).get("activation_memory_budget")]

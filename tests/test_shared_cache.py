@@ -13,7 +13,7 @@ from autocompile.engine.prediction import Predictor
 from autocompile.engine.study import SearchSettings, build_space, load_study
 from autocompile.outputs.cachecheck import check_cache, format_check
 from autocompile.outputs.table import format_summary
-from conftest import FAST, toy
+from conftest import FAST, PLAIN_GRAPHS, toy
 
 
 def _study(settings):
@@ -108,32 +108,15 @@ def test_the_round_reruns_start_from_the_shared_cache(shared_search):
         assert t.user_attrs["warm_warmup_s"] < first.user_attrs["warmup_s"]
 
 
-FULL_DEFAULTS = """
-[fix]
-scope = "full"
-mode = "default"
-dynamic = "none"
-fullgraph = false
-padding = "longest"
-mark_dynamic = "off"
-"inductor.shape_padding" = true
-"inductor.epilogue_fusion" = true
-"inductor.aggressive_fusion" = false
-compiled_autograd = false
-"""
-
-
 def test_a_configuration_predicted_to_lose_is_pruned_before_launch_and_plain_compile_is_bounded(tmp_path):
     """Only the optimizer step, the loss and the LR handling are searched, so every proposal compiles
     plain torch.compile's model graphs. At a horizon of 50 steps their cold compile alone caps a score
     below eager's: each proposal is pruned before launch, at no process cost, with the prediction in
     its reason. Under --timeout, plain torch.compile gets at most half of what is left before the
     finalist round (the line says how much), not its whole --baseline-timeout."""
-    space_file = tmp_path / "space.toml"
-    space_file.write_text(FULL_DEFAULTS)
     settings = SearchSettings(model=toy(), device="cpu", study="predicted", directory=str(tmp_path / "studies"),
                               trials=5, timeout_s=600, trial_timeout_s=60, baseline_timeout_s=900, measure=FAST,
-                              horizon=50, finalists=0, space_file=str(space_file))
+                              horizon=50, finalists=0, fixed=PLAIN_GRAPHS)
     lines = []
     from autocompile.engine.runner import Progress
 

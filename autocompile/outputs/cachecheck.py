@@ -26,6 +26,7 @@ import os
 import optuna
 
 from autocompile.trial import TrialRequest, caches, run_trial
+from autocompile.trial.graphs import ledger_path
 
 TOLERANCE = 0.15  # the brief's: a reconstructed warm-up agrees with a cold one within 15%
 MOVES = ("compile_optimizer", "compile_loss", "fused_optimizer")  # changes that keep the model's graphs
@@ -102,8 +103,6 @@ def check_cache(space, model: str, device: str, out: str, groups: int = 2, per_g
             say(f"cache-check: cold run of configuration {i + 1}")
             run["cold"] = _run(out, f"cold-{i}", model, device, run["config"], trial_timeout_s, None)
             _save(path, state)
-    from autocompile.trial.graphs import ledger_path
-
     try:  # the ledger the reconstructions read, kept with the check
         with open(ledger_path(shared)) as f:
             state["ledger"] = [json.loads(line) for line in f if line.strip()]
