@@ -22,7 +22,7 @@ import optuna
 
 from autocompile.engine.records import config_columns, full_record
 from autocompile.trial import caches
-from autocompile.trial.graphs import is_optimizer, ledger_path, read_ledger
+from autocompile.trial.graphs import cold_seconds, is_optimizer, ledger_path, read_ledger
 
 # Settings that do not change the model's graphs: a move of these reuses them (and a shared cache has them).
 NOT_MODEL = ("compile_optimizer", "fused_optimizer", "lr_tensor", "compile_loss")
@@ -62,7 +62,9 @@ class Predictor:
                 self._learn(a["config"], graphs, cold, a)
 
     def _learn(self, config: dict, graphs: list[dict], cold: dict, attrs: dict) -> None:
-        seconds = [(g, _cold_seconds(g, cold)) for g in graphs]
+        # a hit the ledger lacks: its load plus what torch says the cache saved
+        seconds = [(g, g.get("s", 0) + g.get("saved_s", 0) if s is None else s)
+                   for g, s in zip(graphs, cold_seconds(graphs, cold))]
         others = sum(s for g, s in seconds if not is_optimizer(g))
         self.model.setdefault(model_key(config), []).append((others, bool(config.get("compile_loss"))))
         if step_key(config):
@@ -109,10 +111,3 @@ class Predictor:
                 f"horizon {horizon} is at most {bound:.3g} (with {1 - SAFETY:.0%} margin), below the best so far "
                 f"({best:.3g})")
 
-
-def _cold_seconds(graph: dict, cold: dict[str, float]) -> float:
-    """What a graph took cold: its own time if it compiled, else its first compile's (the ledger's),
-    else its load plus what torch says the cache saved."""
-    if graph.get("state") == "hit":
-        return cold.get(graph.get("key"), graph.get("s", 0) + graph.get("saved_s", 0))
-    return graph.get("s", 0)

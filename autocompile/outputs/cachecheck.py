@@ -72,7 +72,7 @@ def _run(out: str, name: str, model: str, device: str, config: dict, timeout_s: 
     record = run_trial(TrialRequest(model=model, config=config, device=device, trial_dir=os.path.join(out, "runs", name),
                                     timeout_s=timeout_s, measure=QUICK, cache_dir=cache_dir, ledger=cache_dir is not None))
     keep = ("status", "reason", "warmup_s", "warmup_measured_s", "warmup_kind", "reconstruction", "wall_s", "steps_per_s",
-            "device_name", "torch")
+            "device_name", "torch", "compile_pool_s", "notes")
     return {**{k: record.get(k) for k in keep},
             "graphs": [{k: g.get(k) for k in ("compile_id", "key", "frame", "state", "s", "saved_s")}
                        for g in record.get("graphs", [])]}

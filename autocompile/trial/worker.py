@@ -223,6 +223,8 @@ def run(spec: dict, events: Events, result: dict) -> None:
     training = _apply(spec, result, setup, built)
     del built  # the model and optimizer live on in `training` only
     sync = _device_sync(torch, spec["device"])
+    if spec["config"]["compile"]:
+        _wait_compile_pool(result)
     warm = _warm_up(training, watcher, spec, events, result, sync, setup.pool, ledger)
     _save_cache(torch, spec, result, training)
     _measure(torch, training, watcher, warm, spec, events, result, sync, setup.counts, setup.workload.unit)
@@ -239,11 +241,42 @@ def _prepare(torch, spec: dict, result: dict) -> tuple[CompileWatcher, GraphLedg
         raise RuntimeError("CUDA was asked for but torch sees no GPU")
     if not device.startswith("cuda") and config["compile"]:
         _warm_cpu_toolchain(spec.get("toolchain_dir"), notes)
-    watcher, ledger = CompileWatcher(), GraphLedger(spec.get("graph_ledger"))
+    watcher, ledger = CompileWatcher(), GraphLedger(spec.get("graph_ledger"), os.path.basename(spec.get("trial_dir", "")))
     notes += watcher.install(torch)
+    if config["compile"]:
+        _start_compile_pool()
     notes += ledger.install(torch)
     _versions(torch, device, result)
     return watcher, ledger
+
+
+def _start_compile_pool() -> None:
+    """Start Inductor's compile workers while the model is built (as its first compile would)."""
+    try:
+        from torch._inductor.async_compile import maybe_warm_pool
+
+        maybe_warm_pool()
+    except (ImportError, AttributeError, RuntimeError):
+        pass
+
+
+def _wait_compile_pool(result: dict) -> None:
+    """Wait, before the warm-up's clock starts, until Inductor's compile workers are up. Until
+    they are, Inductor compiles in the trial's own process, one kernel at a time, so a trial whose
+    first graphs come from a shared cache could reach its first real compile before them, where a
+    cold one's workers start during its first graphs. Every compiled trial waits the same way, so
+    that warm-ups (cold, shared, reconstructed) compare; the wait is kept as compile_pool_s (0-2 s
+    on an H100 for the captioner, whose model is built meanwhile, 2026-11-25: not what made its
+    shared trials' optimizer steps compile 20 s longer than cold ones; studies/README.md)."""
+    start = time.perf_counter()
+    try:
+        from torch._inductor.async_compile import AsyncCompile
+
+        AsyncCompile.wait_pool_ready(timeout=120)
+    except Exception as e:  # noqa: BLE001 - no pool (one compile thread) or an older torch: compile as it comes
+        result["notes"].append(f"compile workers not awaited: {type(e).__name__}: {e}")
+        return
+    result["compile_pool_s"] = round(time.perf_counter() - start, 3)
 
 
 def _build(spec: dict, result: dict) -> tuple[Setup, tuple]:
