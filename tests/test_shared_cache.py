@@ -13,6 +13,7 @@ from autocompile.engine.prediction import Predictor
 from autocompile.engine.study import SearchSettings, build_space, load_study
 from autocompile.outputs.cachecheck import check_cache, format_check
 from autocompile.outputs.table import format_summary
+from autocompile.trial import graphs
 from conftest import FAST, PLAIN_GRAPHS, toy
 
 
@@ -43,6 +44,7 @@ def test_a_move_of_the_optimizer_step_loads_the_model_graphs_and_reconstructs_th
     assert row["measured_s"] < 0.7 * row["cold_s"]  # the hits are real: far less compiled
     assert abs(row["error"]) <= RECONSTRUCTED, format_check(state)
     assert {entry["key"] for entry in state["ledger"][: len(compiled)]} == compiled  # the first's, written first
+    assert state["repeat"]["warmup_kind"] == "cold" and "Drift of cold compiles" in format_check(state)
     again = check_cache(space, "tiny-llama", "cpu", str(tmp_path), groups=1, per_group=2, say=lambda line: None)
     assert again["runs"] == state["runs"]  # a finished check measures nothing again
 
@@ -141,3 +143,23 @@ def test_a_configuration_predicted_to_lose_is_pruned_before_launch_and_plain_com
         assert f"took {floor:.0f} s to compile cold" in t.user_attrs["reason"]
         assert not os.path.exists(os.path.join(settings.study_dir, "trials", f"{t.number:04d}"))  # no process
     assert "pruned before launch by the prediction" in format_summary(summary)
+
+
+def test_each_cache_hit_of_a_key_is_given_its_own_cold_compile():
+    """The captioner on an H100 (a committed check's ledger and runs): the decoder block's frame
+    compiled four times under one AOTAutograd key, 5.5-11.0 s each. A later trial's four hits of
+    that key are reconstructed with those four compiles in order, not four times the first; the
+    check's own record, made with the first-only rule, reconstructed 10.7 s longer."""
+    path = os.path.join(os.path.dirname(__file__), "..", "studies", "cache-check", "2026-11-25-captioner-h100-keys.json")
+    with open(path) as f:
+        check = json.load(f)
+    cold = {}
+    for entry in check["ledger"]:
+        cold.setdefault(entry["key"], []).append(entry["s"])
+    shared = check["runs"][1]["shared"]
+    rebuilt = graphs.reconstruct(shared["warmup_measured_s"], shared["graphs"], cold)
+    hits = [g for g in shared["graphs"] if g["state"] == "hit"]
+    assert len(hits) == 6 and len({g["key"] for g in hits}) == 3  # one key, four hits
+    expected = sum(e["s"] for e in check["ledger"] if e["frame"] == "forward") - sum(g["s"] for g in hits)
+    assert abs(rebuilt["added_s"] - expected) < 1e-6
+    assert shared["reconstruction"]["added_s"] - rebuilt["added_s"] > 10  # the first-only rule's excess

@@ -450,3 +450,17 @@ def test_a_neighbour_of_a_parent_outside_the_space_is_a_move_of_several_dimensio
     text = format_effects([several, single])
     assert "trial 1 (from 0): a move of 3 dimensions (compile_optimizer false -> true, inductor.epilogue_fusion null" in text
     assert "trial 2 (from 0): inductor.epilogue_fusion null -> false: -20.0% score" in text
+
+
+def test_a_finalist_is_measured_again_when_its_warm_rerun_fits_the_trial_limit():
+    """captioner-fresh-4 (H100, 2026-11-25): its leader, trial 5, took 243 s, 149 s of it warming
+    up; a rerun starts from the code it compiled, so it fits the 240 s trial limit and is a
+    contender. Plain torch.compile's first run, cut at its 300 s baseline limit, is not one."""
+    from autocompile.engine.finalists import contenders, rerun_estimate_s, too_long
+    from autocompile.engine.study import load_study
+    from conftest import ROOT
+
+    committed = load_study("captioner-fresh-4", f"sqlite:///{ROOT}/studies/history/captioner-fresh-4/study.db")
+    leader = committed.trials[5]
+    assert leader.user_attrs["wall_s"] > 240 and rerun_estimate_s(leader) < 240
+    assert not too_long(leader, 240) and 5 in [t.number for t in contenders(committed, 3, 240)]

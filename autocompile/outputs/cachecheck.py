@@ -13,6 +13,12 @@ trials: the first compile on a fresh machine is slower (files not yet in the pag
 JIT cache empty), and graphs first compiled then made every reconstruction from them 17-38% long
 (the captioner on one H100, 2026-11-25, studies/cache-check/2026-11-25-captioner-h100-unprimed.json).
 
+Cold compiles themselves drift over a machine's first runs: the same six graphs of the captioner
+took 49.2 s in the second run on an H100 and 38.0 s in the eighth (2026-11-25,
+studies/cache-check/2026-11-25-captioner-h100-per-occurrence.json), and a reconstruction carries
+the first compile's time. So the check ends by running its first configuration cold once more,
+and the table sets that drift beside the errors.
+
 Runs are kept in OUT/cache-check.json as they finish: the same command continues a check that
 was cut (GPU time comes in calls of minutes), measuring only what it lacks.
 """
@@ -103,6 +109,10 @@ def check_cache(space, model: str, device: str, out: str, groups: int = 2, per_g
             say(f"cache-check: cold run of configuration {i + 1}")
             run["cold"] = _run(out, f"cold-{i}", model, device, run["config"], trial_timeout_s, None)
             _save(path, state)
+    if pairs and state["runs"] and "repeat" not in state:
+        say("cache-check: the first configuration cold again (how far cold compiles drift on this machine)")
+        state["repeat"] = _run(out, "repeat", model, device, pairs[0][1], trial_timeout_s, None)
+        _save(path, state)
     try:  # the ledger the reconstructions read, kept with the check
         with open(ledger_path(shared)) as f:
             state["ledger"] = [json.loads(line) for line in f if line.strip()]
@@ -152,7 +162,19 @@ def format_check(state: dict) -> str:
                      f"{fmt(row['cold_s']) if row else ('(cold: no hits)' if not hits else '-')} | "
                      + (f"{row['error']:+.1%} | " + ("-" if row["torch_error"] is None else f"{row['torch_error']:+.1%}")
                         + " |" if row else "- | - |"))
+    lines += _drift_lines(state)
     worst = max((abs(r["error"]) for r in state.get("rows", [])), default=None)
     lines += ["", f"{len(state.get('rows', []))} reconstructions compared; worst error "
               + ("-" if worst is None else f"{worst:.1%}") + f"; within {TOLERANCE:.0%}: {'yes' if state.get('agree') else 'no'}."]
     return "\n".join(lines) + "\n"
+
+
+def _drift_lines(state: dict) -> list[str]:
+    """The first configuration's cold warm-up at the check's start and at its end."""
+    first = state["runs"][0]["shared"] if state.get("runs") else {}
+    repeat = state.get("repeat") or {}
+    if first.get("warmup_kind") != "cold" or repeat.get("status") != "ok" or first.get("status") != "ok":
+        return []
+    start, end = first["warmup_s"], repeat["warmup_s"]
+    return ["", f"Drift of cold compiles on this machine: configuration 1 warmed up in {start:.1f} s at the start "
+            f"and {end:.1f} s cold at the end ({end / start - 1:+.1%})."]
