@@ -464,3 +464,22 @@ def test_a_finalist_is_measured_again_when_its_warm_rerun_fits_the_trial_limit()
     leader = committed.trials[5]
     assert leader.user_attrs["wall_s"] > 240 and rerun_estimate_s(leader) < 240
     assert not too_long(leader, 240) and 5 in [t.number for t in contenders(committed, 3, 240)]
+
+
+def test_with_little_time_left_the_next_neighbour_runs_if_it_is_expected_to_fit():
+    """captioner-fresh-4 (H100, 2026-11-25) stopped exploring with 183 s left before its finalist
+    round: its compiled trials' median had taken 204 s. Its next neighbour, the leader without
+    its compiled optimizer step, compiles the model graphs the leader compiled (41 s) and is
+    expected to take about 135 s with what the leader's run took besides warming up."""
+    from autocompile.engine.claims import neighbour_cost
+    from autocompile.engine.prediction import Predictor
+    from autocompile.engine.runner import expected_trial_s
+    from autocompile.engine.study import load_study
+    from conftest import ROOT
+
+    folder = f"{ROOT}/studies/history/captioner-fresh-4"
+    committed = load_study("captioner-fresh-4", f"sqlite:///{folder}/study.db")
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([t for t in committed.trials if t.number <= 7])  # the search before its round
+    cost = neighbour_cost(build_space("captioner", "cuda"), study, Predictor(study, folder), lambda c, p: False)
+    assert expected_trial_s(study) > 183 and cost is not None and 100 < cost < 183, cost
