@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="top configurations measured again at the end, alternating with eager (default 3; 0: none)")
     p.add_argument("--no-prune", action="store_true", help="let every trial finish, even one that can no longer win")
     p.add_argument("--no-triage", action="store_true",
-                   help="do not rerun compile failures with simpler backends to name the failing layer")
+                   help="do not rerun compile failures with simpler backends to name the failing layer, nor "
+                        "compare numerics failures with eager module by module to find where they part")
     p.add_argument("--no-trace", action="store_true",
                    help="no TORCH_TRACE in the trials (written when tlparse is installed, for the dashboard's reports)")
     p.add_argument("--screen", type=_positive_int, metavar="K",

@@ -4,7 +4,7 @@ from conftest import numerics_of_plain_compile
 
 
 def test_the_first_module_whose_output_departs_is_named_in_the_record_and_its_reason(tmp_path):
-    record = numerics_of_plain_compile(tmp_path, "toy_dropout_block_scaled", 0)
+    record = numerics_of_plain_compile(tmp_path, "toy_dropout_block_scaled", 0, triage=True)
     assert record["status"] == "infeasible" and record["reason"].startswith("numerics (replay)")
     found = record["diverges_at"]
     # Block 0 agrees with eager; block 1 is 30% off, and every module after it inherits that.
