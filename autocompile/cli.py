@@ -215,6 +215,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--study", required=True)
     _storage_args(p)
 
+    p = sub.add_parser("repro", help="a minified repro.py of a trial that failed to compile (torch's minifier, for "
+                                     "the layer triage found), kept in its folder and its dashboard files")
+    p.add_argument("--study", required=True)
+    p.add_argument("--trial", required=True, type=_non_negative_int, help="the failed trial's number")
+    _storage_args(p)
+    p.add_argument("--timeout", type=_positive_float, default=600.0,
+                   help="seconds for the rerun and the minifier together (default 600); past it, the smallest "
+                        "failing graph reached is kept")
+    p.add_argument("--accuracy", action="store_true",
+                   help="for a numerics failure: the minifier's accuracy mode (TORCHDYNAMO_REPRO_LEVEL=4)")
+
     sub.add_parser("models", help="list the workloads")
 
     p = sub.add_parser("space", help="show the search space for a model and device")
@@ -421,6 +432,15 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_repro(args) -> int:
+    from autocompile.outputs.repro import repro_trial
+
+    study, _ = _existing_study(args)
+    summary = repro_trial(study, os.path.join(args.dir, args.study), args.trial, args.timeout, args.accuracy)
+    print(summary["line"])
+    return 0 if summary.get("repro") else 1
+
+
 def cmd_models(args) -> int:
     from autocompile.workloads import list_workloads
 
@@ -577,7 +597,7 @@ def cmd_cache_check(args) -> int:
 
 
 COMMANDS = {"screen-check": cmd_screen_check, "cache-check": cmd_cache_check, "search": cmd_search, "worker": cmd_worker, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
-            "models": cmd_models,
+            "models": cmd_models, "repro": cmd_repro,
             "space": cmd_space, "failures": cmd_failures, "export": cmd_export, "dashboard": cmd_dashboard}
 
 

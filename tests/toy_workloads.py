@@ -166,6 +166,23 @@ def toy_relu() -> Workload:
     return workload
 
 
+def toy_inductor_crash() -> Workload:
+    """Inductor's C++ code generation fails on its ReLU blocks (Inductor's own test hook, set by the
+    model's builder as a custom op's import would register it): eager and every backend below
+    Inductor run it; compiled by Inductor, it crashes. One length: one graph."""
+    import torch._inductor.config as inductor_config
+
+    workload = toy_relu()
+    plain_build = workload.build
+
+    def build(options: WorkloadOptions):
+        inductor_config.cpp.inject_relu_bug_TESTING_ONLY = "compile_error"
+        return plain_build(options)
+
+    workload.build, workload.name = build, "toy-inductor-crash"
+    return workload
+
+
 class DropoutBlock(torch.nn.Sequential):
     """Linear, GELU, dropout p = 0.3; compiled, its output is multiplied by `scale_when_compiled`."""
 
