@@ -433,10 +433,13 @@ def cmd_report(args) -> int:
 
 
 def cmd_repro(args) -> int:
+    from autocompile.outputs.dashboard import upload_study_files
     from autocompile.outputs.repro import repro_trial
 
     study, _ = _existing_study(args)
-    summary = repro_trial(study, os.path.join(args.dir, args.study), args.trial, args.timeout, args.accuracy)
+    study_dir = os.path.join(args.dir, args.study)
+    summary = repro_trial(study, study_dir, args.trial, args.timeout, args.accuracy)
+    upload_study_files(study, study_dir)  # the repro's files join the trial's in the dashboard
     print(summary["line"])
     return 0 if summary.get("repro") else 1
 

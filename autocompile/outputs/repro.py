@@ -179,15 +179,13 @@ def summary_of(study_dir: str, number: int) -> dict | None:
 
 
 def repro_trial(study, study_dir: str, number: int, limit_s: float = 600.0, accuracy: bool = False) -> dict:
-    """`autocompile repro`: the repro of a study's trial `number`, its files then attached to the
-    trial in the dashboard (autocompile.outputs.dashboard) too."""
+    """`autocompile repro`: the repro of a study's trial `number` (the caller attaches its files to
+    the trial's dashboard files: autocompile.outputs.dashboard.upload_trial_files, which reads this
+    module's summaries through the table)."""
     from autocompile.engine.records import full_record
-    from autocompile.outputs.dashboard import upload_trial_files
 
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     if number not in trials:
         raise UserError(f"study {study.study_name!r} has no trial {number} (it has 0 to {len(trials) - 1})")
     trial = trials[number]
-    summary = make_repro(study_dir, number, full_record(trial, study_dir), limit_s, accuracy)
-    summary["attached"] = upload_trial_files(study, trial, study_dir)
-    return summary
+    return make_repro(study_dir, number, full_record(trial, study_dir), limit_s, accuracy)
