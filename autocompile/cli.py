@@ -221,8 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trial", required=True, type=_non_negative_int, help="the failed trial's number")
     _storage_args(p)
     p.add_argument("--timeout", type=_positive_float, default=600.0,
-                   help="seconds for the rerun and the minifier together (default 600); past it, the smallest "
-                        "failing graph reached is kept")
+                   help="seconds for the minifier (default 600; the rerun has the trial's own limit); past it, the "
+                        "smallest failing graph reached is kept, and a later repro with more time goes on from there")
     p.add_argument("--accuracy", action="store_true",
                    help="for a numerics failure: the minifier's accuracy mode (TORCHDYNAMO_REPRO_LEVEL=4)")
 

@@ -20,24 +20,35 @@ def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
     record = json.loads((tmp_path / "s" / "trials" / "0001" / "result.json").read_text())
     assert record["status"] == "compile_error" and record["failing_layer"].startswith("Inductor"), record["reason"]
 
+    folder = tmp_path / "s" / "trials" / "0001" / "repro"
+    # A minifier stopped at once: the unreduced graph is kept, and the line says so.
+    done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "0.5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not reduced within the 0.5 s limit: the unreduced graph" in done.stdout
+    unreduced = json.loads((folder / "summary.json").read_text())
+    assert unreduced["after"] == "aot" and unreduced["rerun"]["status"] == "compile_error", unreduced
+    assert unreduced["graph_lines"] == unreduced["graph_lines_before"] > 10
+    _fails_alone(tmp_path / "unreduced", folder, record)
+    # With time, from the launcher the first call left (no rerun): minified, far smaller than the model's graph.
     done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "300")
     assert done.returncode == 0, done.stdout + done.stderr
-    folder = tmp_path / "s" / "trials" / "0001" / "repro"
     summary = json.loads((folder / "summary.json").read_text())
-    assert summary["after"] == "aot" and summary["how"] == "minified", summary
+    assert summary["how"] == "minified" and summary["rerun"].startswith("skipped"), summary
     assert done.stdout.startswith(f"repro: {folder / 'repro.py'}: minified")
-    # Smaller than the model's graph: the minifier kept what still fails (the ReLU), little else.
-    assert summary["graph_lines"] < summary["graph_lines_before"] // 3
-    # Alone, with plain python, in a folder of its own: it fails as the trial did.
-    alone = tmp_path / "alone"
+    assert summary["graph_lines"] < summary["graph_lines_before"] // 3  # what still fails (the ReLU), little else
+    _fails_alone(tmp_path / "minified", folder, record)
+    # The dashboard's files of the trial have it.
+    names = {json.loads(v)["filename"] for k, v in _study_attrs(tmp_path).items() if k.startswith("dashboard:artifacts:")}
+    assert {"repro.py", "minifier-log.txt"} <= names
+
+
+def _fails_alone(alone, folder, record) -> None:
+    """repro.py, alone in a folder of its own and run with plain python, fails as the trial did."""
     alone.mkdir()
     (alone / "repro.py").write_text((folder / "repro.py").read_text())
     ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone,
                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert ran.returncode != 0 and "CppCompileError" in ran.stderr and "CppCompileError" in record["reason"]
-    # The dashboard's files of the trial have it.
-    names = {json.loads(v)["filename"] for k, v in _study_attrs(tmp_path).items() if k.startswith("dashboard:artifacts:")}
-    assert {"repro.py", "minifier-log.txt"} <= names
 
 
 def _study_attrs(tmp_path) -> dict:
@@ -45,3 +56,14 @@ def _study_attrs(tmp_path) -> dict:
 
     study = load_study("s", "sqlite:///" + str(tmp_path / "s" / "study.db"))
     return study._storage.get_study_system_attrs(study._study_id)
+
+
+def test_the_minifier_is_set_for_the_layer_triage_found():
+    from autocompile.outputs.repro import minifier_setting
+
+    layers = {"Dynamo (graph capture)": None, "AOTAutograd (forward and backward graphs)": "dynamo",
+              "decompositions and the partitioner": "dynamo", "Inductor (code generation)": "aot"}
+    for layer, after in layers.items():
+        assert minifier_setting({"status": "compile_error", "failing_layer": layer}, False)[:2] == (after, 2)
+    assert minifier_setting({"status": "crashed"}, False)[:2] == ("aot", 3)  # a dead process: written before each graph
+    assert minifier_setting({"status": "infeasible", "failing_layer": "Dynamo (graph capture)"}, True)[:2] == ("aot", 4)

@@ -166,21 +166,31 @@ def toy_relu() -> Workload:
     return workload
 
 
-def toy_inductor_crash() -> Workload:
-    """Inductor's C++ code generation fails on its ReLU blocks (Inductor's own test hook, set by the
-    model's builder as a custom op's import would register it): eager and every backend below
-    Inductor run it; compiled by Inductor, it crashes. One length: one graph."""
+def _inductor_bug(name: str, bug: str) -> Workload:
+    """ReLU blocks with Inductor's own test hook set by the model's builder (as a custom op's import
+    would register one): eager and every backend below Inductor are right; Inductor is not. One
+    length: one graph."""
     import torch._inductor.config as inductor_config
 
     workload = toy_relu()
     plain_build = workload.build
 
     def build(options: WorkloadOptions):
-        inductor_config.cpp.inject_relu_bug_TESTING_ONLY = "compile_error"
+        inductor_config.cpp.inject_relu_bug_TESTING_ONLY = bug
         return plain_build(options)
 
-    workload.build, workload.name = build, "toy-inductor-crash"
+    workload.build, workload.name = build, name
     return workload
+
+
+def toy_inductor_crash() -> Workload:
+    """Compiled by Inductor, its ReLU fails C++ code generation: a compile error of Inductor's."""
+    return _inductor_bug("toy-inductor-crash", "compile_error")
+
+
+def toy_inductor_wrong() -> Workload:
+    """Compiled by Inductor, its ReLU computes relu(x) + 1: a numerics failure of Inductor's."""
+    return _inductor_bug("toy-inductor-wrong", "accuracy")
 
 
 class DropoutBlock(torch.nn.Sequential):

@@ -109,46 +109,94 @@ def _runnable(text: str) -> str:
 
 
 def make_repro(study_dir: str, number: int, record: dict, limit_s: float = 600.0, accuracy: bool = False) -> dict:
-    """A minified repro of trial `number`'s failure in its folder's repro/; returns the summary (also
-    written to repro/summary.json), whose `line` says in one line what was got."""
+    """A minified repro of trial `number`'s failure in its folder's repro/, the minifier given
+    `limit_s` (the rerun has the trial's own limit); returns the summary (also written to
+    repro/summary.json), whose `line` says in one line what was got."""
     folder = trial_folder(study_dir, number)
-    if not os.path.exists(os.path.join(folder, "spec.json")):
-        raise UserError(f"trial {number} has no files in {folder}: it never ran")
-    if record.get("status") not in CRASHES and not accuracy:
-        raise UserError(f"trial {number} is {record.get('status')!r}, not a failed compile: nothing to reproduce"
-                        + (" (a numerics failure: --accuracy)" if record.get("numerics", {}).get("differs") else ""))
+    _check(folder, number, record, accuracy)
     after, level, why = minifier_setting(record, accuracy)
     out = os.path.join(folder, REPRO_DIR)
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
     summary = {"trial": number, "after": after, "level": level, "why": why, "limit_s": limit_s}
+    launcher = _earlier_launcher(out, summary)
+    _clear(out, keep_debug=launcher is not None)
     if after is None:
         return _finish(out, summary, None, f"no minifier reaches it ({why}); the trial's apply_compilation.py "
                                             "with its model is the repro")
-    started = time.time()
+    if launcher:
+        summary["rerun"] = "skipped: the minifier launcher an earlier `repro` of this trial left was minified again"
+    else:
+        launcher = _rerun(folder, out, summary, after, level)
+    if launcher is None:
+        return _finish(out, summary, None, f"the rerun ({summary['rerun']['status']}) left no minifier launcher: " + (
+            "no compiled graph's result departs from its eager run, so the difference is made above the backend "
+            "(in what Dynamo traced; diverges_at says where)" if accuracy else "the failure did not recur under the minifier"))
+    shutil.copy(launcher, os.path.join(out, "minifier_launcher.py"))
+    summary["graph_lines_before"] = graph_lines(launcher)
+    done, summary["minifier_s"] = _minify(launcher, out, limit_s, summary.get("isolate", False))
+    minified = os.path.join(os.path.dirname(launcher), "repro.py")
+    if done and os.path.exists(minified):
+        return _finish(out, summary, minified, "minified")
+    checkpoint = _smallest_checkpoint(os.path.join(out, "debug"))
+    if checkpoint:
+        return _finish(out, summary, checkpoint, f"not reduced to the end within the {limit_s:g} s limit: "
+                                                 "the smallest failing graph it reached")
+    with open(os.path.join(out, "repro.py"), "w") as f, open(launcher) as source:
+        f.write(_runnable(source.read()))
+    return _finish(out, summary, os.path.join(out, "repro.py"), f"not reduced within the {limit_s:g} s limit: "
+                   "the unreduced graph (a longer --timeout minifies it further, without rerunning the trial)")
+
+
+def _check(folder: str, number: int, record: dict, accuracy: bool) -> None:
+    """A one-line error unless the trial ran and failed the way asked about."""
+    if not os.path.exists(os.path.join(folder, "spec.json")):
+        raise UserError(f"trial {number} has no files in {folder}: it never ran")
+    numerics = bool(record.get("numerics", {}).get("differs"))
+    if accuracy and not numerics:
+        raise UserError(f"trial {number} is {record.get('status')!r}, not a numerics failure: --accuracy has nothing to find")
+    if record.get("status") not in CRASHES and not accuracy:
+        raise UserError(f"trial {number} is {record.get('status')!r}, not a failed compile: nothing to reproduce"
+                        + (" (a numerics failure: --accuracy)" if numerics else ""))
+
+
+def _earlier_launcher(out: str, summary: dict) -> str | None:
+    """The launcher an earlier `repro` of the trial wrote with the same setting, so that a longer
+    --timeout minifies further without rerunning the configuration (minutes on a large model)."""
+    try:
+        with open(os.path.join(out, SUMMARY)) as f:
+            earlier = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if (earlier.get("after"), earlier.get("level")) != (summary["after"], summary["level"]):
+        return None
+    summary["isolate"] = earlier.get("isolate", False)
+    return _launcher(os.path.join(out, "debug"))
+
+
+def _clear(out: str, keep_debug: bool) -> None:
+    """An empty repro/ (but the minifier's debug folder, where its launcher is used again)."""
+    if os.path.isdir(out):
+        for name in os.listdir(out):
+            path = os.path.join(out, name)
+            if name == "debug" and keep_debug:
+                for old in glob.glob(os.path.join(path, "**", "minifier", "repro.py"), recursive=True):
+                    os.remove(old)  # the earlier minifier's result: not this one's
+            elif os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+    os.makedirs(out, exist_ok=True)
+
+
+def _rerun(folder: str, out: str, summary: dict, after: str, level: int) -> str | None:
+    """The configuration once more with the minifier's environment; the launcher it wrote, or None."""
+    with open(os.path.join(folder, "spec.json")) as f:
+        limit_s = json.load(f).get("timeout_s", 900.0)
     debug = os.path.join(out, "debug")
     env = {"TORCHDYNAMO_REPRO_AFTER": after, "TORCHDYNAMO_REPRO_LEVEL": str(level), "TORCH_COMPILE_DEBUG_DIR": debug}
     rerun = run_trial(_request(folder, os.path.join(out, "run"), env, limit_s))
     summary["rerun"] = {"status": rerun["status"], "reason": rerun.get("reason", "")[:400], "wall_s": rerun["wall_s"]}
-    launcher = _launcher(debug)
-    if launcher is None:
-        return _finish(out, summary, None, f"the rerun ({rerun['status']}) left no minifier launcher: "
-                                            f"the failure did not recur under the minifier")
-    shutil.copy(launcher, os.path.join(out, "minifier_launcher.py"))
-    summary["graph_lines_before"] = graph_lines(launcher)
-    done, summary["minifier_s"] = _minify(launcher, out, limit_s - (time.time() - started),
-                                          rerun["status"] in ISOLATE_WHEN)
-    minified = os.path.join(os.path.dirname(launcher), "repro.py")
-    if done and os.path.exists(minified):
-        return _finish(out, summary, minified, "minified")
-    checkpoint = _smallest_checkpoint(debug)
-    if checkpoint:
-        return _finish(out, summary, checkpoint, f"not reduced to the end within the {limit_s:.0f} s limit: "
-                                                 "the smallest failing graph it reached")
-    with open(os.path.join(out, "repro.py"), "w") as f:
-        f.write(_runnable(open(launcher).read()))
-    return _finish(out, summary, os.path.join(out, "repro.py"),
-                   f"not reduced within the {limit_s:.0f} s limit: the unreduced graph")
+    summary["isolate"] = rerun["status"] in ISOLATE_WHEN
+    return _launcher(debug)
 
 
 def _finish(out: str, summary: dict, repro: str | None, how: str) -> dict:
