@@ -15,10 +15,12 @@ def _run(*args, cwd=None):
 
 def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
     done = _run("-m", "autocompile", "search", "--model", toy("toy_inductor_crash"), "--device", "cpu", "--trials", "2",
-                "--finalists", "0", "--study", "s", "--dir", str(tmp_path), "--no-trace")
+                "--finalists", "0", "--study", "s", "--dir", str(tmp_path), "--no-trace", "--no-triage")
     assert done.returncode in (0, 1), done.stderr
+    # No triage, to save its three reruns (tests/test_trial.py has it name Inductor for this model):
+    # a compile error without a layer is taken for Inductor's (test_the_minifier_is_set_for_the_layer_triage_found).
     record = json.loads((tmp_path / "s" / "trials" / "0001" / "result.json").read_text())
-    assert record["status"] == "compile_error" and record["failing_layer"].startswith("Inductor"), record["reason"]
+    assert record["status"] == "compile_error" and "failing_layer" not in record, record["reason"]
 
     folder = tmp_path / "s" / "trials" / "0001" / "repro"
     # A minifier stopped at once: the unreduced graph is kept, and the line says so.
@@ -65,5 +67,6 @@ def test_the_minifier_is_set_for_the_layer_triage_found():
               "decompositions and the partitioner": "dynamo", "Inductor (code generation)": "aot"}
     for layer, after in layers.items():
         assert minifier_setting({"status": "compile_error", "failing_layer": layer}, False)[:2] == (after, 2)
+    assert minifier_setting({"status": "compile_error"}, False)[:2] == ("aot", 2)  # no triage: Inductor's, taken
     assert minifier_setting({"status": "crashed"}, False)[:2] == ("aot", 3)  # a dead process: written before each graph
     assert minifier_setting({"status": "infeasible", "failing_layer": "Dynamo (graph capture)"}, True)[:2] == ("aot", 4)
