@@ -39,9 +39,15 @@ def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
     assert done.stdout.startswith(f"repro: {folder / 'repro.py'}: minified")
     assert summary["graph_lines"] < summary["graph_lines_before"] // 3  # what still fails (the ReLU), little else
     _fails_alone(tmp_path / "minified", folder, record)
-    # The dashboard's files of the trial have it.
-    names = {json.loads(v)["filename"] for k, v in _study_attrs(tmp_path).items() if k.startswith("dashboard:artifacts:")}
+    # The dashboard's files of the trial have it, and the results table (trials.txt, `report`) names it.
+    study = _study(tmp_path)
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    names = {json.loads(v)["filename"] for k, v in attrs.items() if k.startswith("dashboard:artifacts:")}
     assert {"repro.py", "minifier-log.txt"} <= names
+    from autocompile.outputs.table import format_table, summarize
+
+    table = format_table(summarize(study, str(tmp_path / "s"))["rows"])
+    assert f"[repro: {folder / 'repro.py'}]" in table.splitlines()[2]
 
 
 def _fails_alone(alone, folder, record) -> None:
@@ -53,11 +59,10 @@ def _fails_alone(alone, folder, record) -> None:
     assert ran.returncode != 0 and "CppCompileError" in ran.stderr and "CppCompileError" in record["reason"]
 
 
-def _study_attrs(tmp_path) -> dict:
+def _study(tmp_path):
     from autocompile.engine.study import load_study
 
-    study = load_study("s", "sqlite:///" + str(tmp_path / "s" / "study.db"))
-    return study._storage.get_study_system_attrs(study._study_id)
+    return load_study("s", "sqlite:///" + str(tmp_path / "s" / "study.db"))
 
 
 def test_the_minifier_is_set_for_the_layer_triage_found():

@@ -89,9 +89,10 @@ def relative_error(trial, eager) -> float:
 def first_divergence(eager: dict, trial: dict, order: dict[str, list[str]], tolerance: float) -> dict:
     """The first module whose output departs beyond `tolerance`, else the first whose gradient
     does, with every module's relative errors; `diverges_at` None when none departs."""
-    errors = {kind: {name: relative_error(trial[kind][name], eager[kind][name])
-                     for name in names if name in trial[kind] and name in eager[kind]}
-              for kind in ("forward", "backward") for names in [order[kind]]}
+    errors: dict[str, dict[str, float]] = {}
+    for kind in ("forward", "backward"):
+        both = [name for name in order[kind] if name in trial[kind] and name in eager[kind]]
+        errors[kind] = {name: relative_error(trial[kind][name], eager[kind][name]) for name in both}
     found = None
     for kind in ("forward", "backward"):
         found = next(({"module": name, "pass": kind, "rel_error": error}
