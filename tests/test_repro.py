@@ -23,6 +23,10 @@ def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
     assert record["status"] == "compile_error" and "failing_layer" not in record, record["reason"]
 
     folder = tmp_path / "s" / "trials" / "0001" / "repro"
+    for trial, error in (("0", "trial 0 is 'ok', not a failed compile: nothing to reproduce"),
+                         ("7", "study 's' has no trial 7 (it has 0 to 1)")):
+        done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", trial, "--dir", str(tmp_path))
+        assert (done.returncode, done.stderr) == (2, f"autocompile: error: {error}\n")
     # A minifier stopped at once: the unreduced graph is kept, and the line says so.
     done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "0.5")
     assert done.returncode == 0, done.stdout + done.stderr
