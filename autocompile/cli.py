@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="top configurations measured again at the end, alternating with eager (default 3; 0: none)")
     p.add_argument("--no-prune", action="store_true", help="let every trial finish, even one that can no longer win")
     p.add_argument("--no-triage", action="store_true",
-                   help="do not rerun compile failures with simpler backends to name the failing layer")
+                   help="do not rerun compile failures with simpler backends to name the failing layer, nor "
+                        "compare numerics failures with eager module by module to find where they part")
     p.add_argument("--no-trace", action="store_true",
                    help="no TORCH_TRACE in the trials (written when tlparse is installed, for the dashboard's reports)")
     p.add_argument("--screen", type=_positive_int, metavar="K",
@@ -213,6 +214,17 @@ def build_parser() -> argparse.ArgumentParser:
                                           "trials.txt, results.json and the winner's snippet again")
     p.add_argument("--study", required=True)
     _storage_args(p)
+
+    p = sub.add_parser("repro", help="a minified repro.py of a trial that failed to compile (torch's minifier, for "
+                                     "the layer triage found), kept in its folder and its dashboard files")
+    p.add_argument("--study", required=True)
+    p.add_argument("--trial", required=True, type=_non_negative_int, help="the failed trial's number")
+    _storage_args(p)
+    p.add_argument("--timeout", type=_positive_float, default=600.0,
+                   help="seconds for the minifier (default 600; the rerun has the trial's own limit); past it, the "
+                        "smallest failing graph reached is kept, and a later repro with more time goes on from there")
+    p.add_argument("--accuracy", action="store_true",
+                   help="for a numerics failure: the minifier's accuracy mode (TORCHDYNAMO_REPRO_LEVEL=4)")
 
     sub.add_parser("models", help="list the workloads")
 
@@ -420,6 +432,18 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_repro(args) -> int:
+    from autocompile.outputs.dashboard import upload_study_files
+    from autocompile.outputs.repro import repro_trial
+
+    study, _ = _existing_study(args)
+    study_dir = os.path.join(args.dir, args.study)
+    summary = repro_trial(study, study_dir, args.trial, args.timeout, args.accuracy)
+    upload_study_files(study, study_dir)  # the repro's files join the trial's in the dashboard
+    print(summary["line"])
+    return 0 if summary.get("repro") else 1
+
+
 def cmd_models(args) -> int:
     from autocompile.workloads import list_workloads
 
@@ -576,7 +600,7 @@ def cmd_cache_check(args) -> int:
 
 
 COMMANDS = {"screen-check": cmd_screen_check, "cache-check": cmd_cache_check, "search": cmd_search, "worker": cmd_worker, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
-            "models": cmd_models,
+            "models": cmd_models, "repro": cmd_repro,
             "space": cmd_space, "failures": cmd_failures, "export": cmd_export, "dashboard": cmd_dashboard}
 
 

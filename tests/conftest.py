@@ -53,9 +53,10 @@ def toolchain_dir():
     return os.environ["AUTOCOMPILE_TOOLCHAIN_CACHE"]
 
 
-def numerics_of_plain_compile(tmp_path, workload: str, seed: int) -> dict:
+def numerics_of_plain_compile(tmp_path, workload: str, seed: int, triage: bool = False) -> dict:
     """`autocompile search --trials 2` (eager, then plain torch.compile) on a toy workload; the
-    compiled trial's record, with the eager baseline's first losses beside it."""
+    compiled trial's record, with the eager baseline's first losses beside it. Without `triage`
+    (--no-triage), a numerics failure is not compared with eager module by module (diverges_at)."""
     import subprocess
     import sys
 
@@ -64,7 +65,8 @@ def numerics_of_plain_compile(tmp_path, workload: str, seed: int) -> dict:
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy(workload), "--device", "cpu",
                            "--trials", "2", "--finalists", "0", "--seed", str(seed), "--study", "s",
-                           "--dir", str(tmp_path)], capture_output=True, text=True, env=env)
+                           "--dir", str(tmp_path)] + ([] if triage else ["--no-triage"]),
+                          capture_output=True, text=True, env=env)
     assert done.returncode in (0, 1), done.stderr
     study = load_study("s", "sqlite:///" + str(tmp_path / "s" / "study.db"))
     eager, compiled = (t.user_attrs for t in study.trials)

@@ -166,13 +166,52 @@ def toy_relu() -> Workload:
     return workload
 
 
+def _inductor_bug(name: str, bug: str) -> Workload:
+    """ReLU blocks with Inductor's own test hook set by the model's builder (as a custom op's import
+    would register one): eager and every backend below Inductor are right; Inductor is not. One
+    length: one graph."""
+    import torch._inductor.config as inductor_config
+
+    workload = toy_relu()
+    plain_build = workload.build
+
+    def build(options: WorkloadOptions):
+        inductor_config.cpp.inject_relu_bug_TESTING_ONLY = bug
+        return plain_build(options)
+
+    workload.build, workload.name = build, name
+    return workload
+
+
+def toy_inductor_crash() -> Workload:
+    """Compiled by Inductor, its ReLU fails C++ code generation: a compile error of Inductor's."""
+    return _inductor_bug("toy-inductor-crash", "compile_error")
+
+
+def toy_inductor_wrong() -> Workload:
+    """Compiled by Inductor, its ReLU computes relu(x) + 1: a numerics failure of Inductor's."""
+    return _inductor_bug("toy-inductor-wrong", "accuracy")
+
+
+class DropoutBlock(torch.nn.Sequential):
+    """Linear, GELU, dropout p = 0.3; compiled, its output is multiplied by `scale_when_compiled`."""
+
+    def __init__(self, scale_when_compiled: float = 1.0):
+        super().__init__(torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU(), torch.nn.Dropout(0.3))
+        self.scale_when_compiled = scale_when_compiled
+
+    def forward(self, x):
+        out = super().forward(x)
+        return out * self.scale_when_compiled if torch.compiler.is_compiling() and self.scale_when_compiled != 1.0 else out
+
+
 class DropoutMLP(torch.nn.Module):
     """Three linear blocks with dropout p = 0.3, and a head: a loss that depends on the random stream."""
 
-    def __init__(self, scaled_when_compiled: bool = False):
+    def __init__(self, scaled_when_compiled: bool = False, scaled_block: int | None = None):
         super().__init__()
-        self.blocks = torch.nn.ModuleList(
-            torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU(), torch.nn.Dropout(0.3)) for _ in range(3))
+        # A block's error reaches the loss damped (by the next blocks' small weights): 30%, not the head's 3%
+        self.blocks = torch.nn.ModuleList(DropoutBlock(1.3 if i == scaled_block else 1.0) for i in range(3))
         self.head = torch.nn.Linear(WIDTH, 8)
         self.scaled_when_compiled = scaled_when_compiled
 
@@ -185,10 +224,10 @@ class DropoutMLP(torch.nn.Module):
         return out
 
 
-def _dropout_workload(name: str, scaled_when_compiled: bool) -> Workload:
+def _dropout_workload(name: str, scaled_when_compiled: bool, scaled_block: int | None = None) -> Workload:
     def build(options: WorkloadOptions):
         torch.manual_seed(options.seed)
-        model = DropoutMLP(scaled_when_compiled).to(options.device)
+        model = DropoutMLP(scaled_when_compiled, scaled_block).to(options.device)
         return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def batches(options: WorkloadOptions, n: int):
@@ -211,3 +250,8 @@ def toy_dropout() -> Workload:
 def toy_dropout_scaled() -> Workload:
     """Compiled, its output is 3% larger: a real numerical error, hidden in dropout's noise."""
     return _dropout_workload("toy-dropout-scaled", scaled_when_compiled=True)
+
+
+def toy_dropout_block_scaled() -> Workload:
+    """Compiled, its second block's output is 30% larger: the numerics part from eager's at `blocks.1`."""
+    return _dropout_workload("toy-dropout-block-scaled", scaled_when_compiled=False, scaled_block=1)

@@ -19,11 +19,12 @@ from autocompile.apply import describe_config
 from autocompile.engine.records import (baseline_value, best_trial, carried, concise, eager_record, full_record,
                                        save_record, speedup, trial_folder)
 from autocompile.engine.prediction import Predictor
-from autocompile.engine.scoring import _judged_by_an_older_guard, best_score, judge, optimistic_score, score, violation
+from autocompile.engine.scoring import (_judged_by_an_older_guard, best_score, judge, numerics_tolerance,
+                                        optimistic_score, score, violation)
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.engine.storage import heartbeat_s, this_worker
 from autocompile.engine.strategy import too_slow, twin_time
-from autocompile.trial import TrialRequest, caches, run_trial, triage
+from autocompile.trial import TrialRequest, caches, divergence, run_trial, triage
 
 if TYPE_CHECKING:
     from autocompile.engine.settings import SearchSettings
@@ -254,6 +255,10 @@ class Runner:
         study; the judged record."""
         settings = self.settings
         record = judge(record, eager_record(self.study), settings.device, settings.max_memory_gb)
+        if record["status"] == "infeasible" and record.get("numerics", {}).get("differs") and settings.triage:
+            self.progress.line(f"  trial {trial.number}: numerics off; comparing it with eager module by module")
+            record = divergence.locate(request, record, numerics_tolerance(settings.device), time_left=self.remaining())
+            self.trials_wall += record.get("divergence", {}).get("wall_s", 0)
         record["score"] = score(record, settings.horizon)
         save_record(request.trial_dir, record)  # the whole record; the study keeps it concise
         for key, value in concise(record).items():

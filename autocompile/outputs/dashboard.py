@@ -1,7 +1,8 @@
 """The study in optuna-dashboard: each trial's files as artifacts, and the winner as the study's note.
 
 Every finished trial gets its files (the `apply_compilation.py` it ran, its log, its events,
-its `result.json` with the recompile and graph-break reasons, the logs of its triage rungs)
+its `result.json` with the recompile and graph-break reasons, the logs of its triage rungs, the
+module-by-module comparison of a numerics failure, and `autocompile repro`'s repro when made)
 in an Optuna artifact store beside the study, `DIR/STUDY/artifacts/`, so they open from the
 trial's page. A trial that failed, recompiled or broke the graph also gets a tlparse report
 of its TORCH_TRACE, when `tlparse` is installed (the search then asks each trial process for
@@ -31,6 +32,12 @@ from autocompile.engine.records import full_record, trial_folder
 
 ARTIFACTS_DIR = "artifacts"  # DIR/STUDY/artifacts/
 TRIAL_FILES = ("apply_compilation.py", "log.txt", "events.jsonl", "result.json", "log-hard-mark.txt")
+# Made later, if at all: a numerics failure's comparison with eager (trial/divergence.py) and
+# `autocompile repro`'s minified repro (outputs/repro.py), each in a folder of the trial's.
+LATER_FILES = (("divergence-log.txt", "divergence/log.txt"), ("divergence-result.json", "divergence/result.json"),
+               ("repro.py", "repro/repro.py"), ("minifier_launcher.py", "repro/minifier_launcher.py"),
+               ("minifier-log.txt", "repro/minifier-log.txt"), ("repro-summary.json", "repro/summary.json"),
+               ("repro-rerun-log.txt", "repro/run/log.txt"))
 TRACE_DIR, REPORT_DIR = "trace", "tlparse"  # in a trial's folder: TORCH_TRACE's logs, tlparse's report
 # Shown by a browser rather than downloaded.
 MIMETYPES = {".py": "text/plain", ".txt": "text/plain", ".jsonl": "text/plain", ".json": "application/json",
@@ -79,6 +86,7 @@ def write_trace_report(folder: str) -> list[tuple[str, str]]:
 def trial_files(folder: str, attrs: dict) -> list[tuple[str, str]]:
     """A trial's files, as (artifact name, path): those that exist and are not empty."""
     files = [(name, os.path.join(folder, name)) for name in TRIAL_FILES]
+    files += [(name, os.path.join(folder, path)) for name, path in LATER_FILES]
     for rung in attrs.get("triage") or []:
         files.append((f"triage-{rung['backend']}-log.txt", os.path.join(folder, f"triage-{rung['backend']}", "log.txt")))
     if needs_trace_report(attrs):

@@ -43,14 +43,27 @@ def trial_rows(study) -> list[dict]:
             "peak_mem_gb": a.get("peak_mem_gb"),
             "score": a.get("score", t.value),  # a pruned trial's value is its bound
             "wall_s": a.get("wall_s"),
+            "diverges_at": a.get("diverges_at"),  # a numerics failure: where it parts from eager (trial/divergence.py)
         })
     return rows
+
+
+def add_repros(rows: list[dict], study_dir: str) -> None:
+    """The repro `autocompile repro` made of a failed trial, as its row's `repro` (the file) and `repro_line`."""
+    from autocompile.outputs.repro import summary_of
+
+    for row in rows:
+        made = summary_of(study_dir, row["number"]) if row.get("status") not in ("ok", None) else None
+        if made:
+            row.update(repro=made.get("repro"), repro_line=made["line"])
 
 
 def summarize(study, study_dir: str | None, write: bool = False, horizon: int | None = None) -> dict:
     """The winner and the table; with write, the winner's snippet goes to study_dir. With a
     horizon other than the study's, the winner for it comes from the measurements (its score too)."""
     rows = trial_rows(study)
+    if study_dir:
+        add_repros(rows, study_dir)
     searched = study.user_attrs.get("horizon", 1000)
     horizon = horizon or searched
     if horizon == searched:
@@ -191,6 +204,11 @@ def format_table(rows: list[dict]) -> str:
                 line[-1] += "r"
         if row.get("status") not in ("ok", None) and row.get("reason"):
             line[-1] += f"  [{row['reason'][:80]}]"
+        if row.get("diverges_at"):
+            found = row["diverges_at"]
+            line[-1] += f"  [diverges first at {found['module']} ({found['pass']}, {found['rel_error']:.2%})]"
+        if row.get("repro"):
+            line[-1] += f"  [repro: {row['repro']}]"
         cells.append(line)
     widths = [max(len(r[i]) for r in cells) for i in range(len(TABLE_COLUMNS) - 1)]
     out = []

@@ -54,6 +54,7 @@ class TrialRequest:
     cache_dir: str | None = None  # compile caches it starts from (screens', a finalist's first run's), kept after it
     keep_cache: bool = False  # keep its own caches after a clean run (`caches`: its finalist rerun starts from them)
     ledger: bool = False  # cache_dir is a study's shared cache: its graphs go to its ledger, its warm-up is reconstructed
+    env: dict = field(default_factory=dict)  # extra environment of the trial process (the minifier's, `outputs/repro.py`)
 
 
 def _child_env(request: TrialRequest) -> dict:
@@ -67,6 +68,7 @@ def _child_env(request: TrialRequest) -> dict:
     # The child must import what the parent imports (the package itself, a plugin on sys.path).
     paths = [p for p in sys.path if p] + env.get("PYTHONPATH", "").split(os.pathsep)
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    env.update(request.env)
     return env
 
 

@@ -219,6 +219,10 @@ def run(spec: dict, events: Events, result: dict) -> None:
         del built
         _replay_only(torch, spec, result, setup)
         return
+    if spec.get("divergence_tolerance") is not None:  # where a numerics failure parts from eager (trial/divergence.py)
+        del built
+        _divergence_only(torch, spec, result, setup)
+        return
     _check_randomness(torch, spec, events, result, setup, built[0])
     training = _apply(spec, result, setup, built)
     del built  # the model and optimizer live on in `training` only
@@ -316,6 +320,35 @@ def _replay_only(torch, spec: dict, result: dict, setup: Setup) -> None:
     result.update(status="ok", reason="replay only: nothing measured",
                   replay=_replay(torch, spec, setup.workload, setup.options, setup.batches, setup.info, setup.snippet,
                                  lambda: None))
+
+
+def _divergence_only(torch, spec: dict, result: dict, setup: Setup) -> None:
+    """Eager and the configuration compared module by module on the replay's batch, seed and
+    dropout handling (see `_replay`), one training step each; nothing measured."""
+    import torch._inductor.config as inductor_config
+
+    from autocompile.space import EAGER
+    from autocompile.trial import divergence
+
+    config = spec["config"]
+    reference = render_snippet({**EAGER, "padding": config["padding"], "pad_multiple": config["pad_multiple"]},
+                               setup.info)
+    recorded = {}
+    for side, code in (("eager", reference), ("trial", setup.snippet)):
+        torch._dynamo.reset()
+        model, optimizer = setup.workload.build(setup.options)
+        _switch_off_dropout(torch, model)
+        recorder = divergence.Recorder(divergence.watched_modules(model, setup.info.regions, setup.info.parts))
+        with inductor_config.patch(fallback_random=True):
+            training = Training(setup.workload, (model, optimizer), setup.batches[:1], code, f"<divergence {side}>")
+            del model, optimizer
+            torch.manual_seed(REPLAY_SEED)
+            training.step(0)
+        recorded[side] = recorder.finish()
+        del training, recorder
+    (eager, order), (trial, _) = recorded["eager"], recorded["trial"]
+    result.update(status="ok", reason="divergence only: nothing measured",
+                  divergence=divergence.first_divergence(eager, trial, order, spec["divergence_tolerance"]))
 
 
 def _check_randomness(torch, spec: dict, events: Events, result: dict, setup: Setup, model) -> None:

@@ -1,0 +1,239 @@
+"""Minified repros and where numerics part: what `autocompile repro` leaves beside a failed trial.
+
+002_86f4e0ea9600b3b4.txt's method for a compile that fails: find the failing layer (the triage
+ladder, autocompile.trial.process.triage), then let torch's minifier cut the failure down to a
+small self-contained `repro.py`. `make_repro` reruns the trial's configuration (a trial process of
+its own, autocompile.trial.run_trial) with the minifier's environment: TORCHDYNAMO_REPRO_AFTER
+"aot" when Inductor fails (the graph AOTAutograd hands it), "dynamo" when an earlier backend
+layer does (the graph Dynamo captured), and TORCHDYNAMO_REPRO_LEVEL 2 for an error (the
+minifier's launcher written when it is raised), 3 for a crash of the process (written before each
+graph runs, as a segfault leaves no time after), 4 for accuracy. torch writes
+`minifier_launcher.py` under its debug folder (TORCH_COMPILE_DEBUG_DIR, found by looking, not by
+its layout); running it reduces the graph, writing a checkpoint for each smaller graph that still
+fails and `repro.py` at the end. Within the time limit the minified `repro.py` is kept, else the
+smallest checkpoint, else the unreduced graph; the trial's folder gets `repro/` with them, the
+minifier's log and `summary.json`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from autocompile.engine.records import trial_folder
+from autocompile.errors import UserError
+from autocompile.trial import TrialRequest, run_trial
+from autocompile.trial.process import TRIAGE_MEASURE
+
+REPRO_DIR = "repro"  # in a trial's folder
+SUMMARY = "summary.json"
+CRASHES = ("failed", "compile_error", "crashed")
+# A minifier check in a process of its own (--isolate) cost ~7 s each on 2 CPU cores, 42 of them
+# for a 33-node toy graph: 4.8 min against 8 s in one process. In one process unless the trial's
+# process died (a segfault would end the minifier too).
+ISOLATE_WHEN = ("crashed",)
+
+
+def minifier_setting(record: dict, accuracy: bool) -> tuple[str | None, int, str]:
+    """(TORCHDYNAMO_REPRO_AFTER, TORCHDYNAMO_REPRO_LEVEL, why) for a failed record; after None when
+    no minifier reaches the failure (Dynamo's own graph capture fails: there is no graph yet)."""
+    layer = record.get("failing_layer") or ""
+    level = 4 if accuracy else 3 if record.get("status") == "crashed" else 2
+    if accuracy:
+        return "aot", level, "accuracy: Inductor's graphs against their eager run (level 4)"
+    if layer.startswith("Dynamo"):
+        return None, level, "the failure is in Dynamo's graph capture, before any backend gets a graph"
+    if layer.startswith(("AOTAutograd", "decompositions")):
+        return "dynamo", level, f"triage: fails in {layer}: the graph Dynamo captured"
+    return "aot", level, (f"triage: fails in {layer}" if layer else "no triage in the record: Inductor assumed") + \
+        ": the graph AOTAutograd hands Inductor"
+
+
+def _request(folder: str, out: str, env: dict, limit_s: float) -> TrialRequest:
+    """The failed trial's request (its spec.json), run briefly in `out` with the minifier's environment."""
+    with open(os.path.join(folder, "spec.json")) as f:
+        spec = json.load(f)
+    return TrialRequest(model=spec["model"], config=spec["config"], device=spec["device"], trial_dir=out,
+                        batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"), seed=spec.get("seed", 0),
+                        timeout_s=limit_s, toolchain_dir=spec.get("toolchain_dir"), header=spec.get("header", ""),
+                        blocks=spec.get("blocks"), measure=dict(TRIAGE_MEASURE), env=env)
+
+
+def graph_lines(path: str) -> int:
+    """Lines of the graph in a minifier's file: the body of its `Repro.forward`."""
+    with open(path) as f:
+        text = f.read()
+    body = text.split("def forward(", 1)[-1].split("\n\n", 1)[0]
+    return sum(1 for line in body.splitlines()[1:] if line.strip())
+
+
+def _launcher(debug_dir: str) -> str | None:
+    found = glob.glob(os.path.join(debug_dir, "**", "minifier_launcher.py"), recursive=True)
+    return max(found, key=os.path.getmtime) if found else None
+
+
+def _smallest_checkpoint(debug_dir: str) -> str | None:
+    """The smallest graph the minifier reached that still fails (checkpoints/<nodes>.py)."""
+    found = [p for p in glob.glob(os.path.join(debug_dir, "**", "checkpoints", "*.py"), recursive=True)
+             if os.path.basename(p)[:-3].isdigit()]
+    return min(found, key=lambda p: int(os.path.basename(p)[:-3])) if found else None
+
+
+def _minify(launcher: str, out: str, limit_s: float, isolate: bool) -> tuple[bool, float]:
+    """Run the launcher in its folder (it writes repro.py there), its output to minifier-log.txt;
+    (finished in time, seconds)."""
+    started = time.time()
+    with open(os.path.join(out, "minifier-log.txt"), "w") as log:
+        process = subprocess.Popen([sys.executable, launcher, "minify", "--isolate" if isolate else "--no-isolate"],
+                                   cwd=os.path.dirname(launcher), stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                   start_new_session=True)
+        try:
+            process.wait(timeout=max(1.0, limit_s))
+            return process.returncode == 0, time.time() - started
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait()
+            return False, time.time() - started
+
+
+def _runnable(text: str) -> str:
+    """A launcher's text as a repro that runs the graph once (command 'run') instead of minifying it."""
+    return re.sub(r"command='minify'", "command='run'", text)
+
+
+def make_repro(study_dir: str, number: int, record: dict, limit_s: float = 600.0, accuracy: bool = False) -> dict:
+    """A minified repro of trial `number`'s failure in its folder's repro/, the minifier given
+    `limit_s` (the rerun has the trial's own limit); returns the summary (also written to
+    repro/summary.json), whose `line` says in one line what was got."""
+    folder = trial_folder(study_dir, number)
+    _check(folder, number, record, accuracy)
+    after, level, why = minifier_setting(record, accuracy)
+    out = os.path.join(folder, REPRO_DIR)
+    summary = {"trial": number, "after": after, "level": level, "why": why, "limit_s": limit_s}
+    launcher = _earlier_launcher(out, summary)
+    _clear(out, keep_debug=launcher is not None)
+    if after is None:
+        return _finish(out, summary, None, f"no minifier reaches it ({why}); the trial's apply_compilation.py "
+                                            "with its model is the repro")
+    if launcher:
+        summary["rerun"] = "skipped: the minifier launcher an earlier `repro` of this trial left was minified again"
+    else:
+        launcher = _rerun(folder, out, summary, after, level)
+    if launcher is None:
+        return _finish(out, summary, None, f"the rerun ({summary['rerun']['status']}) left no minifier launcher: " + (
+            "no compiled graph's result departs from its eager run, so the difference is made above the backend "
+            "(in what Dynamo traced; diverges_at says where)" if accuracy else "the failure did not recur under the minifier"))
+    shutil.copy(launcher, os.path.join(out, "minifier_launcher.py"))
+    summary["graph_lines_before"] = graph_lines(launcher)
+    done, summary["minifier_s"] = _minify(launcher, out, limit_s, summary.get("isolate", False))
+    minified = os.path.join(os.path.dirname(launcher), "repro.py")
+    if done and os.path.exists(minified):
+        return _finish(out, summary, minified, "minified")
+    checkpoint = _smallest_checkpoint(os.path.join(out, "debug"))
+    if checkpoint:
+        return _finish(out, summary, checkpoint, f"not reduced to the end within the {limit_s:g} s limit: "
+                                                 "the smallest failing graph it reached")
+    with open(os.path.join(out, "repro.py"), "w") as f, open(launcher) as source:
+        f.write(_runnable(source.read()))
+    return _finish(out, summary, os.path.join(out, "repro.py"), f"not reduced within the {limit_s:g} s limit: "
+                   "the unreduced graph (a longer --timeout minifies it further, without rerunning the trial)")
+
+
+def _check(folder: str, number: int, record: dict, accuracy: bool) -> None:
+    """A one-line error unless the trial ran and failed the way asked about."""
+    if not os.path.exists(os.path.join(folder, "spec.json")):
+        raise UserError(f"trial {number} has no files in {folder}: it never ran")
+    numerics = bool(record.get("numerics", {}).get("differs"))
+    if accuracy and not numerics:
+        raise UserError(f"trial {number} is {record.get('status')!r}, not a numerics failure: --accuracy has nothing to find")
+    if record.get("status") not in CRASHES and not accuracy:
+        raise UserError(f"trial {number} is {record.get('status')!r}, not a failed compile: nothing to reproduce"
+                        + (" (a numerics failure: --accuracy)" if numerics else ""))
+
+
+def _earlier_launcher(out: str, summary: dict) -> str | None:
+    """The launcher an earlier `repro` of the trial wrote with the same setting, so that a longer
+    --timeout minifies further without rerunning the configuration (minutes on a large model)."""
+    try:
+        with open(os.path.join(out, SUMMARY)) as f:
+            earlier = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if (earlier.get("after"), earlier.get("level")) != (summary["after"], summary["level"]):
+        return None
+    summary["isolate"] = earlier.get("isolate", False)
+    return _launcher(os.path.join(out, "debug"))
+
+
+def _clear(out: str, keep_debug: bool) -> None:
+    """An empty repro/ (but the minifier's debug folder, where its launcher is used again)."""
+    if os.path.isdir(out):
+        for name in os.listdir(out):
+            path = os.path.join(out, name)
+            if name == "debug" and keep_debug:
+                for old in glob.glob(os.path.join(path, "**", "minifier", "repro.py"), recursive=True):
+                    os.remove(old)  # the earlier minifier's result: not this one's
+            elif os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+    os.makedirs(out, exist_ok=True)
+
+
+def _rerun(folder: str, out: str, summary: dict, after: str, level: int) -> str | None:
+    """The configuration once more with the minifier's environment; the launcher it wrote, or None."""
+    with open(os.path.join(folder, "spec.json")) as f:
+        limit_s = json.load(f).get("timeout_s", 900.0)
+    debug = os.path.join(out, "debug")
+    env = {"TORCHDYNAMO_REPRO_AFTER": after, "TORCHDYNAMO_REPRO_LEVEL": str(level), "TORCH_COMPILE_DEBUG_DIR": debug}
+    rerun = run_trial(_request(folder, os.path.join(out, "run"), env, limit_s))
+    summary["rerun"] = {"status": rerun["status"], "reason": rerun.get("reason", "")[:400], "wall_s": rerun["wall_s"]}
+    summary["isolate"] = rerun["status"] in ISOLATE_WHEN
+    return _launcher(debug)
+
+
+def _finish(out: str, summary: dict, repro: str | None, how: str) -> dict:
+    """Copy the repro into `out`, count its graph, write summary.json; the summary with its line."""
+    if repro:
+        target = os.path.join(out, "repro.py")
+        if os.path.abspath(repro) != os.path.abspath(target):
+            shutil.copy(repro, target)
+        summary.update(repro=target, graph_lines=graph_lines(target))
+        before = summary.get("graph_lines_before")
+        size = f"{summary['graph_lines']} graph lines" + (f" (from {before})" if before else "")
+        summary["line"] = f"repro: {target}: {how}, {size}; run it with python to see the failure"
+    else:
+        summary["line"] = f"no repro: {how}"
+    summary["how"] = how
+    with open(os.path.join(out, SUMMARY), "w") as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def summary_of(study_dir: str, number: int) -> dict | None:
+    """The repro summary of trial `number`, if `autocompile repro` made one."""
+    try:
+        with open(os.path.join(trial_folder(study_dir, number), REPRO_DIR, SUMMARY)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def repro_trial(study, study_dir: str, number: int, limit_s: float = 600.0, accuracy: bool = False) -> dict:
+    """`autocompile repro`: the repro of a study's trial `number` (the caller attaches its files to
+    the trial's dashboard files: autocompile.outputs.dashboard.upload_trial_files, which reads this
+    module's summaries through the table)."""
+    from autocompile.engine.records import full_record
+
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    if number not in trials:
+        raise UserError(f"study {study.study_name!r} has no trial {number} (it has 0 to {len(trials) - 1})")
+    trial = trials[number]
+    return make_repro(study_dir, number, full_record(trial, study_dir), limit_s, accuracy)

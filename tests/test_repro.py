@@ -1,0 +1,81 @@
+"""`autocompile repro`: a failed configuration's failure, minified by torch's minifier to a repro.py that runs alone."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT, toy
+
+
+def _run(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
+    done = _run("-m", "autocompile", "search", "--model", toy("toy_inductor_crash"), "--device", "cpu", "--trials", "2",
+                "--finalists", "0", "--study", "s", "--dir", str(tmp_path), "--no-trace", "--no-triage")
+    assert done.returncode in (0, 1), done.stderr
+    # No triage, to save its three reruns (tests/test_trial.py has it name Inductor for this model):
+    # a compile error without a layer is taken for Inductor's (test_the_minifier_is_set_for_the_layer_triage_found).
+    record = json.loads((tmp_path / "s" / "trials" / "0001" / "result.json").read_text())
+    assert record["status"] == "compile_error" and "failing_layer" not in record, record["reason"]
+
+    folder = tmp_path / "s" / "trials" / "0001" / "repro"
+    for trial, error in (("0", "trial 0 is 'ok', not a failed compile: nothing to reproduce"),
+                         ("7", "study 's' has no trial 7 (it has 0 to 1)")):
+        done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", trial, "--dir", str(tmp_path))
+        assert (done.returncode, done.stderr) == (2, f"autocompile: error: {error}\n")
+    # A minifier stopped at once: the unreduced graph is kept, and the line says so.
+    done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "0.5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not reduced within the 0.5 s limit: the unreduced graph" in done.stdout
+    unreduced = json.loads((folder / "summary.json").read_text())
+    assert unreduced["after"] == "aot" and unreduced["rerun"]["status"] == "compile_error", unreduced
+    assert unreduced["graph_lines"] == unreduced["graph_lines_before"] > 10
+    _fails_alone(tmp_path / "unreduced", folder, record)
+    # With time, from the launcher the first call left (no rerun): minified, far smaller than the model's graph.
+    done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "300")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["how"] == "minified" and summary["rerun"].startswith("skipped"), summary
+    assert done.stdout.startswith(f"repro: {folder / 'repro.py'}: minified")
+    assert summary["graph_lines"] < summary["graph_lines_before"] // 3  # what still fails (the ReLU), little else
+    _fails_alone(tmp_path / "minified", folder, record)
+    # The dashboard's files of the trial have it, and the results table (trials.txt, `report`) names it.
+    study = _study(tmp_path)
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    names = {json.loads(v)["filename"] for k, v in attrs.items() if k.startswith("dashboard:artifacts:")}
+    assert {"repro.py", "minifier-log.txt"} <= names
+    from autocompile.outputs.table import format_table, summarize
+
+    table = format_table(summarize(study, str(tmp_path / "s"))["rows"])
+    assert f"[repro: {folder / 'repro.py'}]" in table.splitlines()[2]
+
+
+def _fails_alone(alone, folder, record) -> None:
+    """repro.py, alone in a folder of its own and run with plain python, fails as the trial did."""
+    alone.mkdir()
+    (alone / "repro.py").write_text((folder / "repro.py").read_text())
+    ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert ran.returncode != 0 and "CppCompileError" in ran.stderr and "CppCompileError" in record["reason"]
+
+
+def _study(tmp_path):
+    from autocompile.engine.study import load_study
+
+    return load_study("s", "sqlite:///" + str(tmp_path / "s" / "study.db"))
+
+
+def test_the_minifier_is_set_for_the_layer_triage_found():
+    from autocompile.outputs.repro import minifier_setting
+
+    layers = {"Dynamo (graph capture)": None, "AOTAutograd (forward and backward graphs)": "dynamo",
+              "decompositions and the partitioner": "dynamo", "Inductor (code generation)": "aot"}
+    for layer, after in layers.items():
+        assert minifier_setting({"status": "compile_error", "failing_layer": layer}, False)[:2] == (after, 2)
+    assert minifier_setting({"status": "compile_error"}, False)[:2] == ("aot", 2)  # no triage: Inductor's, taken
+    assert minifier_setting({"status": "crashed"}, False)[:2] == ("aot", 3)  # a dead process: written before each graph
+    assert minifier_setting({"status": "infeasible", "failing_layer": "Dynamo (graph capture)"}, True)[:2] == ("aot", 4)
