@@ -180,7 +180,8 @@ class SearchSpace:
         else:
             self._add("static_grads", (False, True), "gradients zeroed in place and marked static before the compiled "
                       "step: its effect is on CUDA graphs, which then read them in place instead of copying them in "
-                      "(001 step #3)", lambda c: c["compile_optimizer"] and uses_cuda_graphs(c))
+                      "(001 step #3); where the step is compiled under a CUDA-graph mode (reduce-overhead, "
+                      "max-autotune)", lambda c: c["compile_optimizer"] and uses_cuda_graphs(c))
         if not caps.has_foreach_map:
             self.left_out.append(("foreach_map_optimizer", f"torch {caps.torch_version} has no "
                                   "torch._higher_order_ops.foreach_map"))
@@ -188,7 +189,8 @@ class SearchSpace:
             self.left_out.append(("foreach_map_optimizer", traits.foreach_map_refusal))
         else:
             self._add("foreach_map_optimizer", (False, True), "the Adam/AdamW step as one compiled function of "
-                      "foreach_map ops, fused horizontally (001 step #4)",
+                      "foreach_map ops, fused horizontally (001 step #4); where the step is neither compiled "
+                      "(compile_optimizer) nor fused (fused_optimizer)",
                       lambda c: not c["compile_optimizer"] and not c["fused_optimizer"])
 
     def _memory_dimension(self) -> None:
