@@ -9,11 +9,16 @@ the same text, so what was measured and what is emitted cannot drift apart.
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import json
 import pprint
+import sys
+import types
 from dataclasses import dataclass, field
 
 from autocompile.space import bucket_lengths, uses_cuda_graphs  # noqa: F401  (bucket_lengths: a snippet's BUCKETS)
+from autocompile.space.optimizer import foreach_map_refusal
 
 
 @dataclass
@@ -129,6 +134,12 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
         backend = config.get("backend", "inductor")  # another backend only in failure triage
         body.append("    optimizer.step = torch.compile(optimizer.step"
                     + (f", backend={backend!r})" if backend != "inductor" else ")"))
+        if config.get("static_grads"):
+            body.append("    static_grads(optimizer)  # gradients at fixed addresses for CUDA graphs")
+    step_settings, step_functions = _step_lines(config)
+    settings += step_settings
+    if step_settings:
+        body.append("    foreach_map_step(optimizer)  # the Adam/AdamW step as one compiled foreach_map function")
     loss_settings, loss_fn = _compile_loss_lines(config)
     settings += loss_settings
     lines += settings
@@ -143,6 +154,7 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
               '    """Compile in place; returns the same model and optimizer."""']
     lines += body
     lines += ["    return model, optimizer", "", ""]
+    lines += step_functions
     lines += loss_fn + ["", ""]
     lines += _backward_lines(config, info) + ["", ""]
     lines += ["def prepare_batch(batch):"]
@@ -185,6 +197,152 @@ def load_compile_cache(path):
         torch.compiler.load_cache_artifacts(f.read())
     return True
 '''.splitlines()
+
+
+# static_grads (001 step #3), emitted where the configuration says so.
+STATIC_GRADS = '''
+def static_grads(optimizer):
+    """Gradients at fixed addresses for CUDA graphs (001 step #3): optimizer.zero_grad() zeroes
+    them in place (whatever set_to_none says: a freed gradient comes back at a new address), and
+    each is marked static (torch._dynamo.mark_static_address) before the compiled step, so CUDA
+    graphs read it where it is instead of copying it in. Zero gradients with optimizer.zero_grad()."""
+    import functools
+
+    compiled_step, zero_grad = optimizer.step, optimizer.zero_grad
+
+    @functools.wraps(compiled_step)
+    def step(*args, **kwargs):
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    torch._dynamo.mark_static_address(param.grad)
+        return compiled_step(*args, **kwargs)
+
+    optimizer.step = step
+    optimizer.zero_grad = lambda set_to_none=True: zero_grad(set_to_none=False)
+'''.splitlines()
+
+
+# The foreach_map step (001 step #4), emitted where the configuration says so: torch's Adam/AdamW
+# arithmetic (torch.optim.adam's single-tensor step) as foreach_map ops. A foreach_map function may
+# not close over anything, so every number it needs is an argument; the learning rate is a tensor
+# (a scheduler's new value must not recompile the step), the other hyper-parameters are constants.
+FOREACH_MAP_STEP = '''
+def _first_moment(exp_avg, grad, beta1):
+    return exp_avg.lerp(grad, 1 - beta1)
+
+
+def _second_moment(exp_avg_sq, grad, beta2):
+    return exp_avg_sq.mul(beta2).addcmul(grad, grad, value=1 - beta2)
+
+
+def _first_moment_l2(exp_avg, grad, param, beta1, weight_decay):  # Adam's weight decay: added to the gradient
+    return _first_moment(exp_avg, grad.add(param, alpha=weight_decay), beta1)
+
+
+def _second_moment_l2(exp_avg_sq, grad, param, beta2, weight_decay):
+    return _second_moment(exp_avg_sq, grad.add(param, alpha=weight_decay), beta2)
+
+
+def _decayed(param, lr, weight_decay):  # AdamW's (decoupled) weight decay
+    return param.mul(1 - lr * weight_decay)
+
+
+def _updated(param, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps):
+    step_size = lr / (1 - torch.pow(beta1, step))
+    bias_correction2_sqrt = (1 - torch.pow(beta2, step)).sqrt()
+    return param - step_size * exp_avg / (exp_avg_sq.sqrt() / bias_correction2_sqrt + eps)
+
+
+def _foreach_map_adam(groups):
+    """One Adam/AdamW step over every parameter group, as foreach_map ops (state updated in place)."""
+    foreach_map = torch._higher_order_ops.foreach_map
+    for params, grads, exp_avgs, exp_avg_sqs, steps, lr, (beta1, beta2, eps, weight_decay, decoupled) in groups:
+        torch._foreach_add_(steps, 1)
+        if weight_decay != 0 and decoupled:
+            torch._foreach_copy_(params, foreach_map(_decayed, params, lr, weight_decay))
+        if weight_decay != 0 and not decoupled:
+            exp_avgs_new = foreach_map(_first_moment_l2, exp_avgs, grads, params, beta1, weight_decay)
+            exp_avg_sqs_new = foreach_map(_second_moment_l2, exp_avg_sqs, grads, params, beta2, weight_decay)
+        else:
+            exp_avgs_new = foreach_map(_first_moment, exp_avgs, grads, beta1)
+            exp_avg_sqs_new = foreach_map(_second_moment, exp_avg_sqs, grads, beta2)
+        params_new = foreach_map(_updated, params, exp_avgs_new, exp_avg_sqs_new, steps, lr, beta1, beta2, eps)
+        # a higher-order op does not mutate its inputs: the new values are copied back in place
+        torch._foreach_copy_(exp_avgs, exp_avgs_new)
+        torch._foreach_copy_(exp_avg_sqs, exp_avg_sqs_new)
+        torch._foreach_copy_(params, params_new)
+
+
+def _adam_state(optimizer, param):
+    """The parameter's Adam state under torch's names (a checkpoint loads either way), its step
+    count on the parameter's device as torch's capturable and fused steps keep it."""
+    state = optimizer.state[param]
+    if not state:
+        state["step"] = torch.zeros((), dtype=torch.float32, device=param.device)
+        state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+    elif state["step"].device != param.device or state["step"].dtype != torch.float32:  # torch's own, on the CPU
+        state["step"] = state["step"].to(device=param.device, dtype=torch.float32)
+    return state
+
+
+def foreach_map_step(optimizer):
+    """Replace optimizer.step with the Adam/AdamW step as one compiled function of foreach_map ops,
+    fused horizontally (001 step #4). It reads the hyper-parameters from optimizer.param_groups at
+    every step (an LR scheduler's values included) and keeps its state in optimizer.state."""
+    import functools
+    import torch._higher_order_ops  # noqa: F401  (foreach_map)
+
+    refusal = foreach_map_refusal(optimizer)
+    if refusal:
+        raise ValueError(f"foreach_map_step: {refusal}")
+    compiled = torch.compile(_foreach_map_adam, **STEP_COMPILE_KWARGS)
+    lrs = {}  # group index -> its learning rate as a tensor on its parameters' device
+
+    @functools.wraps(optimizer.step)
+    @torch.no_grad()
+    def step(closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        groups = []
+        for index, group in enumerate(optimizer.param_groups):
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            states = [_adam_state(optimizer, p) for p in params]
+            if index not in lrs:
+                lrs[index] = torch.zeros((), dtype=torch.float32, device=params[0].device)
+            lrs[index].fill_(group["lr"])
+            decoupled = group.get("decoupled_weight_decay", isinstance(optimizer, torch.optim.AdamW))
+            groups.append((params, [p.grad for p in params], [s["exp_avg"] for s in states],
+                           [s["exp_avg_sq"] for s in states], [s["step"] for s in states], lrs[index],
+                           (*group["betas"], group["eps"], group["weight_decay"], bool(decoupled))))
+        compiled(groups)
+        optimizer._opt_called = True  # what an LR scheduler's wrapper of the replaced step records
+        return loss
+
+    optimizer.step = step
+'''.splitlines()
+
+
+def _step_lines(config: dict) -> tuple[list[str], list[str]]:
+    """The settings and functions the optimizer step's options need: static_grads' and the
+    foreach_map step's (with the refusal of optimizers it cannot stand in for, space/optimizer.py)."""
+    functions: list[str] = []
+    if config["compile"] and config["compile_optimizer"] and config.get("static_grads"):
+        functions += STATIC_GRADS[1:] + ["", ""]
+    if not (config["compile"] and config.get("foreach_map_optimizer")):
+        return [], functions
+    kwargs: dict = {}
+    backend = config.get("backend", "inductor")  # another backend only in failure triage
+    if backend != "inductor":
+        kwargs["backend"] = backend
+    settings = [f"STEP_COMPILE_KWARGS = {_literal(kwargs)}  # the foreach_map optimizer step: a graph of its own"]
+    functions += inspect.getsource(foreach_map_refusal).splitlines() + ["", ""] + FOREACH_MAP_STEP[1:] + ["", ""]
+    return settings, functions
 
 
 def _backward_lines(config: dict, info: ModelInfo) -> list[str]:
@@ -277,11 +435,22 @@ def _prepare_batch_body(config: dict, info: ModelInfo) -> tuple[list[str], list[
     return body, settings
 
 
-def load_snippet(source: str, filename: str = "<apply_compilation>") -> dict:
-    """Execute a rendered snippet; returns its namespace (apply_compilation, prepare_batch)."""
-    namespace: dict = {"__name__": "autocompile_snippet"}
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace
+_LOADED = itertools.count()
+
+
+def load_snippet(source: str, filename: str | None = None) -> dict:
+    """Execute a rendered snippet as a module of its own; returns its namespace (apply_compilation,
+    prepare_batch). The module is in sys.modules under a name of its own, as the pasted file is
+    once imported: Dynamo finds the globals of a function it inlines from another module's code
+    (foreach_map calls the step's functions from torch's) by importing that function's module.
+    Each load has a file name of its own too: torch 2.13 confused the foreach_map subgraphs of two
+    snippets loaded under one name (AdamW's step, then Adam's, in one process: Inductor's
+    "A subgraph argument other than striding has been modified")."""
+    number = next(_LOADED)
+    module = types.ModuleType(f"autocompile_snippet_{number}")
+    sys.modules[module.__name__] = module
+    exec(compile(source, filename or f"<apply_compilation {number}>", "exec"), module.__dict__)
+    return module.__dict__
 
 
 def describe_config(config: dict) -> str:
@@ -309,6 +478,10 @@ def describe_config(config: dict) -> str:
         parts.append("loss")
     if config.get("fused_optimizer"):
         parts.append("fused-opt")
+    if config.get("foreach_map_optimizer"):
+        parts.append("foreach-map-opt")
+    if config.get("static_grads"):
+        parts.append("static-grads")
     if config["padding"] != "longest":
         parts.append(f"pad={config['padding']}" + (f"{config['pad_multiple']}" if config["padding"] == "multiple" else ""))
     if config["mark_dynamic"] != "off":

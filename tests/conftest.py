@@ -18,7 +18,8 @@ FAST = {"min_window_s": 0.05, "min_windows": 2, "max_windows": 3}
 # test searches only the dimensions it leaves free.
 PLAIN_GRAPHS = {"scope": "full", "mode": "default", "dynamic": None, "fullgraph": False, "padding": "longest",
                 "mark_dynamic": "off", "inductor.shape_padding": True, "inductor.epilogue_fusion": True,
-                "inductor.aggressive_fusion": False, "compiled_autograd": False}
+                "inductor.aggressive_fusion": False, "compiled_autograd": False,
+                "foreach_map_optimizer": False}
 
 
 def toy(name: str = "toy") -> str:

@@ -7,9 +7,11 @@ from autocompile.api import run_search
 from autocompile.engine.study import SearchSettings, build_space, load_study, memory_bound
 from conftest import FAST, PLAIN_GRAPHS, toy
 
-# Everything but the budget pinned: the model's graphs as plain torch.compile's, each block apart.
+# Everything but the budget pinned: the model's graphs as plain torch.compile's, each block apart,
+# and the optimizer step as one compiled foreach_map function (the search runs it too, in the recipe
+# and the neighbour).
 ONLY_THE_BUDGET = {**PLAIN_GRAPHS, "scope": "regional", "compile_optimizer": False, "fused_optimizer": False,
-                   "compile_loss": False}
+                   "compile_loss": False, "foreach_map_optimizer": True}
 
 
 def test_the_budget_is_offered_only_where_memory_is_the_constraint():
@@ -40,3 +42,7 @@ def test_a_search_under_a_memory_limit_measures_a_lower_budget(tmp_path):
     budget = t.user_attrs["config"]["activation_memory_budget"]
     assert f"ACTIVATION_MEMORY_BUDGET = {budget!r}" in snippet
     assert "torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET" in snippet
+    assert "foreach_map_step(optimizer)" in snippet  # and the pinned step ran, within the numerics guard
+    recipe = next(r for r in study.trials if r.user_attrs.get("role") == "recipe")
+    assert recipe.user_attrs["config"]["foreach_map_optimizer"] and recipe.user_attrs["status"] == "ok"
+    assert not t.user_attrs["numerics"]["differs"], t.user_attrs["numerics"]

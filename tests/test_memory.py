@@ -18,7 +18,8 @@ MODEL = toy("toy_graph_break")  # a real Dynamo graph break: fullgraph=True fail
 # is fullgraph=True.
 PINS = {"scope": "full", "mode": "default", "dynamic": None, "compile_optimizer": False, "fused_optimizer": False,
         "compile_loss": False, "padding": "longest", "mark_dynamic": "off", "inductor.shape_padding": True,
-        "inductor.epilogue_fusion": True, "inductor.aggressive_fusion": False, "compiled_autograd": False}
+        "inductor.epilogue_fusion": True, "inductor.aggressive_fusion": False, "compiled_autograd": False,
+        "foreach_map_optimizer": False}
 
 
 def _search(directory, name: str, memory: str, trials: int = 3) -> None:

@@ -262,7 +262,8 @@ def test_a_study_resumed_with_other_values_says_so():
 
 # -- rejection ------------------------------------------------------------------------------------
 
-CPU_TOY = dict(varying={"input_ids": (1, 0)}, regions=["blocks"], fusable_optimizer=True, criterion=True, schedule=True)
+CPU_TOY = dict(varying={"input_ids": (1, 0)}, regions=["blocks"], fusable_optimizer=True, criterion=True, schedule=True,
+               foreach_map_refusal=None)
 
 
 @pytest.mark.parametrize("device, traits, config, reason", [
@@ -283,6 +284,12 @@ CPU_TOY = dict(varying={"input_ids": (1, 0)}, regions=["blocks"], fusable_optimi
     ("cpu", {}, {"inductor": {"coordinate_descent_tuning": True}}, "needs CUDA"),
     ("cuda", {}, {"inductor": {"triton.cudagraph_trees": False}}, "only matters with CUDA graphs"),
     ("cuda", {}, {"inductor": {"max_autotune_gemm_backends": "TRITON"}}, "only matters with max-autotune"),
+    ("cpu", {}, {"compile_optimizer": True, "lr_tensor": True, "static_grads": True}, "its effect is on CUDA graphs, which need"),
+    ("cuda", {}, {"mode": "reduce-overhead", "static_grads": True}, "marks the gradients a compiled optimizer step reads"),
+    ("cuda", {}, {"compile_optimizer": True, "lr_tensor": True, "static_grads": True}, "this configuration uses none"),
+    ("cpu", {}, {"foreach_map_optimizer": True, "compile_optimizer": True, "lr_tensor": True}, "choose one"),
+    ("cpu", {}, {"foreach_map_optimizer": True, "fused_optimizer": True}, "foreach_map_optimizer with fused_optimizer"),
+    ("cpu", {"foreach_map_refusal": "the optimizer is SGD: x"}, {"foreach_map_optimizer": True}, "the optimizer is SGD"),
 ])
 def test_each_impossible_or_meaningless_combination_is_named(device, traits, config, reason):
     space = SearchSpace(Capabilities.detect(device), WorkloadTraits(**{**CPU_TOY, **traits}))
@@ -298,6 +305,9 @@ def test_possible_combinations_pass_and_cuda_graph_options_with_cuda_graphs():
         assert cpu.rejection(cpu.validate(config)) is None, config
     cuda = SearchSpace(Capabilities.detect("cuda"), WorkloadTraits(**CPU_TOY))
     assert cuda.rejection(cuda.validate({"mode": "reduce-overhead", "inductor": {"triton.cudagraph_trees": False}})) is None
+    assert cuda.rejection(cuda.validate({"mode": "max-autotune", "compile_optimizer": True, "lr_tensor": True,
+                                         "static_grads": True})) is None
+    assert cpu.rejection(cpu.validate({"foreach_map_optimizer": True})) is None
     # a suggested configuration never needs rejecting for what the conditions already prevent
     # (a doomed one, possible but futile, is refused by rules.doomed with its own reason)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))

@@ -17,7 +17,8 @@ from conftest import FAST, toy
 # torch.compile (measured as a baseline), so the search goes from the baselines to the neighbours.
 PINS = {"scope": "full", "mode": "default", "dynamic": None, "fullgraph": False, "compile_optimizer": False,
         "fused_optimizer": False, "compile_loss": False, "padding": "longest", "mark_dynamic": "off",
-        "inductor.shape_padding": True, "compiled_autograd": False}
+        "inductor.shape_padding": True, "compiled_autograd": False,
+        "foreach_map_optimizer": False}
 
 
 def test_a_doomed_configuration_is_refused_with_its_reason():

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from autocompile.engine.scoring import compare_losses
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
 from conftest import FAST, toy
@@ -23,7 +24,8 @@ def test_eager_and_compiled_trials_measure_and_keep_their_files(tmp_path, toolch
     assert eager["status"] == "ok", eager["reason"]
     assert [e["phase"] for e in events if "step" not in e and "window" not in e][:3] == ["building", "warming up", "measuring"]
     assert eager["compiles"] == 0 and eager["recompiles"] == 0
-    regional, _ = trial(tmp_path / "r", toolchain_dir, toy(), {"scope": "regional"})
+    # the optimizer step as one compiled foreach_map function (its own graph) besides each block's
+    regional, _ = trial(tmp_path / "r", toolchain_dir, toy(), {"scope": "regional", "foreach_map_optimizer": True})
     assert regional["status"] == "ok", regional["reason"]
     for record in (eager, regional):
         for key in RECORD_FIELDS[:-1]:
@@ -35,6 +37,9 @@ def test_eager_and_compiled_trials_measure_and_keep_their_files(tmp_path, toolch
     assert regional["compiles"] >= 1 and regional["warmup_s"] > 3 * eager["warmup_s"]
     # The same seed gives the same first loss, compiled or not.
     assert regional["losses"][0] == pytest.approx(eager["losses"][0], rel=1e-4)
+    # and the steps after it train as eager's AdamW does, within the numerics guard's tolerance
+    assert len(regional["losses"]) >= 3 and not compare_losses(regional["losses"], eager["losses"], "cpu")["differs"]
+    assert "foreach_map_step(optimizer)" in regional["snippet"]
     trial_dir = tmp_path / "r" / "t"
     assert (trial_dir / "apply_compilation.py").read_text() == regional["snippet"]
     assert json.loads((trial_dir / "result.json").read_text())["status"] == "ok"

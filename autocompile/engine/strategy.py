@@ -31,9 +31,15 @@ PROMISE = (
     ("compile_loss", "the loss compiled apart: part of llama-8b's 1.46x (studies/README.md)"),
     ("fused_optimizer", "one fused optimizer kernel: part of llama-8b's 1.46x"),
     ("compile_optimizer", "the optimizer step compiled (001: optimizer compilation)"),
+    ("foreach_map_optimizer", "the Adam/AdamW step as one foreach_map function, fused horizontally: 001's step #4, "
+                              "tried right after compiling the step (slower on its small model: 5.28 against "
+                              "5.54 steps/s, A100; the guide expects larger models to gain)"),
     ("activation_memory_budget", "offered only where memory is the constraint: recomputing activations "
                                  "is what lets a configuration fit (AOTAutograd's partitioner)"),
     ("mode", "reduce-overhead: CUDA graphs +15% (000), the captioner's 1.82x; max-autotune tunes kernels"),
+    ("static_grads", "under CUDA graphs with a compiled step, gradients read in place instead of copied in: "
+                     "001's step #3, tried right after a CUDA-graph mode (5.32 against 5.54 steps/s on its "
+                     "small model, A100)"),
     ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets)"),
     ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
     ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
@@ -140,7 +146,7 @@ def _order(space, study) -> list:
 # kernels alike (CUDA graphs or not); reduce-overhead records graphs in steps that cost as much as
 # default's (llama-8b trials 13 and 15: 92 and 89 s of warm-up, H200, 2026-11-23).
 MODE_WEIGHT = {"default": 0, "reduce-overhead": 0, "max-autotune-no-cudagraphs": 1, "max-autotune": 1}
-_EXTRAS = ("compile_optimizer", "compile_loss")  # graphs a configuration compiles besides the model's
+_EXTRAS = ("compile_optimizer", "foreach_map_optimizer", "compile_loss")  # graphs compiled besides the model's
 # A max-autotune mode benchmarks kernel candidates on top of what a lighter mode compiles: it took
 # more than twice a lighter twin's warm-up wherever measured (the captioner's regional reduce-overhead
 # step warmed up in 130 s, its max-autotune twin was still compiling at 240 s; llama-8b's regional

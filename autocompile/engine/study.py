@@ -51,20 +51,23 @@ def _sampler(seed: int):
 def workload_traits(workload, options) -> WorkloadTraits:
     """The model's repeated blocks, found on the meta device (no memory, no weights)."""
     from autocompile.apply import find_repeated_blocks
+    from autocompile.space.optimizer import foreach_map_refusal
 
-    regions, fusable = None, False
+    regions, fusable, refusal = None, False, WorkloadTraits.foreach_map_refusal
     try:
         import dataclasses
 
         model, optimizer = workload.build(dataclasses.replace(options, device="meta"))
         regions = find_repeated_blocks(model)
         fusable = "fused" in getattr(optimizer, "defaults", {})
+        refusal = foreach_map_refusal(optimizer)
         del model, optimizer
     except Exception:
         regions = None  # found when a trial builds the model
     return WorkloadTraits(varying=dict(workload.varying), parts=tuple(workload.parts), regions=regions,
                           fusable_optimizer=fusable, criterion=workload.split_loss,
-                          schedule=workload.schedule is not None, lengths=_length_range(workload, options))
+                          schedule=workload.schedule is not None, lengths=_length_range(workload, options),
+                          foreach_map_refusal=refusal)
 
 
 def _length_range(workload, options) -> tuple[int, int] | None:

@@ -127,6 +127,7 @@ class SearchSpace:
                       lambda c: not c["compile_optimizer"])
         else:
             self.left_out.append(("fused_optimizer", "the workload's optimizer has no fused implementation"))
+        self._step_dimensions()
         if traits.criterion:
             self._add("compile_loss", (False, True), "torch.compile the criterion (outputs, batch) -> loss apart")
         else:
@@ -167,6 +168,30 @@ class SearchSpace:
             self.left_out.append(("compiled_autograd", f"torch {caps.torch_version} has no "
                                   "torch._dynamo.compiled_autograd context manager"))
         self.left_out.append(("matmul_precision, recompile_limit", "change numerics or limits: only set with --set"))
+
+    def _step_dimensions(self) -> None:
+        """static_grads and the foreach_map step (001 steps #3 and #4), each where it means something."""
+        caps, traits = self.caps, self.traits
+        if not caps.has_mark_static_address:
+            self.left_out.append(("static_grads", f"torch {caps.torch_version} has no torch._dynamo.mark_static_address"))
+        elif not caps.cuda:
+            self.left_out.append(("static_grads", "its effect is on CUDA graphs (mode reduce-overhead or max-autotune), "
+                                                  "which need a CUDA device"))
+        else:
+            self._add("static_grads", (False, True), "gradients zeroed in place and marked static before the compiled "
+                      "step: its effect is on CUDA graphs, which then read them in place instead of copying them in "
+                      "(001 step #3); where the step is compiled under a CUDA-graph mode (reduce-overhead, "
+                      "max-autotune)", lambda c: c["compile_optimizer"] and uses_cuda_graphs(c))
+        if not caps.has_foreach_map:
+            self.left_out.append(("foreach_map_optimizer", f"torch {caps.torch_version} has no "
+                                  "torch._higher_order_ops.foreach_map"))
+        elif traits.foreach_map_refusal:
+            self.left_out.append(("foreach_map_optimizer", traits.foreach_map_refusal))
+        else:
+            self._add("foreach_map_optimizer", (False, True), "the Adam/AdamW step as one compiled function of "
+                      "foreach_map ops, fused horizontally (001 step #4); where the step is neither compiled "
+                      "(compile_optimizer) nor fused (fused_optimizer)",
+                      lambda c: not c["compile_optimizer"] and not c["fused_optimizer"])
 
     def _memory_dimension(self) -> None:
         """The activation memory budget, where memory is the constraint (a lower budget recomputes
@@ -355,7 +380,8 @@ class SearchSpace:
             for part, mode in {**full["part_modes"], **modes}.items():
                 check(f"part_modes.{part}", mode, MODES)
             full["part_modes"] = {**full["part_modes"], **modes}
-        for name in ("fullgraph", "compile_optimizer", "lr_tensor", "fused_optimizer", "compile_loss"):
+        for name in ("fullgraph", "compile_optimizer", "lr_tensor", "fused_optimizer", "compile_loss", "compiled_autograd",
+                     "static_grads", "foreach_map_optimizer"):
             check(name, full[name], (False, True))
         check("dynamic", full["dynamic"], (None, True, False))
         check("padding", full["padding"], PADDINGS)

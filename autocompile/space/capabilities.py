@@ -26,6 +26,8 @@ class Capabilities:
     recompile_limit: int | None = None  # Dynamo's default: compiles of one function before it runs eager
     has_activation_memory_budget: bool = False  # torch._functorch.config.activation_memory_budget
     compiled_autograd_api: str | None = None  # torch._dynamo.compiled_autograd's context manager: "_enable" or "enable"
+    has_mark_static_address: bool = False  # torch._dynamo.mark_static_address (static_grads)
+    has_foreach_map: bool = False  # torch._higher_order_ops.foreach_map (foreach_map_optimizer)
 
     @classmethod
     def detect(cls, device: str) -> "Capabilities":
@@ -53,6 +55,8 @@ class Capabilities:
             recompile_limit=getattr(dynamo_config, limit_key) if limit_key else None,
             has_activation_memory_budget=hasattr(functorch_config, "activation_memory_budget"),
             compiled_autograd_api=compiled_autograd_api_name(),
+            has_mark_static_address=callable(getattr(torch._dynamo, "mark_static_address", None)),
+            has_foreach_map=has_foreach_map(),
         )
 
     @property
@@ -71,6 +75,16 @@ def compiled_autograd_api_name() -> str | None:
     except ImportError:
         return None
     return next((name for name in ("_enable", "enable") if callable(getattr(compiled_autograd, name, None))), None)
+
+
+def has_foreach_map() -> bool:
+    """Whether the installed torch has the foreach_map higher-order op (a prototype since 2.7):
+    one function mapped over lists of tensors, which Inductor fuses horizontally."""
+    try:
+        import torch._higher_order_ops as higher_order_ops
+    except ImportError:
+        return False
+    return callable(getattr(higher_order_ops, "foreach_map", None))
 
 
 def _inductor_default(inductor_config, key: str):

@@ -40,6 +40,13 @@ DEFAULTS: dict[str, Any] = {
     # Compiled Autograd: the backward pass traced by the autograd engine and compiled as a graph
     # of its own (the snippet's backward(loss)); AOTAutograd's own backward graphs otherwise
     "compiled_autograd": False,
+    # Gradients zeroed in place and marked static (torch._dynamo.mark_static_address) before the
+    # compiled optimizer step, so CUDA graphs read them where they are instead of copying each one
+    # in (001 step #3); with compile_optimizer under a CUDA-graph mode
+    "static_grads": False,
+    # The optimizer step as one compiled function of foreach_map ops (Adam and AdamW; 001 step #4),
+    # instead of torch's own foreach, fused or compiled step
+    "foreach_map_optimizer": False,
 }
 EAGER: dict[str, Any] = {**DEFAULTS, "compile": False}
 
@@ -165,6 +172,8 @@ class WorkloadTraits:
     schedule: bool = False  # the learning rate follows a scheduler, changing during training
     lengths: tuple[int, int] | None = None  # the varying dimension's range (lowest, highest): None if unknown
     memory_bound: str | None = None  # why memory is the constraint (--max-memory-gb, eager's peak), or None
+    # why the foreach_map step cannot stand in for the optimizer's (space/optimizer.py), or None
+    foreach_map_refusal: str | None = "the workload's optimizer is not known"
 
 
 def _set(config: dict, path: tuple[str, ...], value) -> None:

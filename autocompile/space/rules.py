@@ -15,7 +15,8 @@ import json
 import math
 
 from autocompile.space.capabilities import _MISSING
-from autocompile.space.dimensions import CUDA_GRAPH_MODES, DEFAULTS, EAGER, _member, _OPTION_GROUPS, _show, bucket_lengths
+from autocompile.space.dimensions import (CUDA_GRAPH_MODES, DEFAULTS, EAGER, _member, _OPTION_GROUPS, _show, bucket_lengths,
+                                         uses_cuda_graphs)
 
 # Failures seen on the GPU, keyed by the torch releases they were seen on (prefix of the version):
 # (releases, predicate on the configuration, reason).
@@ -129,6 +130,9 @@ def rejection(space, config: dict) -> str | None:
         return "lr_tensor: the workload has no LR schedule, so its learning rate never changes"
     if c["compile_loss"] and not traits.criterion:
         return "compile_loss: the workload gives its loss as one function, with no criterion to compile apart"
+    why = _static_grads_rejection(c, caps) or _foreach_map_rejection(c, caps, traits)
+    if why:
+        return why
     for options, why_not_here, active, why_inactive in _OPTION_GROUPS:
         for key in options:
             if key not in c["inductor"] or c["inductor"][key] == caps.inductor_defaults.get(key, _MISSING):
@@ -139,6 +143,37 @@ def rejection(space, config: dict) -> str | None:
                 return f"inductor.{key} {why_inactive}"
     if not _baseline(c):
         return _narrowing_rejection(space, c) or doomed(c, traits, caps)
+    return None
+
+
+def _static_grads_rejection(c: dict, caps) -> str | None:
+    """static_grads marks the gradients a compiled step reads, for CUDA graphs' sake."""
+    if not c.get("static_grads"):
+        return None
+    if not caps.has_mark_static_address:
+        return f"static_grads: torch {caps.torch_version} has no torch._dynamo.mark_static_address"
+    if not caps.cuda:
+        return f"static_grads: its effect is on CUDA graphs, which need a CUDA device (this is {caps.device})"
+    if not c["compile_optimizer"]:
+        return "static_grads marks the gradients a compiled optimizer step reads; the step is not compiled"
+    if not uses_cuda_graphs(c):
+        return ("static_grads: its effect is on CUDA graphs (mode reduce-overhead or max-autotune), "
+                "and this configuration uses none")
+    return None
+
+
+def _foreach_map_rejection(c: dict, caps, traits) -> str | None:
+    """The foreach_map step replaces the optimizer's step: not beside another implementation of it."""
+    if not c.get("foreach_map_optimizer"):
+        return None
+    if not caps.has_foreach_map:
+        return f"foreach_map_optimizer: torch {caps.torch_version} has no torch._higher_order_ops.foreach_map"
+    if traits.foreach_map_refusal:
+        return f"foreach_map_optimizer: {traits.foreach_map_refusal}"
+    for other in ("compile_optimizer", "fused_optimizer"):
+        if c[other]:
+            return (f"foreach_map_optimizer with {other}: the foreach_map step replaces the optimizer's own step, "
+                    f"which {other} would change; choose one")
     return None
 
 

@@ -1,0 +1,27 @@
+"""Which optimizers the snippet's foreach_map step stands in for (torch's Adam and AdamW), and why not others.
+
+The step (apply.py, `foreach_map_optimizer`) is written to torch's Adam/AdamW arithmetic with
+amsgrad, maximize and differentiable off; any other optimizer, or those flags on, would train
+differently, so the dimension is left out with the reason (and the snippet carries this very function,
+to refuse such an optimizer at run time with the same words: a loop it was not searched on).
+"""
+
+from __future__ import annotations
+
+
+def foreach_map_refusal(optimizer) -> str | None:
+    """Why the foreach_map Adam/AdamW step cannot stand in for `optimizer`'s own step, or None."""
+    import torch
+
+    name = type(optimizer).__name__
+    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
+        return f"the optimizer is {name}: the foreach_map step is written for torch's Adam and AdamW"
+    for group in optimizer.param_groups:
+        for flag in ("amsgrad", "maximize", "differentiable"):
+            if group.get(flag):
+                return f"the optimizer ({name}) has {flag}=True: the foreach_map step is written for {flag}=False only"
+        if any(isinstance(beta, torch.Tensor) for beta in group["betas"]):
+            return f"the optimizer ({name}) has its betas as tensors: the foreach_map step takes them as numbers"
+        if any(p.is_complex() for p in group["params"]):
+            return f"the optimizer ({name}) has complex parameters: the foreach_map step is written for real ones"
+    return None

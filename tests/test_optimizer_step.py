@@ -1,0 +1,158 @@
+"""The optimizer step's two techniques from seed 001 as dimensions: static_grads (gradients zeroed in
+place and marked static for CUDA graphs) and foreach_map_optimizer (the Adam/AdamW step as one
+compiled function of foreach_map ops). Each is listed with its conditions, and its snippet, pasted
+into a plain training loop, trains with eager's numerics (the numerics guard's tolerance)."""
+
+import json
+
+import pytest
+import torch
+
+from autocompile.apply import ModelInfo, load_snippet, render_snippet
+from autocompile.engine.scoring import compare_losses
+from autocompile.engine.study import build_space
+from autocompile.space import DEFAULTS, Capabilities, SearchSpace, WorkloadTraits
+from autocompile.space.optimizer import foreach_map_refusal
+from conftest import PLAIN_GRAPHS, toy
+
+
+def config(**changes):
+    return {**DEFAULTS, **changes}
+
+
+def _listing(capsys, *args) -> dict:
+    from autocompile.cli import main
+
+    assert main(["space", "--model", toy(), "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_space_lists_both_with_their_conditions_and_what_is_left_out(capsys):
+    cpu = _listing(capsys, "--device", "cpu")
+    dims, left_out = {d["name"]: d for d in cpu["dimensions"]}, dict((i["name"], i["why"]) for i in cpu["left_out"])
+    assert dims["foreach_map_optimizer"]["choices"] == [False, True] and "foreach_map" in dims["foreach_map_optimizer"]["help"]
+    assert "static_grads" not in dims and "its effect is on CUDA graphs" in left_out["static_grads"]
+    cuda = {d["name"]: d for d in _listing(capsys, "--device", "cuda")["dimensions"]}  # listed on a CPU machine
+    assert "its effect is on CUDA graphs" in cuda["static_grads"]["help"]
+    space = build_space(toy(), "cuda")
+    static, step = space.dimension("static_grads"), space.dimension("foreach_map_optimizer")
+    assert static.active(config(compile_optimizer=True, mode="reduce-overhead"))
+    assert not static.active(config(compile_optimizer=True)) and not static.active(config(mode="max-autotune"))
+    assert step.active(DEFAULTS) and not step.active(config(compile_optimizer=True))
+    assert not step.active(config(fused_optimizer=True))
+    # what an optimizer or a torch lacks is left out, with the reason
+    param = [torch.nn.Parameter(torch.zeros(2))]
+    for optimizer, why in ((torch.optim.SGD(param, lr=0.1), "the optimizer is SGD"),
+                           (torch.optim.Adam(param, amsgrad=True), "amsgrad=True")):
+        refused = SearchSpace(Capabilities.detect("cpu"), WorkloadTraits(foreach_map_refusal=foreach_map_refusal(optimizer)))
+        assert why in dict(refused.left_out)["foreach_map_optimizer"]
+    caps = Capabilities.detect("cuda")
+    caps.has_foreach_map = caps.has_mark_static_address = False
+    lacking = dict(SearchSpace(caps, WorkloadTraits(foreach_map_refusal=None)).left_out)
+    assert "has no torch._higher_order_ops.foreach_map" in lacking["foreach_map_optimizer"]
+    assert "has no torch._dynamo.mark_static_address" in lacking["static_grads"]
+
+
+def _groups(model) -> list[dict]:
+    return [{"params": [model[0].weight, model[2].weight]}, {"params": [model[0].bias, model[2].bias], "weight_decay": 0.0}]
+
+
+def _regression(cls, **hyper):
+    """A small model, an optimizer with a group without weight decay, an LR schedule, and batches
+    of a fixed linear map to learn: what a plain training loop over it does."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    optimizer = cls(_groups(model), lr=5e-2, **hyper)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (1 + 0.1 * step))  # before the snippet
+    target = torch.randn(8, 4, generator=torch.Generator().manual_seed(1))
+    xs = [torch.randn(32, 8, generator=torch.Generator().manual_seed(i)) for i in range(6)]
+    return model, optimizer, scheduler, [(x, x @ target) for x in xs]
+
+
+def _train(cfg, cls, **hyper):
+    """The losses of a plain loop with the snippet of `cfg` pasted in, the trained model and
+    optimizer, and the compiled graphs counted after each step."""
+    from torch._dynamo.utils import counters
+
+    model, optimizer, scheduler, batches = _regression(cls, **hyper)
+    namespace = load_snippet(render_snippet(cfg, ModelInfo()))
+    model, optimizer = namespace["apply_compilation"](model, optimizer)
+    losses, graphs = [], []
+    for x, y in batches:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        namespace["backward"](loss)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+        graphs.append(counters["stats"]["unique_graphs"])
+    return losses, model, optimizer, graphs
+
+
+@pytest.mark.parametrize("cls, hyper", [(torch.optim.AdamW, {"weight_decay": 0.05}),  # decoupled weight decay
+                                        (torch.optim.Adam, {"weight_decay": 0.1})])  # added to the gradient
+def test_the_foreach_map_step_trains_like_torchs_and_keeps_its_state(cls, hyper):
+    """The snippet's step replaces torch's Adam/AdamW step: eager's losses (the guard's tolerance) and
+    weights, one compiled graph for every step under a changing LR, its state in optimizer.state under
+    torch's names (a checkpoint loads into torch's optimizer), an optimizer it is not written for refused."""
+    eager, eager_model, eager_optimizer, _ = _train(config(compile=False), cls, **hyper)
+    source = render_snippet(config(foreach_map_optimizer=True), ModelInfo())
+    assert "foreach_map_step(optimizer)" in source and "torch._higher_order_ops.foreach_map" in source
+    losses, model, optimizer, graphs = _train(config(foreach_map_optimizer=True), cls, **hyper)
+    assert not compare_losses(losses, eager, "cpu")["differs"], (losses, eager)
+    assert losses[-1] < 0.8 * losses[0], losses  # it learns
+    for mine, torchs in zip(model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(mine, torchs, rtol=1e-4, atol=1e-5)  # float32 rounding of steps of 0.05
+    assert graphs[-1] == graphs[0], graphs  # compiled at the first step, never again as the LR changes
+    param = next(model.parameters())
+    assert set(optimizer.state[param]) == {"step", "exp_avg", "exp_avg_sq"} and float(optimizer.state[param]["step"]) == 6
+    reloaded = cls(_groups(model), lr=5e-2, **hyper)  # a checkpoint of the step, into torch's optimizer
+    reloaded.load_state_dict(optimizer.state_dict())
+    torch.testing.assert_close(reloaded.state[param]["exp_avg_sq"], eager_optimizer.state[next(eager_model.parameters())]
+                               ["exp_avg_sq"], rtol=1e-4, atol=1e-8)
+    model[0].weight.grad = torch.ones_like(model[0].weight)
+    reloaded.step()  # torch's own step goes on from it
+    with pytest.raises(ValueError, match="foreach_map_step: the optimizer is SGD"):
+        load_snippet(source)["apply_compilation"](model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_static_grads_keep_the_gradients_in_place_marked_and_train_like_eager():
+    """static_grads under a CUDA-graph mode: on the CPU, CUDA graphs are skipped, and what the
+    snippet adds still runs: the gradients stay the same tensors, zeroed in place (whatever
+    set_to_none says), marked static; the loop trains with eager's numerics."""
+    cfg = config(mode="reduce-overhead", compile_optimizer=True, static_grads=True)
+    source = render_snippet(cfg, ModelInfo())
+    assert "static_grads(optimizer)" in source and "torch._dynamo.mark_static_address(param.grad)" in source
+    assert "static_grads" not in render_snippet(config(mode="reduce-overhead", compile_optimizer=True), ModelInfo())
+    eager, *_ = _train(config(compile=False), torch.optim.AdamW)
+    losses, model, optimizer, _ = _train(cfg, torch.optim.AdamW)
+    assert not compare_losses(losses, eager, "cpu")["differs"], (losses, eager)
+    assert losses[-1] < 0.8 * losses[0], losses
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and not g.any() for g in grads)  # kept, zeroed in place by the loop's zero_grad()
+    assert all(getattr(g, "_dynamo_static_input_type", None) == "unguarded" for g in grads)
+    optimizer.zero_grad(set_to_none=True)  # as a trial's loop calls it
+    assert all(p.grad is g for p, g in zip(model.parameters(), grads))
+
+
+def test_the_search_proposes_the_foreach_map_step_as_a_neighbour():
+    """Everything else pinned, plain torch.compile measured: the incumbent's neighbour is the step."""
+    import optuna
+
+    from autocompile.engine.strategy import PROMISE, next_neighbour
+
+    names = [name for name, _ in PROMISE]
+    assert names.index("foreach_map_optimizer") == names.index("compile_optimizer") + 1
+    assert names.index("static_grads") == names.index("mode") + 1
+    fixed = {**PLAIN_GRAPHS, "compile_optimizer": False, "fused_optimizer": False, "compile_loss": False}
+    del fixed["foreach_map_optimizer"]
+    space = build_space(toy(), "cpu", fixed=fixed)
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    for key, value in {"status": "ok", "config": DEFAULTS, "role": "compile-defaults", "steps_per_s": 10.0,
+                       "warmup_s": 5.0, "wall_s": 20.0}.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, 9.0)
+    move = next_neighbour(space, study, lambda config, params: False)
+    assert move["changed"] == ["foreach_map_optimizer"] and move["config"]["foreach_map_optimizer"] is True
+    assert space.rejection(move["config"]) is None
