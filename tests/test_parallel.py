@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from autocompile.cli import main
+from autocompile.engine.records import trial_folder
 from autocompile.trial import TrialRequest, run_trial
 from autocompile.space import EAGER
 from conftest import FAST, ROOT, toy
@@ -67,3 +68,82 @@ def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
     if status != "timeout":
         assert record["reason"].startswith("rank 1 of 2: ") and record["failed_rank"] == 1
     assert group["pid"] and _pgid_members(group["pid"]) == []  # every rank and the launcher are gone
+
+
+@pytest.fixture(scope="module", params=["ddp", "fsdp2"])
+def searched(request, tmp_path_factory):
+    """A 2-rank search as a user runs it: baselines, a recipe and a neighbour, then the finalist round."""
+    from autocompile.api import run_search
+    from autocompile.engine.settings import SearchSettings
+
+    directory = tmp_path_factory.mktemp(request.param)
+    settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="s", directory=str(directory), trials=4,
+                              trial_timeout_s=300, measure=FAST, finalists=1, fixed=PINNED, nproc=2,
+                              parallel=request.param)
+    return request.param, settings, run_search(settings)
+
+
+def test_a_search_under_ddp_or_fsdp2_ends_with_a_winner(searched):
+    parallel, settings, summary = searched
+    from autocompile.engine.study import load_study
+
+    study = load_study("s", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    trials = [t for t in study.trials if t.user_attrs.get("role") != "finalist"]
+    roles = [t.user_attrs.get("role") for t in trials]
+    assert roles[:2] == ["eager", "compile-defaults"] and "recipe" in roles and "neighbour" in roles, roles
+    ok = [t for t in trials if t.user_attrs.get("status") == "ok"]
+    assert len(ok) >= 3, [(t.user_attrs.get("status"), t.user_attrs.get("reason")) for t in trials]
+    for t in ok:  # every measured trial ran as a group of two, rank 0 speaking for both
+        with open(os.path.join(trial_folder(settings.study_dir, t.number), "result.json")) as f:
+            assert len(json.load(f)["ranks"]) == 2
+    best = summary["best"]
+    assert best is not None and f"apply_{parallel}(model" in best["snippet"]
+    # resumed without --parallel: one clear line
+    assert main(["search", "--model", toy("toy_fixed"), "--device", "cpu", "--study", "s", "--dir",
+                 settings.directory, "--trials", "0"]) == 2
+
+
+SCRIPT = '''
+import json, sys, torch, torch.distributed as dist
+sys.path.insert(0, {tests!r})
+import toy_workloads
+from autocompile.workloads import WorkloadOptions
+exec(open({snippet!r}).read())  # the winner's snippet, pasted
+dist.init_process_group("gloo")
+workload = toy_workloads.toy_fixed()
+options = WorkloadOptions(device="cpu", seed=0)
+model, optimizer = workload.build(options)
+batches = workload.batches(options, workload.batch_pool)
+model, optimizer = apply_compilation(model, optimizer)
+loss_fn = compile_loss(workload.criterion)
+losses = []
+for step in range(5):
+    batch = prepare_batch(dict(batches[step % len(batches)]))
+    loss = loss_fn(workload.forward(model, batch), batch)
+    backward(loss)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    losses.append(float(loss.detach()))
+if dist.get_rank() == 0:
+    print("LOSSES", json.dumps(losses))
+dist.destroy_process_group()
+'''
+
+
+def test_the_winners_snippet_trains_under_torchrun_as_the_trial_did(searched, tmp_path):
+    parallel, settings, summary = searched
+    from autocompile.engine.scoring import compare_losses
+
+    snippet = tmp_path / "apply_compilation.py"
+    snippet.write_text(summary["best"]["snippet"])
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=os.path.join(ROOT, "tests"), snippet=str(snippet)))
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+                           str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("LOSSES"))[7:])
+    with open(os.path.join(trial_folder(settings.study_dir, summary["best"]["number"]), "result.json")) as f:
+        trial_losses = json.load(f)["losses"]
+    verdict = compare_losses(losses, trial_losses, "cpu")
+    assert not verdict["differs"], verdict

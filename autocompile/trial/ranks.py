@@ -21,16 +21,13 @@ import os
 import socket
 import sys
 
+from autocompile.trial.protocol import rank_result_path
+
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def rank_result_path(spec: dict, rank: int) -> str:
-    """Where rank `rank` writes its result: the trial's result file for rank 0."""
-    return spec["result"] if rank == 0 else os.path.join(os.path.dirname(spec["result"]), f"result-rank{rank}.json")
 
 
 def _rank(local_rank: int, spec_path: str, nproc: int, port: int) -> None:
@@ -69,20 +66,22 @@ def launch(spec_path: str) -> int:
     nproc = int(spec["nproc"])
     context = mp.start_processes(_rank, args=(spec_path, nproc, free_port()), nprocs=nproc, join=False,
                                  start_method="spawn")
-    failed: tuple[int, int | None] | None = None
+    failed: tuple | None = None
     try:
         while not context.join():
             pass
     except mp.ProcessExitedException as exc:  # a rank exited non-zero or died; join ended the others
-        failed = (exc.error_index, exc.exit_code)
-    except mp.ProcessRaisedException as exc:
-        failed = (exc.error_index, 1)
+        failed = (exc.error_index, exc.exit_code, "")
+    except mp.ProcessRaisedException as exc:  # raised outside the worker's own handling (an import, the launch)
+        print(str(exc), file=sys.stderr, flush=True)  # the rank's traceback, into the trial's log
+        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+        failed = (exc.error_index, 1, lines[-1] if lines else "")
     if failed is not None:
         _group_failure(spec, nproc, *failed)
     return 0
 
 
-def _group_failure(spec: dict, nproc: int, first: int, code: int | None) -> None:
+def _group_failure(spec: dict, nproc: int, first: int, code: int | None, raised: str = "") -> None:
     """The trial's result when a rank failed: the first failing rank's own record where it wrote one
     (its status: oom, compile_error, failed), else a crash with how it ended."""
     import signal
@@ -96,7 +95,7 @@ def _group_failure(spec: dict, nproc: int, first: int, code: int | None) -> None
                 " (the kernel's out-of-memory killer sends SIGKILL)" if -code == signal.SIGKILL else "")
         else:
             how = f"exited with status {code} before writing a result"
-        record = {"status": "crashed", "reason": f"the trial process {how}", "notes": []}
+        record = {"status": "crashed", "reason": raised or f"the trial process {how}", "notes": []}
     record["reason"] = f"rank {first} of {nproc}: {record.get('reason', '')}"
     record["failed_rank"] = first
     tmp = spec["result"] + ".tmp"

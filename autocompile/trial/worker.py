@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet
 from autocompile.space.capabilities import compiled_autograd_api_name
 from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
-from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL
+from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL, rank_result_path
 
 if TYPE_CHECKING:
     from autocompile.workloads import Workload, WorkloadOptions
@@ -668,8 +668,6 @@ def _as_rank(spec: dict) -> None:
     rank = int(os.environ.get("RANK", "0")) if spec.get("parallel", "none") != "none" else 0
     spec["rank"] = rank
     if rank:
-        from autocompile.trial.ranks import rank_result_path
-
         spec.update(result=rank_result_path(spec, rank), events=os.devnull, graph_ledger=None, save_cache=None)
 
 
