@@ -208,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--triage", action="store_true",
                    help="if it fails to compile, rerun it with simpler backends to name the failing layer")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
+    _parallel_args(p)
 
     p = sub.add_parser("best", help="print the winning snippet of a study")
     p.add_argument("--study", required=True)
@@ -342,9 +343,12 @@ def cmd_trial(args) -> int:
     from autocompile.engine.study import build_space
     from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
 
+    from autocompile.engine.settings import check_parallel
+
     device = _device(args.device)
+    check_parallel(args.parallel, args.nproc)
     config = _load_config(args.config)
-    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed)
+    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, parallel=args.parallel)
     config = space.validate(config)
     reason = space.rejection(config)
     if reason:
@@ -352,7 +356,7 @@ def cmd_trial(args) -> int:
     trial_dir = args.dir or tempfile.mkdtemp(prefix="autocompile-trial-")
     request = TrialRequest(model=args.model, config=config, device=device, trial_dir=trial_dir,
                            batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
-                           timeout_s=args.trial_timeout)
+                           timeout_s=args.trial_timeout, nproc=args.nproc, parallel=args.parallel)
     last = {}
 
     def show(event):

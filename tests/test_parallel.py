@@ -30,7 +30,7 @@ def test_the_strategies_dimensions_exist_only_under_parallel(capsys):
     fsdp2 = _space(capsys, "--parallel", "fsdp2", "--nproc", "2")
     assert not {"optimize_ddp", "fsdp_compile_order", "reshard_after_forward"} & set(single)
     assert {k: v for k, v in ddp.items() if k != "optimize_ddp"} == single  # the rest unchanged
-    assert "ddp_optimizer" in ddp["optimize_ddp"] and "no_optimization" in ddp["optimize_ddp"]
+    assert ddp["optimize_ddp"][0] is None and "no_optimization" in ddp["optimize_ddp"]  # null: torch's own
     assert fsdp2["fsdp_compile_order"] == ["before", "after"] and fsdp2["reshard_after_forward"] == [True, False]
     assert main(["search", "--model", toy(), "--device", "cpu", "--nproc", "2"]) == 2
     assert "add --parallel ddp or --parallel fsdp2" in capsys.readouterr().err
@@ -72,13 +72,14 @@ def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
 
 @pytest.fixture(scope="module", params=["ddp", "fsdp2"])
 def searched(request, tmp_path_factory):
-    """A 2-rank search as a user runs it: baselines, a recipe and a neighbour, then the finalist round."""
+    """A 2-rank search as a user runs it: baselines, a recipe and a neighbour (no finalist round: the
+    trials are what differs from one process, and each compiled one takes ~40 s on 2 busy cores)."""
     from autocompile.api import run_search
     from autocompile.engine.settings import SearchSettings
 
     directory = tmp_path_factory.mktemp(request.param)
     settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="s", directory=str(directory), trials=4,
-                              trial_timeout_s=300, measure=FAST, finalists=1, fixed=PINNED, nproc=2,
+                              trial_timeout_s=300, measure=FAST, finalists=0, fixed=PINNED, nproc=2,
                               parallel=request.param)
     return request.param, settings, run_search(settings)
 
@@ -147,3 +148,42 @@ def test_the_winners_snippet_trains_under_torchrun_as_the_trial_did(searched, tm
         trial_losses = json.load(f)["losses"]
     verdict = compare_losses(losses, trial_losses, "cpu")
     assert not verdict["differs"], verdict
+
+
+def _render(parallel: str, **changes) -> str:
+    from autocompile.apply import ModelInfo, render_snippet
+    from autocompile.space import DEFAULTS
+
+    return render_snippet({**DEFAULTS, **changes}, ModelInfo(regions=["blocks"], parallel=parallel))
+
+
+def test_the_snippet_says_where_compile_goes_relative_to_ddp_and_fully_shard():
+    def order(text, *needles):
+        return [text.index(n) for n in needles] == sorted(text.index(n) for n in needles)
+
+    full = _render("ddp", optimize_ddp="no_optimization")
+    # DDP first, then the DDP module compiled (Dynamo splits its graph per optimize_ddp)
+    assert order(full, "optimize_ddp = OPTIMIZE_DDP", "model = apply_ddp(model)", "model.compile(**COMPILE_KWARGS)")
+    assert order(_render("ddp", scope="regional"), "block.compile(**COMPILE_KWARGS)", "model = apply_ddp(model)")
+    before = _render("fsdp2", scope="regional", reshard_after_forward=False)
+    assert "compile_block=lambda block: torch.compile(block, **COMPILE_KWARGS)" in before
+    assert "RESHARD_AFTER_FORWARD = False" in before and "FSDP_BLOCKS = ['blocks']" in before
+    after = _render("fsdp2", scope="regional", fsdp_compile_order="after")
+    assert order(after, "model = apply_fsdp2(model, optimizer)", "block.compile(**COMPILE_KWARGS)")
+    assert "apply_ddp" not in _render("none") and "fully_shard" not in _render("none")
+    assert "model = apply_ddp(model)" in _render("ddp", compile=False)  # the eager baseline under DDP too
+
+
+def test_the_strategies_rules():
+    from autocompile.engine.study import build_space
+    from autocompile.space import DEFAULTS
+
+    ddp, single = (build_space(toy(), "cpu", parallel=p) for p in ("ddp", "none"))
+    assert "optimize_ddp splitting the graph" in ddp.rejection({**DEFAULTS, "fullgraph": True})
+    assert ddp.rejection({**DEFAULTS, "fullgraph": True, "optimize_ddp": "no_optimization"}) is None
+    assert ddp.rejection({**DEFAULTS, "scope": "regional", "fullgraph": True}) is None  # DDP's split is the full scope's
+    assert "set compiled_autograd" in ddp.rejection({**DEFAULTS, "optimize_ddp": "python_reducer"})
+    assert "cannot be used with compiled_autograd" in ddp.rejection(
+        {**DEFAULTS, "optimize_ddp": "no_optimization", "compiled_autograd": True})
+    assert "--parallel fsdp2" in ddp.rejection({**DEFAULTS, "reshard_after_forward": False})
+    assert "--parallel ddp" in single.rejection({**DEFAULTS, "optimize_ddp": "no_optimization"})

@@ -43,7 +43,7 @@ class SearchSettings:
 
     def __post_init__(self):
         check_study_name(self.study)
-        check_parallel(self.parallel, self.nproc)
+        check_parallel(self.parallel, self.nproc, self.device)
 
     @property
     def baseline_limit_s(self) -> float:
@@ -71,7 +71,7 @@ def resolve_device(requested: str | None, need_gpu: bool = True) -> str:
     return requested
 
 
-def check_parallel(parallel: str, nproc: int) -> None:
+def check_parallel(parallel: str, nproc: int, device: str = "cpu") -> None:
     """--parallel and --nproc: several ranks need a strategy; a strategy needs what torch offers."""
     if parallel not in ("none", "ddp", "fsdp2"):
         raise UserError(f"--parallel must be none, ddp or fsdp2, not {parallel!r}")
@@ -79,6 +79,11 @@ def check_parallel(parallel: str, nproc: int) -> None:
         raise UserError(f"--nproc must be a positive integer, not {nproc!r}")
     if nproc > 1 and parallel == "none":
         raise UserError(f"--nproc {nproc}: ranks share the model by a strategy: add --parallel ddp or --parallel fsdp2")
+    if device.startswith("cuda") and nproc > 1:
+        import torch
+
+        if torch.cuda.device_count() < nproc:
+            raise UserError(f"--nproc {nproc} on CUDA needs a GPU per rank; torch sees {torch.cuda.device_count()}")
     if parallel == "fsdp2":
         from autocompile.space.capabilities import has_fully_shard
 

@@ -177,11 +177,12 @@ class SearchSpace:
         single-process study's space (and Optuna's distributions) stays as it was."""
         caps = self.caps
         if self.parallel == "ddp" and caps.optimize_ddp_modes:
-            # True and "ddp_optimizer" are one mode, False and "no_optimization" another
-            modes = [m for m in caps.optimize_ddp_modes if m not in ("python_reducer_without_compiled_forward",)]
-            self._add("optimize_ddp", modes, "DDP's graph split at gradient buckets (ddp_optimizer), one graph "
-                      "(no_optimization), or the Python reducer traced by Compiled Autograd (python_reducer)",
-                      lambda c: c["scope"] == "full")
+            # null is torch's own (True: ddp_optimizer), so plain torch.compile's baseline is its first value
+            modes = [None] + [m for m in caps.optimize_ddp_modes
+                              if m not in (True, "ddp_optimizer", "python_reducer_without_compiled_forward")]
+            self._add("optimize_ddp", modes, "DDP's graph split at gradient buckets (null: torch's own, "
+                      "ddp_optimizer), one graph (no_optimization), or the Python reducer traced by Compiled "
+                      "Autograd (python_reducer)", lambda c: c["scope"] == "full")
         elif self.parallel == "ddp":
             self.left_out.append(("optimize_ddp", f"torch {caps.torch_version} has no torch._dynamo.config.optimize_ddp"))
         if self.parallel == "fsdp2":
