@@ -332,6 +332,12 @@ def describe_config(config: dict) -> str:
         parts.append("compiled-autograd")
     if config.get("activation_memory_budget") is not None:
         parts.append(f"act-budget={config['activation_memory_budget']:g}")
+    if config.get("optimize_ddp") is not None:
+        parts.append(f"optimize_ddp={config['optimize_ddp']}")
+    if config.get("fsdp_compile_order", "before") != "before" and config["scope"] == "regional":
+        parts.append(f"compiled-{config['fsdp_compile_order']}-shard")
+    if config.get("reshard_after_forward") is False:
+        parts.append("no-reshard")
     for key, value in config["inductor"].items():
         parts.append(f"{key}={json.dumps(value)}")
     return " ".join(parts)

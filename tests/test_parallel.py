@@ -19,6 +19,11 @@ PINNED = {"mode": "default", "dynamic": None, "fullgraph": False, "padding": "lo
           "compiled_autograd": False, "compile_optimizer": False, "fused_optimizer": False, "compile_loss": False}
 
 
+# Under DDP, compiled_autograd is left free too: with scope regional winning, optimize_ddp does not
+# apply (Dynamo compiles the DDP module only with scope full), and the neighbour is Compiled Autograd.
+FREE = {"ddp": {k: v for k, v in PINNED.items() if k != "compiled_autograd"}, "fsdp2": PINNED}
+
+
 def _space(capsys, *flags) -> dict:
     assert main(["space", "--model", toy(), "--device", "cpu", "--json", *flags]) == 0
     return {d["name"]: d["choices"] for d in json.loads(capsys.readouterr().out)["dimensions"]}
@@ -53,7 +58,7 @@ def _pgid_members(pgid: int) -> list[int]:
 
 @pytest.mark.parametrize("name, status, timeout_s", [("toy_rank1_crash", "crashed", 120),
                                                       ("toy_rank1_oom", "oom", 120),
-                                                      ("toy_rank1_hang", "timeout", 25)])
+                                                      ("toy_rank1_hang", "timeout", 15)])
 def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
     group = {}
 
@@ -79,7 +84,7 @@ def searched(request, tmp_path_factory):
 
     directory = tmp_path_factory.mktemp(request.param)
     settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="s", directory=str(directory), trials=4,
-                              trial_timeout_s=300, measure=FAST, finalists=0, fixed=PINNED, nproc=2,
+                              trial_timeout_s=300, measure=FAST, finalists=0, fixed=FREE[request.param], nproc=2, horizon=100_000,
                               parallel=request.param)
     return request.param, settings, run_search(settings)
 
@@ -93,7 +98,9 @@ def test_a_search_under_ddp_or_fsdp2_ends_with_a_winner(searched):
     roles = [t.user_attrs.get("role") for t in trials]
     assert roles[:2] == ["eager", "compile-defaults"] and "recipe" in roles and "neighbour" in roles, roles
     ok = [t for t in trials if t.user_attrs.get("status") == "ok"]
-    assert len(ok) >= 3, [(t.user_attrs.get("status"), t.user_attrs.get("reason")) for t in trials]
+    # each ran (measured, or stopped once it could no longer win), as the group it was launched as
+    assert len(ok) >= 2 and all(t.user_attrs.get("status") in ("ok", "pruned") for t in trials), [
+        (t.user_attrs.get("status"), t.user_attrs.get("reason")) for t in trials]
     for t in ok:  # every measured trial ran as a group of two, rank 0 speaking for both
         with open(os.path.join(trial_folder(settings.study_dir, t.number), "result.json")) as f:
             assert len(json.load(f)["ranks"]) == 2
@@ -131,20 +138,37 @@ dist.destroy_process_group()
 '''
 
 
+def _compiled_winner(settings, summary) -> int:
+    """The winner, or where a noisy toy measurement made eager win, the best compiled trial: the
+    snippet under test compiles."""
+    from autocompile.engine.study import load_study
+
+    if summary["best"]["config"]["compile"]:
+        return summary["best"]["number"]
+    study = load_study("s", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    compiled = [t for t in study.trials if t.user_attrs.get("status") == "ok" and t.user_attrs["config"]["compile"]]
+    return max(compiled, key=lambda t: t.value).number
+
+
 def test_the_winners_snippet_trains_under_torchrun_as_the_trial_did(searched, tmp_path):
     parallel, settings, summary = searched
     from autocompile.engine.scoring import compare_losses
+    from autocompile.trial.ranks import free_port
 
+    number = _compiled_winner(settings, summary)
+    folder = trial_folder(settings.study_dir, number)
     snippet = tmp_path / "apply_compilation.py"
-    snippet.write_text(summary["best"]["snippet"])
+    with open(os.path.join(folder, "apply_compilation.py")) as f:  # the text the trial ran, as emitted
+        snippet.write_text(f.read())
+    assert f"apply_{parallel}(model" in snippet.read_text()
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(tests=os.path.join(ROOT, "tests"), snippet=str(snippet)))
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
                            str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     losses = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("LOSSES"))[7:])
-    with open(os.path.join(trial_folder(settings.study_dir, summary["best"]["number"]), "result.json")) as f:
+    with open(os.path.join(folder, "result.json")) as f:
         trial_losses = json.load(f)["losses"]
     verdict = compare_losses(losses, trial_losses, "cpu")
     assert not verdict["differs"], verdict
