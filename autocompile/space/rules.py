@@ -157,6 +157,9 @@ def _parallel_rejection(space, c: dict) -> str | None:
     for key, (owner, neutral) in _PARALLEL_OWNER.items():
         if c[key] != neutral and parallel != owner:
             return f"{key} is a setting of --parallel {owner}, and this search is --parallel {parallel}"
+    if parallel == "ddp" and c["compiled_autograd"] and not str(c["optimize_ddp"]).startswith("python_reducer"):
+        return ("compiled_autograd under DDP needs optimize_ddp='python_reducer' (scope full): torch 2.13 raises "
+                "'Compiled autograd is not compatible with C++ DDP Reducer' (a 2-rank gloo trial, 2026-11-25)")
     if parallel == "ddp" and c["scope"] == "full":
         mode = c["optimize_ddp"]
         if c["fullgraph"] and mode in _SPLITS:
@@ -164,8 +167,6 @@ def _parallel_rejection(space, c: dict) -> str | None:
                     "graph breaks by design (001, step 5: fullgraph had to be turned off for DDP)")
         if str(mode).startswith("python_reducer") and not c["compiled_autograd"]:
             return f"optimize_ddp={mode!r} traces DDP's Python reducer with Compiled Autograd: set compiled_autograd"
-        if mode in (False, "no_optimization") and c["compiled_autograd"]:
-            return "optimize_ddp='no_optimization' cannot be used with compiled_autograd (torch's own rule)"
     if parallel == "fsdp2" and c["fsdp_compile_order"] == "after" and c["scope"] != "regional":
         return "fsdp_compile_order: a block is compiled before or after fully_shard only with scope 'regional'"
     return None
