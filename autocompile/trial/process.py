@@ -207,14 +207,31 @@ def stuck_in(log_path: str) -> tuple[str | None, list[str]]:
 
 def _wait_group_gone(pgid: int, wait_s: float = 5.0) -> None:
     """Until every process of the killed group has exited (a trial's ranks, its compile workers):
-    SIGKILL is delivered at once, but a process takes a moment to end."""
+    SIGKILL is delivered at once, but a process takes a moment to end. A zombie has ended (its
+    reaping is its new parent's business), so it is not waited for."""
     end = time.time() + wait_s
-    while time.time() < end:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            return
+    while time.time() < end and _live_members(pgid):
         time.sleep(0.05)
+
+
+def _live_members(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (from /proc; elsewhere, whether the group exists)."""
+    if not os.path.isdir("/proc"):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                return True
+    return False
 
 
 def _measured(result_path: str) -> bool:
