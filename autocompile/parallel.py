@@ -76,12 +76,12 @@ def parallel_lines(config: dict, info, preamble: list[str], compiling: list[str]
 def _ddp_lines(config: dict, preamble: list[str], compiling: list[str]):
     settings, body = [], list(preamble)
     if config["compile"] and config["scope"] == "full":
+        split = "at gradient buckets (torch's own optimize_ddp)"
         if config.get("optimize_ddp") is not None:
             settings.append(f"OPTIMIZE_DDP = {config['optimize_ddp']!r}  # how Dynamo treats DDP's gradient buckets")
             body.append("    torch._dynamo.config.optimize_ddp = OPTIMIZE_DDP")
-        body += ["    model = apply_ddp(model)  # first: Dynamo compiles the DDP module, its graph split per OPTIMIZE_DDP"
-                 if config.get("optimize_ddp") is not None else
-                 "    model = apply_ddp(model)  # first: Dynamo compiles the DDP module, its graph split at buckets"]
+            split = "per OPTIMIZE_DDP"
+        body.append(f"    model = apply_ddp(model)  # first: Dynamo compiles the DDP module, its graph split {split}")
         body += compiling
     else:
         body += compiling
