@@ -43,6 +43,9 @@ def run(settings, verbosity: int = 1, gpus: list[str] | None = None) -> SearchRe
     from autocompile.outputs.table import search_summary
     from autocompile.engine.study import load_study, search_study, storage_url
 
+    from autocompile.engine.settings import group_gpus
+
+    gpus = group_gpus(gpus, settings.nproc)  # --gpus 8 --nproc 2: four workers, two GPUs each
     workers = len(gpus or ())
     callbacks = live_outputs(settings.study_dir)
     if workers > 1:

@@ -32,6 +32,7 @@ class ModelInfo:
     device_type: str = "cpu"
     recompile_limit_key: str | None = "recompile_limit"
     compiled_autograd_api: str | None = "_enable"  # see Capabilities.compiled_autograd_api
+    parallel: str = "none"  # --parallel: ddp or fsdp2 wraps the model inside apply_compilation (autocompile.parallel)
 
 
 def find_repeated_blocks(model) -> list[str]:
@@ -93,38 +94,51 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
               "prepare_batch(batch) on every batch, right before the forward pass. Wrap your loss",
               "function (model outputs, batch) -> loss once with compile_loss(loss_fn), and call",
               "backward(loss) where you called loss.backward(). To start warm, call",
-              "load_compile_cache(path) first with a cache from `autocompile export`.", '"""',
-              "import torch", ""]
+              "load_compile_cache(path) first with a cache from `autocompile export`."]
+    if info.parallel != "none":
+        from autocompile.parallel import PARALLEL_DOC
+
+        lines += [""] + PARALLEL_DOC[info.parallel]
+    lines += ['"""', "import torch", ""]
 
     settings: list[str] = []
-    body: list[str] = []
+    preamble: list[str] = []  # global settings, before anything is compiled
+    compiling: list[str] = []  # what the scope compiles
     if not config["compile"]:
-        body.append("    # eager: nothing compiled")
+        compiling.append("    # eager: nothing compiled")
     else:
         if config["matmul_precision"]:
-            body.append(f"    torch.set_float32_matmul_precision({config['matmul_precision']!r})")
+            preamble.append(f"    torch.set_float32_matmul_precision({config['matmul_precision']!r})")
         if config.get("activation_memory_budget") is not None:
             settings.append(f"ACTIVATION_MEMORY_BUDGET = {config['activation_memory_budget']!r}  "
                             "# activations kept for the backward; the rest is recomputed")
-            body += ["    import torch._functorch.config  # AOTAutograd's partitioner reads it at each compile",
-                     "    torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET"]
+            preamble += ["    import torch._functorch.config  # AOTAutograd's partitioner reads it at each compile",
+                         "    torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET"]
         if config["recompile_limit"] and info.recompile_limit_key:
-            body.append(f"    torch._dynamo.config.{info.recompile_limit_key} = {config['recompile_limit']}")
+            preamble.append(f"    torch._dynamo.config.{info.recompile_limit_key} = {config['recompile_limit']}")
         scope = config["scope"]
         if scope == "modular":
             per_part = {part: _kwargs(config, config["part_modes"][part], info.device_type) for part in info.parts}
             settings.append(f"PART_COMPILE_KWARGS = {_literal(per_part)}  # each part with its own settings")
-            body += ["    for part, kwargs in PART_COMPILE_KWARGS.items():",
-                     "        model.get_submodule(part).compile(**kwargs)"]
+            compiling += ["    for part, kwargs in PART_COMPILE_KWARGS.items():",
+                          "        model.get_submodule(part).compile(**kwargs)"]
         else:
             settings.append(f"COMPILE_KWARGS = {_literal(_kwargs(config, config['mode'], info.device_type))}")
             if scope == "full":
-                body.append("    model.compile(**COMPILE_KWARGS)  # in place: state_dict keys are unchanged")
+                compiling.append("    model.compile(**COMPILE_KWARGS)  # in place: state_dict keys are unchanged")
             else:
                 settings.append(f"REGIONS = {_literal(info.regions)}  # lists of repeated blocks, each compiled alone")
-                body += ["    for path in REGIONS:",
-                         "        for block in model.get_submodule(path):",
-                         "            block.compile(**COMPILE_KWARGS)"]
+                compiling += ["    for path in REGIONS:",
+                              "        for block in model.get_submodule(path):",
+                              "            block.compile(**COMPILE_KWARGS)"]
+    helpers: list[str] = []  # apply_ddp or apply_fsdp2, under --parallel
+    if info.parallel == "none":
+        body = preamble + compiling
+    else:
+        from autocompile.parallel import parallel_lines
+
+        parallel_settings, body, helpers = parallel_lines(config, info, preamble, compiling)
+        settings += parallel_settings
     if config["fused_optimizer"]:
         body += ["    for group in optimizer.param_groups:  # one fused kernel per step instead of foreach",
                  "        group[\"foreach\"], group[\"fused\"] = False, True"]
@@ -150,6 +164,7 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     lines += prep_settings
     if prep_settings:
         lines.append("")
+    lines += helpers
     lines += ["", "def apply_compilation(model, optimizer):",
               '    """Compile in place; returns the same model and optimizer."""']
     lines += body
@@ -490,6 +505,12 @@ def describe_config(config: dict) -> str:
         parts.append("compiled-autograd")
     if config.get("activation_memory_budget") is not None:
         parts.append(f"act-budget={config['activation_memory_budget']:g}")
+    if config.get("optimize_ddp") is not None:
+        parts.append(f"optimize_ddp={config['optimize_ddp']}")
+    if config.get("fsdp_compile_order", "before") != "before" and config["scope"] == "regional":
+        parts.append(f"compiled-{config['fsdp_compile_order']}-shard")
+    if config.get("reshard_after_forward") is False:
+        parts.append("no-reshard")
     for key, value in config["inductor"].items():
         parts.append(f"{key}={json.dumps(value)}")
     return " ".join(parts)

@@ -147,6 +147,14 @@ def _gpus_arg(p: argparse.ArgumentParser) -> None:
                         "(default 1); with --device cpu, N workers on the CPU (for testing)")
 
 
+def _parallel_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parallel", choices=("none", "ddp", "fsdp2"), default="none",
+                   help="each trial's ranks share the model with DDP or FSDP2 (fully_shard per block, then the root); "
+                        "none: one process (default)")
+    p.add_argument("--nproc", type=_positive_int, default=1,
+                   help="ranks per trial on this host (default 1): a GPU each on CUDA (NCCL), processes on the CPU (gloo)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autocompile", description="Search for the fastest torch.compile settings of a training workload.")
     parser.add_argument("--version", action=_Version)
@@ -183,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="trials after the baselines share one compile cache, each graph compiled once in the study, "
                         "their cold warm-up reconstructed (off by default until validated: `autocompile cache-check`)")
     _gpus_arg(p)
+    _parallel_args(p)
     _memory_args(p)
 
     p = sub.add_parser("worker", help="join a running study (from another host) and run its trials until its budget is spent")
@@ -200,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--triage", action="store_true",
                    help="if it fails to compile, rerun it with simpler backends to name the failing layer")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
+    _parallel_args(p)
 
     p = sub.add_parser("best", help="print the winning snippet of a study")
     p.add_argument("--study", required=True)
@@ -234,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
     p.add_argument("--max-memory-gb", type=_positive_float, help="the space of a search under this memory limit")
     p.add_argument("--json", action="store_true")
+    _parallel_args(p)
     _memory_args(p)
 
     p = sub.add_parser("failures", help="list the failure memory: values left out after failing twice the same way")
@@ -307,6 +318,7 @@ def cmd_search(args) -> int:
         prune=not args.no_prune, triage=not args.no_triage,
         trace=tlparse_command() is not None and not args.no_trace,  # tlparse reports in the dashboard
         memory_path=args.failure_memory, screen=args.screen, shared_cache=args.shared_cache,
+        nproc=args.nproc, parallel=args.parallel,
     )
     summary = run(settings, args.verbosity, gpus=args.gpus).summary
     print(format_summary(summary))
@@ -343,9 +355,12 @@ def cmd_trial(args) -> int:
     from autocompile.engine.study import build_space
     from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
 
+    from autocompile.engine.settings import check_parallel
+
     device = _device(args.device)
+    check_parallel(args.parallel, args.nproc)
     config = _load_config(args.config)
-    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed)
+    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, parallel=args.parallel)
     config = space.validate(config)
     reason = space.rejection(config)
     if reason:
@@ -353,7 +368,7 @@ def cmd_trial(args) -> int:
     trial_dir = args.dir or tempfile.mkdtemp(prefix="autocompile-trial-")
     request = TrialRequest(model=args.model, config=config, device=device, trial_dir=trial_dir,
                            batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
-                           timeout_s=args.trial_timeout)
+                           timeout_s=args.trial_timeout, nproc=args.nproc, parallel=args.parallel)
     last = {}
 
     def show(event):
@@ -457,17 +472,21 @@ def cmd_models(args) -> int:
 def cmd_space(args) -> int:
     from autocompile.engine.study import build_space, memory_bound
 
+    from autocompile.engine.settings import check_parallel
+
     device = _device(args.device, need_gpu=False)
+    check_parallel(args.parallel, args.nproc)
     bound = memory_bound(args.max_memory_gb, device)
     space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set), args.space,
-                        bound)
+                        bound, args.parallel)
     described = space.describe()
     described["left_out"] += _remembered(space, device, args.failure_memory)
     if args.json:
         print(json.dumps(described, indent=1))
         return 0
     narrowed = f", narrowed by {described['space_file']}" if described["space_file"] else ""
-    print(f"search space on {described['device']} with torch {described['torch']}{narrowed}:")
+    ranks = f", {args.nproc} ranks under {args.parallel}" if args.parallel != "none" else ""
+    print(f"search space on {described['device']} with torch {described['torch']}{ranks}{narrowed}:")
     width = max(len(item["name"]) for item in described["dimensions"] + described["left_out"])
     for dim in described["dimensions"]:
         pinned = f"  (pinned to {json.dumps(dim['fixed'])})" if "fixed" in dim else ""

@@ -255,3 +255,20 @@ def toy_dropout_scaled() -> Workload:
 def toy_dropout_block_scaled() -> Workload:
     """Compiled, its second block's output is 30% larger: the numerics part from eager's at `blocks.1`."""
     return _dropout_workload("toy-dropout-block-scaled", scaled_when_compiled=False, scaled_block=1)
+
+
+def _on_rank_1(action):
+    """`action` in rank 1 of a trial of several ranks only: the others run as usual, and wait for it."""
+    return lambda: action() if os.environ.get("RANK") == "1" else None
+
+
+def toy_rank1_crash() -> Workload:
+    return _workload("toy-rank1-crash", loss_hook=_on_rank_1(lambda: os.kill(os.getpid(), signal.SIGSEGV)))
+
+
+def toy_rank1_hang() -> Workload:
+    return _workload("toy-rank1-hang", loss_hook=_on_rank_1(lambda: time.sleep(3600)))
+
+
+def toy_rank1_oom() -> Workload:
+    return _workload("toy-rank1-oom", loss_hook=_on_rank_1(lambda: torch.empty(2**44)))

@@ -43,7 +43,8 @@ def rejudge(study, study_dir: str, timeout_s: float = 900.0, dry_run: bool = Fal
             request = TrialRequest(model=settings["model"], config=config, device=settings["device"],
                                    trial_dir=os.path.join(study_dir, "trials", f"rejudge-{original.number:04d}"),
                                    batch_size=settings["batch_size"], seq_len=settings["seq_len"],
-                                   seed=settings["seed"], timeout_s=timeout_s, measure={"replay_only": True})
+                                   seed=settings["seed"], timeout_s=timeout_s, measure={"replay_only": True},
+                                   nproc=settings.get("nproc", 1), parallel=settings.get("parallel", "none"))
             replays[key] = run_trial(request)
         replayed = replays[key]
         if replayed["status"] != "ok" or "error" in replayed.get("replay", {}):

@@ -205,6 +205,7 @@ class Runner:
             cache_dir=warm or (caches.shared(settings.study_dir) if shared else None),
             keep_cache=bool(config["compile"]) and first is None and role != "finalist",
             ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
+            nproc=settings.nproc, parallel=settings.parallel,
         )
         try:
             record = self._launch(trial, request, label, prunable, remaining)

@@ -94,7 +94,8 @@ def screen_request(settings, config: dict, k: int, trial_dir: str, timeout_s: fl
     return TrialRequest(model=settings.model, config=config, device=settings.device, trial_dir=trial_dir,
                         batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
                         timeout_s=timeout_s, measure=settings.measure or {}, blocks=k,
-                        cache_dir=os.path.join(settings.study_dir, SCREENS, "cache"))
+                        cache_dir=os.path.join(settings.study_dir, SCREENS, "cache"),
+                        nproc=settings.nproc, parallel=settings.parallel)
 
 
 def screen_summary(record: dict, eager: dict, k: int) -> dict:

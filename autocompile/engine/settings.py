@@ -38,9 +38,12 @@ class SearchSettings:
     memory_path: str | None = None  # the failure memory (default: ~/.cache/autocompile/failures.db)
     screen: int | None = None  # screen trials at this many blocks first (autocompile.engine.screening)
     shared_cache: bool = False  # trials after the baselines share one compile cache (autocompile.trial.caches)
+    nproc: int = 1  # ranks per trial, on one host (autocompile.trial.ranks)
+    parallel: str = "none"  # none | ddp | fsdp2: how the ranks share the model (autocompile.parallel)
 
     def __post_init__(self):
         check_study_name(self.study)
+        check_parallel(self.parallel, self.nproc, self.device)
 
     @property
     def baseline_limit_s(self) -> float:
@@ -66,3 +69,35 @@ def resolve_device(requested: str | None, need_gpu: bool = True) -> str:
     if requested != "cpu":
         raise UserError(f"--device must be cuda or cpu, not {requested!r}")
     return requested
+
+
+def check_parallel(parallel: str, nproc: int, device: str = "cpu") -> None:
+    """--parallel and --nproc: several ranks need a strategy; a strategy needs what torch offers."""
+    if parallel not in ("none", "ddp", "fsdp2"):
+        raise UserError(f"--parallel must be none, ddp or fsdp2, not {parallel!r}")
+    if not isinstance(nproc, int) or nproc < 1:
+        raise UserError(f"--nproc must be a positive integer, not {nproc!r}")
+    if nproc > 1 and parallel == "none":
+        raise UserError(f"--nproc {nproc}: ranks share the model by a strategy: add --parallel ddp or --parallel fsdp2")
+    if device.startswith("cuda") and nproc > 1:
+        import torch
+
+        if torch.cuda.device_count() < nproc:
+            raise UserError(f"--nproc {nproc} on CUDA needs a GPU per rank; torch sees {torch.cuda.device_count()}")
+    if parallel == "fsdp2":
+        from autocompile.space.capabilities import has_fully_shard
+
+        if not has_fully_shard():
+            import torch
+
+            raise UserError(f"--parallel fsdp2: torch {torch.__version__} has no torch.distributed.fsdp.fully_shard")
+
+
+def group_gpus(gpus: list[str] | None, nproc: int) -> list[str] | None:
+    """--gpus split into groups of --nproc, one worker each ("0,1", "2,3"): a worker's trials run a
+    rank on each GPU of its group."""
+    if not gpus or nproc == 1:
+        return gpus
+    if len(gpus) % nproc:
+        raise UserError(f"--gpus gives {len(gpus)} GPUs, which do not split into groups of --nproc {nproc}")
+    return [",".join(gpus[i:i + nproc]) for i in range(0, len(gpus), nproc)]

@@ -87,7 +87,7 @@ def _length_range(workload, options) -> tuple[int, int] | None:
 
 
 def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, fixed=None,
-                space_file: str | None = None, memory_bound: str | None = None) -> SearchSpace:
+                space_file: str | None = None, memory_bound: str | None = None, parallel: str = "none") -> SearchSpace:
     """The space for a workload on a device; `space_file` narrows or extends it (see load_space_file);
     `memory_bound` says why memory is the constraint, where it is (see memory_bound)."""
     from autocompile.space import load_space_file
@@ -99,7 +99,7 @@ def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, 
         raise UserError(f"model {model!r} needs a GPU (use tiny-llama or tiny-captioner on the CPU)")
     options = WorkloadOptions(device=device, batch_size=batch_size, seq_len=seq_len, seed=seed)
     traits = dataclasses.replace(workload_traits(workload, options), memory_bound=memory_bound)
-    return SearchSpace(Capabilities.detect(device), traits, fixed=fixed, space_file=narrowing)
+    return SearchSpace(Capabilities.detect(device), traits, fixed=fixed, space_file=narrowing, parallel=parallel)
 
 
 NEAR_CAPACITY = 0.9  # eager's peak at this share of the device's memory or more: memory is the constraint
@@ -127,12 +127,19 @@ def memory_bound(max_memory_gb: float | None, device: str, study=None) -> str | 
 def _check_resume(study, settings: SearchSettings) -> None:
     expected = {"model": settings.model, "device": settings.device, "batch_size": settings.batch_size,
                 "seq_len": settings.seq_len, "seed": settings.seed}
+    if settings.parallel != "none":  # part of the study's identity; absent in a single-process study's
+        expected.update(parallel=settings.parallel, nproc=settings.nproc)
     stored = study.user_attrs.get("settings")
     if stored is None:
         study.set_user_attr("settings", expected)
         study.set_user_attr("horizon", settings.horizon)
         study.set_user_attr("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
         return
+    for key in ("parallel", "nproc"):
+        if stored.get(key, {"parallel": "none", "nproc": 1}[key]) != getattr(settings, key):
+            raise UserError(f"study {settings.study!r} was searched with --parallel {stored.get('parallel', 'none')} "
+                            f"--nproc {stored.get('nproc', 1)}, not --parallel {settings.parallel} --nproc "
+                            f"{settings.nproc}: pass the same, or choose a new --study")
     for key, value in expected.items():
         if stored.get(key) != value:
             raise UserError(
@@ -149,7 +156,7 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     started = time.time()
     bound = memory_bound(settings.max_memory_gb, settings.device)
     space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
-                        settings.seed, settings.fixed, settings.space_file, bound)
+                        settings.seed, settings.fixed, settings.space_file, bound, settings.parallel)
     pruner = make_pruner(settings)  # a --screen that cannot work fails before the storage is made
     url = storage_url(settings.storage, settings.directory, settings.study, workers)
     storage = open_storage(url, create_dir=settings.study_dir)
@@ -158,7 +165,7 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     _check_resume(study, settings)
     if not bound and (bound := memory_bound(None, settings.device, study)):  # a resumed study's eager says so
         space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
-                            settings.seed, settings.fixed, settings.space_file, bound)
+                            settings.seed, settings.fixed, settings.space_file, bound, settings.parallel)
     _name_the_objective(study, settings.horizon)
     progress = progress or Progress(settings.trials)
     progress.line(f"autocompile search: {settings.model} on {_device_name(settings.device)} "

@@ -58,7 +58,8 @@ def winner_request(study, out: str, number: int | None = None, timeout_s: float 
                         seq_len=settings.get("seq_len"), seed=settings.get("seed", 0), timeout_s=timeout_s,
                         header=f"Compile settings for {settings['model']} (study {study.study_name!r}, trial "
                                f"{number}), found by autocompile.",
-                        measure={**EXPORT_MEASURE, **measure})
+                        measure={**EXPORT_MEASURE, **measure},
+                        nproc=settings.get("nproc", 1), parallel=settings.get("parallel", "none"))
 
 
 def export(study, out: str, number: int | None = None, timeout_s: float = 900.0) -> dict:

@@ -121,7 +121,8 @@ def _settings(study, directory: str, measure: dict | None):
         raise UserError(f"study {study.study_name!r} has no stored settings: it was not made by autocompile search")
     return SearchSettings(model=stored["model"], device=stored["device"], study=study.study_name, directory=directory,
                           batch_size=stored.get("batch_size"), seq_len=stored.get("seq_len"),
-                          seed=stored.get("seed", 0), measure=measure)
+                          seed=stored.get("seed", 0), measure=measure, nproc=stored.get("nproc", 1),
+                          parallel=stored.get("parallel", "none"))
 
 
 def _screen(settings, config: dict, k: int, folder: str, limit_s: float, eager: dict | None) -> dict:

@@ -39,6 +39,8 @@ from autocompile.space.dimensions import (
     MARK_DYNAMIC,
     MODES,
     PADDINGS,
+    PARALLEL,
+    PARALLEL_KEYS,
     SCOPES,
     STARTING_POINTS,
     Dimension,
@@ -58,7 +60,7 @@ from autocompile.space.spacefile import SpaceFile, _toml_none, load_space_file
 
 # What other modules import from `autocompile.space`: the names defined in its modules.
 __all__ = [
-    "CUDA_GRAPH_MODES", "DEFAULTS", "EAGER", "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
+    "CUDA_GRAPH_MODES", "DEFAULTS", "PARALLEL", "PARALLEL_KEYS", "EAGER", "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
     "INDUCTOR_OPTIONS_CUDAGRAPHS", "MARK_DYNAMIC", "MODES", "PADDINGS", "SCOPES", "STARTING_POINTS",
     "Capabilities", "Dimension", "SearchSpace", "SpaceFile", "WorkloadTraits",
     "bucket_lengths", "doomed", "load_space_file", "uses_autotune", "uses_cuda_graphs",
@@ -69,9 +71,10 @@ class SearchSpace:
     """The dimensions searched for one workload on one device with one torch."""
 
     def __init__(self, caps: Capabilities, traits: WorkloadTraits, fixed: dict | None = None,
-                 space_file: SpaceFile | None = None):
+                 space_file: SpaceFile | None = None, parallel: str = "none"):
         self.caps = replace(caps, inductor_defaults=dict(caps.inductor_defaults))  # extended by a space file
         self.traits = traits
+        self.parallel = parallel  # --parallel: its dimensions are offered only there (see _parallel_dimensions)
         self.dimensions: list[Dimension] = []
         self.left_out: list[tuple[str, str]] = []  # (dimension or value, why)
         self.space_file = space_file
@@ -168,6 +171,29 @@ class SearchSpace:
             self.left_out.append(("compiled_autograd", f"torch {caps.torch_version} has no "
                                   "torch._dynamo.compiled_autograd context manager"))
         self.left_out.append(("matmul_precision, recompile_limit", "change numerics or limits: only set with --set"))
+        self._parallel_dimensions()
+
+    def _parallel_dimensions(self) -> None:
+        """What exists only under DDP or FSDP2. Never offered without --parallel, so a
+        single-process study's space (and Optuna's distributions) stays as it was."""
+        caps = self.caps
+        if self.parallel == "ddp" and caps.optimize_ddp_modes:
+            # null is torch's own (True: ddp_optimizer), so plain torch.compile's baseline is its first value
+            modes = [None] + [m for m in caps.optimize_ddp_modes
+                              if m not in (True, "ddp_optimizer", "python_reducer_without_compiled_forward")]
+            self._add("optimize_ddp", modes, "DDP's graph split at gradient buckets (null: torch's own, "
+                      "ddp_optimizer), one graph (no_optimization), or the Python reducer traced by Compiled "
+                      "Autograd (python_reducer)", lambda c: c["scope"] == "full")
+        elif self.parallel == "ddp":
+            self.left_out.append(("optimize_ddp", f"torch {caps.torch_version} has no torch._dynamo.config.optimize_ddp"))
+        if self.parallel == "fsdp2":
+            self._add("fsdp_compile_order", ("before", "after"), "each block compiled before fully_shard "
+                      "(torchtitan's order) or after it", lambda c: c["scope"] == "regional")
+            self._add("reshard_after_forward", (True, False), "FSDP2 frees the gathered parameters after the "
+                      "forward (and gathers them again for the backward), or keeps them")
+        if self.parallel == "none":
+            self.left_out.append(("optimize_ddp, fsdp_compile_order, reshard_after_forward",
+                                  "only under --parallel ddp|fsdp2"))
 
     def _step_dimensions(self) -> None:
         """static_grads and the foreach_map step (001 steps #3 and #4), each where it means something."""
@@ -403,6 +429,9 @@ class SearchSpace:
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise UserError("recompile_limit must be a positive integer")
         check("matmul_precision", full["matmul_precision"], (None, "highest", "high", "medium"))
+        check("optimize_ddp", full["optimize_ddp"], (None, True, False, *self.caps.optimize_ddp_modes))
+        check("fsdp_compile_order", full["fsdp_compile_order"], ("before", "after"))
+        check("reshard_after_forward", full["reshard_after_forward"], (True, False))
         return full
 
     def rejection(self, config: dict) -> str | None:
@@ -428,6 +457,7 @@ class SearchSpace:
         return {
             "device": self.caps.device,
             "torch": self.caps.torch_version,
+            "parallel": self.parallel,
             "space_file": self.space_file.path if self.space_file else None,
             "dimensions": [
                 {"name": d.name, "choices": list(d.choices), "help": d.help,

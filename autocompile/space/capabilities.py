@@ -28,6 +28,8 @@ class Capabilities:
     compiled_autograd_api: str | None = None  # torch._dynamo.compiled_autograd's context manager: "_enable" or "enable"
     has_mark_static_address: bool = False  # torch._dynamo.mark_static_address (static_grads)
     has_foreach_map: bool = False  # torch._higher_order_ops.foreach_map (foreach_map_optimizer)
+    optimize_ddp_modes: tuple = ()  # torch._dynamo.config.optimize_ddp's values here (DDP's graph splitting)
+    has_fully_shard: bool = False  # FSDP2: torch.distributed.fsdp.fully_shard
 
     @classmethod
     def detect(cls, device: str) -> "Capabilities":
@@ -57,6 +59,8 @@ class Capabilities:
             compiled_autograd_api=compiled_autograd_api_name(),
             has_mark_static_address=callable(getattr(torch._dynamo, "mark_static_address", None)),
             has_foreach_map=has_foreach_map(),
+            optimize_ddp_modes=optimize_ddp_modes(),
+            has_fully_shard=has_fully_shard(),
         )
 
     @property
@@ -65,6 +69,29 @@ class Capabilities:
 
 
 _MISSING = object()
+
+
+def optimize_ddp_modes() -> tuple:
+    """The values torch._dynamo.config.optimize_ddp takes here: its named modes where torch lists
+    them ("ddp_optimizer", "python_reducer", ...), else True/False where the flag exists, else ()."""
+    import torch._dynamo.config as dynamo_config
+
+    if not hasattr(dynamo_config, "optimize_ddp"):
+        return ()
+    try:
+        from torch._dynamo.utils import _ddp_optimization_mode
+    except ImportError:
+        return (True, False)
+    return tuple(_ddp_optimization_mode)
+
+
+def has_fully_shard() -> bool:
+    """Whether FSDP2's fully_shard is importable from its public place (torch 2.6 and later)."""
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def compiled_autograd_api_name() -> str | None:

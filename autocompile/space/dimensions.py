@@ -15,6 +15,8 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 SCOPES = ("full", "regional", "modular")
 PADDINGS = ("longest", "multiple", "buckets", "max")
 MARK_DYNAMIC = ("off", "mark", "maybe")
+PARALLEL = ("none", "ddp", "fsdp2")  # how a trial's ranks share the model (--parallel)
+PARALLEL_KEYS = ("optimize_ddp", "fsdp_compile_order", "reshard_after_forward")
 
 # The configuration of plain `torch.compile(model)`: every key a configuration may hold.
 DEFAULTS: dict[str, Any] = {
@@ -47,6 +49,10 @@ DEFAULTS: dict[str, Any] = {
     # The optimizer step as one compiled function of foreach_map ops (Adam and AdamW; 001 step #4),
     # instead of torch's own foreach, fused or compiled step
     "foreach_map_optimizer": False,
+    # Under `--parallel` only (autocompile.parallel); at these values they change nothing:
+    "optimize_ddp": None,  # DDP: torch._dynamo.config.optimize_ddp (None: torch's own, graphs split at buckets)
+    "fsdp_compile_order": "before",  # FSDP2: each block compiled before fully_shard (torchtitan's order) or after
+    "reshard_after_forward": True,  # FSDP2: free the gathered parameters after the forward (fully_shard's default)
 }
 EAGER: dict[str, Any] = {**DEFAULTS, "compile": False}
 

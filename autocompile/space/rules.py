@@ -118,6 +118,9 @@ def rejection(space, config: dict) -> str | None:
             return (f"{how} with dynamic=False: the marks win (torch {caps.torch_version} compiles the marked "
                     "dimensions dynamic, one graph for all lengths), so this is dynamic=None with the marks "
                     "under another name")
+    parallel = _parallel_rejection(space, c)
+    if parallel:
+        return parallel
     if c["compile_optimizer"] and c["fused_optimizer"]:
         return ("compile_optimizer with fused_optimizer: Dynamo does not trace into the fused step "
                 "(torch wraps it in torch.compiler.disable, 'don't trace into fused optimizer'), so the "
@@ -174,6 +177,36 @@ def _foreach_map_rejection(c: dict, caps, traits) -> str | None:
         if c[other]:
             return (f"foreach_map_optimizer with {other}: the foreach_map step replaces the optimizer's own step, "
                     f"which {other} would change; choose one")
+    return None
+
+
+# What each --parallel setting owns, and its value where it changes nothing.
+_PARALLEL_OWNER = {"optimize_ddp": ("ddp", None), "fsdp_compile_order": ("fsdp2", "before"),
+                   "reshard_after_forward": ("fsdp2", True)}
+_SPLITS = (None, True, "ddp_optimizer")  # optimize_ddp values under which DDP's graph is split at buckets
+
+
+def _parallel_rejection(space, c: dict) -> str | None:
+    """The settings of DDP and FSDP2: each only under its strategy, and only where it can hold."""
+    parallel = getattr(space, "parallel", "none")
+    for key, (owner, neutral) in _PARALLEL_OWNER.items():
+        if c[key] != neutral and parallel != owner:
+            return f"{key} is a setting of --parallel {owner}, and this search is --parallel {parallel}"
+    if parallel == "ddp" and c["compiled_autograd"] and not str(c["optimize_ddp"]).startswith("python_reducer"):
+        return ("compiled_autograd under DDP needs optimize_ddp='python_reducer' (scope full): torch 2.13 raises "
+                "'Compiled autograd is not compatible with C++ DDP Reducer' (a 2-rank gloo trial, 2026-11-25)")
+    if parallel == "ddp" and c["scope"] == "full":
+        mode = c["optimize_ddp"]
+        if c["fullgraph"] and mode in _SPLITS:
+            return ("fullgraph under DDP with optimize_ddp splitting the graph at gradient buckets: the split is "
+                    "graph breaks by design (001, step 5: fullgraph had to be turned off for DDP)")
+        if str(mode).startswith("python_reducer") and not c["compiled_autograd"]:
+            return f"optimize_ddp={mode!r} traces DDP's Python reducer with Compiled Autograd: set compiled_autograd"
+    if parallel == "fsdp2" and c["foreach_map_optimizer"]:
+        return ("foreach_map_optimizer under FSDP2: its step is written for plain tensors, and FSDP2's parameters "
+                "are DTensors (not measured together)")
+    if parallel == "fsdp2" and c["fsdp_compile_order"] == "after" and c["scope"] != "regional":
+        return "fsdp_compile_order: a block is compiled before or after fully_shard only with scope 'regional'"
     return None
 
 

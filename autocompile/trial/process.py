@@ -55,6 +55,8 @@ class TrialRequest:
     keep_cache: bool = False  # keep its own caches after a clean run (`caches`: its finalist rerun starts from them)
     ledger: bool = False  # cache_dir is a study's shared cache: its graphs go to its ledger, its warm-up is reconstructed
     env: dict = field(default_factory=dict)  # extra environment of the trial process (the minifier's, `outputs/repro.py`)
+    nproc: int = 1  # ranks of the trial (autocompile.trial.ranks), under `parallel`
+    parallel: str = "none"  # none | ddp | fsdp2: how the ranks share the model (autocompile.parallel)
 
 
 def _child_env(request: TrialRequest) -> dict:
@@ -126,7 +128,8 @@ def pid_alive(pid: int) -> bool:
 def _is_trial_process(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"autocompile.trial.worker" in f.read()
+            line = f.read()
+            return b"autocompile.trial.worker" in line or b"autocompile.trial.ranks" in line
     except OSError:
         return sys.platform != "linux" and pid_alive(pid)
 
@@ -153,12 +156,13 @@ def reap_orphans(study_dir: str) -> list[int]:
     return reaped
 
 
-def _ask_for_stacks(process: subprocess.Popen, log_path: str, wait_s: float = 3.0) -> None:
+def _ask_for_stacks(process: subprocess.Popen, log_path: str, wait_s: float = 3.0, group: bool = False) -> None:
     """Ask a trial at its time limit for every thread's stack (written to its log by faulthandler,
-    registered by the worker) and wait until the log stops growing, `wait_s` at most."""
+    registered by the worker; every rank's, for a `group` of ranks) and wait until the log stops
+    growing, `wait_s` at most."""
     try:
         before = size = os.path.getsize(log_path)
-        os.kill(process.pid, STACK_SIGNAL)
+        (os.killpg if group else os.kill)(process.pid, STACK_SIGNAL)
     except (OSError, ProcessLookupError):
         return
     end = time.time() + wait_s
@@ -194,12 +198,42 @@ def stuck_in(log_path: str) -> tuple[str | None, list[str]]:
             frames.append(f"{path}:{m.group(2)} in {m.group(3).strip()}")
         else:
             frames = None
-    main = [t for t in threads if any(f.endswith("in <module>") and "trial/worker.py" in f for f in t)]
+    main = [t for t in threads if any((f.endswith("in <module>") and "trial/worker.py" in f)
+                                      or (f.endswith("in _rank") and "trial/ranks.py" in f) for f in t)]
     if not main:
         return None, []
     stack = main[-1]  # the last dump's main thread
     where = next((f for f in stack if f.startswith("torch/")), stack[0] if stack else None)
     return where, stack[:40]
+
+
+def _wait_group_gone(pgid: int, wait_s: float = 5.0) -> None:
+    """Until every process of the killed group has exited (a trial's ranks, its compile workers):
+    SIGKILL is delivered at once, but a process takes a moment to end. A zombie has ended (its
+    reaping is its new parent's business), so it is not waited for."""
+    end = time.time() + wait_s
+    while time.time() < end and _live_members(pgid):
+        time.sleep(0.05)
+
+
+def _live_members(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (from /proc; elsewhere, whether the group exists)."""
+    if not os.path.isdir("/proc"):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                return True
+    return False
 
 
 def _measured(result_path: str) -> bool:
@@ -270,6 +304,7 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
         "seq_len": request.seq_len, "seed": request.seed, "toolchain_dir": request.toolchain_dir,
         "header": request.header, "events": events_path, "result": result_path, "blocks": request.blocks,
         "timeout_s": request.timeout_s,  # the time limit it ran under, for the record
+        "nproc": request.nproc, "parallel": request.parallel,
         "graph_ledger": graphs.ledger_path(request.cache_dir) if request.ledger else None,
         **request.measure,
     }
@@ -282,8 +317,10 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
     seen: list[dict] = []
     stop_reason = None
     with open(log_path, "w") as log:
+        # several ranks: a launcher whose ranks share its process group (autocompile.trial.ranks)
+        entry = "autocompile.trial.worker" if request.parallel == "none" else "autocompile.trial.ranks"
         process = subprocess.Popen(
-            [sys.executable, "-m", "autocompile.trial.worker", spec_path],
+            [sys.executable, "-m", entry, spec_path],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=_child_env(request), start_new_session=True, preexec_fn=die_with_parent,
         )
@@ -311,13 +348,14 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
                     break
         finally:
             if timed_out and process.poll() is None:
-                _ask_for_stacks(process, log_path)
+                _ask_for_stacks(process, log_path, group=request.parallel != "none")
             if process.poll() is None:  # timed out, or the search itself is being stopped
                 try:
                     os.killpg(process.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
                 process.wait()
+                _wait_group_gone(process.pid)
             os.remove(pid_file)
     wall_s = time.time() - started
     events, offset = _read_new_events(events_path, offset)

@@ -1,6 +1,8 @@
-"""What the parent and the trial process agree on: the signal that asks for stacks, and the
-numerics replay's steps, seed and version (a record judged by an older replay is judged again)."""
+"""What the parent and the trial process agree on: the signal that asks for stacks, the
+numerics replay's steps, seed and version (a record judged by an older replay is judged again),
+and where each rank of a group writes its result."""
 
+import os
 import signal
 
 STACK_SIGNAL = signal.SIGUSR1  # the trial process dumps every thread's stack to its log (worker.main)
@@ -10,3 +12,9 @@ REPLAY_SEED = 1234  # the random stream both sides of each replay step start fro
 # 1: one seed for all steps (a lazy compile of the backward shifted the stream on CUDA); 2: dropout
 # aligned, not switched off (a compiled GPT-2 drew its attention dropout in another fused kernel)
 REPLAY_VERSION = 3
+
+
+def rank_result_path(spec: dict, rank: int) -> str:
+    """Where rank `rank` of a trial of several ranks writes its result: the trial's own result file
+    for rank 0 (it speaks for the group), `result-rank{R}.json` beside it for the others."""
+    return spec["result"] if rank == 0 else os.path.join(os.path.dirname(spec["result"]), f"result-rank{rank}.json")

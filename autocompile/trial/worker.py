@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet
 from autocompile.space.capabilities import compiled_autograd_api_name
 from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
-from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL
+from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL, rank_result_path
 
 if TYPE_CHECKING:
     from autocompile.workloads import Workload, WorkloadOptions
@@ -212,6 +212,11 @@ def run(spec: dict, events: Events, result: dict) -> None:
     events.emit(phase="building")
     import torch
 
+    if spec.get("parallel", "none") != "none":
+        from autocompile.parallel import init_ranks
+
+        _, world, spec["device"] = init_ranks(spec["device"])
+        result["ranks_launched"] = world
     watcher, ledger = _prepare(torch, spec, result)
     setup, built = _build(spec, result)
     _write_snippet(spec, result, setup)
@@ -299,7 +304,7 @@ def _build(spec: dict, result: dict) -> tuple[Setup, tuple]:
     batches = workload.batches(options, pool)
     counts = [workload.count(b) for b in batches]
     model, optimizer = workload.build(options)
-    info = _model_info(workload, options, model, result)
+    info = _model_info(workload, options, model, result, spec.get("parallel", "none"))
     return Setup(workload, options, pool, batches, counts, info), (model, optimizer)
 
 
@@ -403,7 +408,7 @@ def _versions(torch, device: str, result: dict) -> None:
     result["device_name"] = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
 
 
-def _model_info(workload, options, model, result: dict) -> ModelInfo:
+def _model_info(workload, options, model, result: dict, parallel: str = "none") -> ModelInfo:
     """What the snippet needs to know of the model."""
     import torch._dynamo.config as dynamo_config
 
@@ -417,6 +422,7 @@ def _model_info(workload, options, model, result: dict) -> ModelInfo:
         device_type="cuda" if options.device.startswith("cuda") else "cpu",
         recompile_limit_key=next((k for k in ("recompile_limit", "cache_size_limit") if hasattr(dynamo_config, k)), None),
         compiled_autograd_api=compiled_autograd_api_name(),
+        parallel=parallel,
     )
 
 
@@ -465,7 +471,7 @@ def _warm_up(training: Training, watcher, spec: dict, events: Events, result: di
         else:
             quiet, quiet_times = 0, []
             ledger.update()  # its cold compiles reach the study's ledger now, even if the trial is cut later
-        if (index >= pool and quiet >= settle) or index >= max_warmup:
+        if _all_ranks((index >= pool and quiet >= settle) or index >= max_warmup):
             break
         if index % max(1, pool // 2) == 0:
             events.emit(phase=warming, step=index)
@@ -497,7 +503,7 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
     lengths), at least `min_window_s` long; more windows while their spread is high."""
     index, pool = warm["steps"], len(counts)
     events.emit(phase="measuring", warmup_s=result["warmup_s"], warmup_steps=index)  # the parent's pruning reads these
-    passes = max(1, math.ceil(spec.get("min_window_s", 0.5) / max(warm["typical_step_s"] * pool, 1e-6)))
+    passes = int(_slowest(max(1, math.ceil(spec.get("min_window_s", 0.5) / max(warm["typical_step_s"] * pool, 1e-6)))))
     window_steps = passes * pool
     min_windows, max_windows = spec.get("min_windows", 3), spec.get("max_windows", 6)
     target_cv = spec.get("target_cv", 0.02)
@@ -517,7 +523,7 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
         total_steps += window_steps
         total_time += elapsed
         events.emit(phase="measuring", window=len(rates), steps_per_s=round(rates[-1], 3))
-        if len(rates) >= min_windows and statistics.pstdev(rates) / statistics.mean(rates) <= target_cv:
+        if _all_ranks(len(rates) >= min_windows and statistics.pstdev(rates) / statistics.mean(rates) <= target_cv):
             break
     cv = statistics.pstdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
     peak, peak_kind = _peak_memory_gb(torch, spec["device"])
@@ -541,11 +547,57 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
         peak_mem_gb=peak,
         peak_mem_kind=peak_kind,
     )
+    _gather_ranks(result)
     if cv > target_cv:
         result["notes"].append(f"throughput spread {cv:.1%} stayed above {target_cv:.0%} after {len(rates)} windows")
     if watcher.limit_hits:
         result["status"] = "infeasible"
         result["reason"] = "hit the recompile limit, so part of the model fell back to eager: " + watcher.limit_hits[0]
+
+
+def _group():
+    """torch.distributed where this trial is one rank of several, else None."""
+    import torch.distributed as dist
+
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def _reduce(value: float, op: str) -> float:
+    """`value` reduced over the ranks (MIN or MAX): every rank then takes the same decision, so they
+    run the same steps (a rank that stops earlier would leave the others waiting in a collective)."""
+    dist = _group()
+    if dist is None:
+        return value
+    import torch
+
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    tensor = torch.tensor([float(value)], device=device)
+    dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
+    return tensor.item()
+
+
+def _all_ranks(flag: bool) -> bool:
+    return bool(_reduce(float(flag), "MIN"))
+
+
+def _slowest(value: float) -> float:
+    return _reduce(value, "MAX")
+
+
+def _gather_ranks(result: dict) -> None:
+    """The group's figures on rank 0: items summed over ranks, steps per second the slowest rank's,
+    warm-up the slowest rank's, peak memory the largest rank's; each rank's own under "ranks"."""
+    dist = _group()
+    if dist is None:
+        return
+    keys = ("warmup_s", "steps_per_s", "items_per_s", "peak_mem_gb", "recompiles", "graph_breaks")
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, {k: result.get(k) for k in keys})
+    result["ranks"] = every
+    result.update(warmup_s=max(r["warmup_s"] for r in every), steps_per_s=min(r["steps_per_s"] for r in every),
+                  items_per_s=sum(r["items_per_s"] for r in every), peak_mem_gb=max(r["peak_mem_gb"] for r in every))
+    result["notes"].append(f"{len(every)} ranks: items/s summed over the ranks, steps/s and warm-up the slowest "
+                           "rank's, peak memory the largest rank's")
 
 
 def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo, snippet: str, sync) -> dict:
@@ -622,6 +674,7 @@ def classify(exc: BaseException) -> str:
 def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
+    _as_rank(spec)
     events = Events(spec["events"])
     result: dict = {"status": "failed", "reason": "", "notes": []}
     try:
@@ -640,6 +693,15 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     return 0
+
+
+def _as_rank(spec: dict) -> None:
+    """In a trial of several ranks (autocompile.trial.ranks), a rank other than 0 writes a result of
+    its own and no events, compile-cache ledger or saved cache: rank 0 speaks for the group."""
+    rank = int(os.environ.get("RANK", "0")) if spec.get("parallel", "none") != "none" else 0
+    spec["rank"] = rank
+    if rank:
+        spec.update(result=rank_result_path(spec, rank), events=os.devnull, graph_ledger=None, save_cache=None)
 
 
 def torch_frame(exc: BaseException) -> str | None:

@@ -1,0 +1,213 @@
+"""Trials of several ranks under DDP and FSDP2, on the CPU with gloo: spaces, searches, failing ranks, the snippet under torchrun."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autocompile.cli import main
+from autocompile.engine.records import trial_folder
+from autocompile.trial import TrialRequest, run_trial
+from autocompile.space import EAGER
+from conftest import FAST, ROOT, toy
+
+# The dimensions a test leaves free are the strategy's own; the rest at plain torch.compile's values.
+PINNED = {"mode": "default", "dynamic": None, "fullgraph": False, "padding": "longest", "mark_dynamic": "off",
+          "inductor.shape_padding": True, "inductor.epilogue_fusion": True, "inductor.aggressive_fusion": False,
+          "compiled_autograd": False, "compile_optimizer": False, "fused_optimizer": False, "compile_loss": False}
+
+
+# Under DDP, compiled_autograd is left free too: with scope regional winning, optimize_ddp does not
+# apply (Dynamo compiles the DDP module only with scope full), and the neighbour is Compiled Autograd.
+FREE = {"ddp": {k: v for k, v in PINNED.items() if k != "compiled_autograd"}, "fsdp2": PINNED}
+
+
+def _space(capsys, *flags) -> dict:
+    assert main(["space", "--model", toy(), "--device", "cpu", "--json", *flags]) == 0
+    return {d["name"]: d["choices"] for d in json.loads(capsys.readouterr().out)["dimensions"]}
+
+
+def test_the_strategies_dimensions_exist_only_under_parallel(capsys):
+    single = _space(capsys)
+    ddp = _space(capsys, "--parallel", "ddp", "--nproc", "2")
+    fsdp2 = _space(capsys, "--parallel", "fsdp2", "--nproc", "2")
+    assert not {"optimize_ddp", "fsdp_compile_order", "reshard_after_forward"} & set(single)
+    assert {k: v for k, v in ddp.items() if k != "optimize_ddp"} == single  # the rest unchanged
+    assert ddp["optimize_ddp"][0] is None and "no_optimization" in ddp["optimize_ddp"]  # null: torch's own
+    assert fsdp2["fsdp_compile_order"] == ["before", "after"] and fsdp2["reshard_after_forward"] == [True, False]
+    assert main(["search", "--model", toy(), "--device", "cpu", "--nproc", "2"]) == 2
+    assert "add --parallel ddp or --parallel fsdp2" in capsys.readouterr().err
+
+
+def _pgid_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid`, from the process table."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                members.append(int(entry))
+    return members
+
+
+@pytest.mark.parametrize("name, status, timeout_s", [("toy_rank1_crash", "crashed", 120),
+                                                      ("toy_rank1_oom", "oom", 120),
+                                                      ("toy_rank1_hang", "timeout", 15)])
+def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
+    group = {}
+
+    def note_group(event):  # the launcher's pid, from the trial's own process file, while it runs
+        if not group:
+            with open(tmp_path / "t" / "process.json") as f:
+                group["pid"] = json.load(f)["pid"]
+
+    record = run_trial(TrialRequest(model=toy(name), config=dict(EAGER), device="cpu", trial_dir=str(tmp_path / "t"),
+                                    nproc=2, parallel="ddp", timeout_s=timeout_s, measure=FAST), on_event=note_group)
+    assert record["status"] == status, record["reason"]
+    if status != "timeout":
+        assert record["reason"].startswith("rank 1 of 2: ") and record["failed_rank"] == 1
+    assert group["pid"] and _pgid_members(group["pid"]) == []  # every rank and the launcher are gone
+
+
+@pytest.fixture(scope="module", params=["ddp", "fsdp2"])
+def searched(request, tmp_path_factory):
+    """A 2-rank search as a user runs it: baselines, a recipe and a neighbour (no finalist round: the
+    trials are what differs from one process, and each compiled one takes ~40 s on 2 busy cores)."""
+    from autocompile.api import run_search
+    from autocompile.engine.settings import SearchSettings
+
+    directory = tmp_path_factory.mktemp(request.param)
+    settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="s", directory=str(directory), trials=4,
+                              trial_timeout_s=300, measure=FAST, finalists=0, fixed=FREE[request.param], nproc=2, horizon=100_000,
+                              parallel=request.param)
+    return request.param, settings, run_search(settings)
+
+
+def test_a_search_under_ddp_or_fsdp2_ends_with_a_winner(searched):
+    parallel, settings, summary = searched
+    from autocompile.engine.study import load_study
+
+    study = load_study("s", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    trials = [t for t in study.trials if t.user_attrs.get("role") != "finalist"]
+    roles = [t.user_attrs.get("role") for t in trials]
+    assert roles[:2] == ["eager", "compile-defaults"] and "recipe" in roles and "neighbour" in roles, roles
+    ok = [t for t in trials if t.user_attrs.get("status") == "ok"]
+    # measured, stopped once it could no longer win, or refused by a rule before launch: none failed
+    assert len(ok) >= 2 and all(t.user_attrs.get("status") in ("ok", "pruned", "infeasible") for t in trials), [
+        (t.user_attrs.get("status"), t.user_attrs.get("reason")) for t in trials]
+    for t in ok:  # every measured trial ran as a group of two, rank 0 speaking for both
+        with open(os.path.join(trial_folder(settings.study_dir, t.number), "result.json")) as f:
+            assert len(json.load(f)["ranks"]) == 2
+    best = summary["best"]
+    assert best is not None and f"apply_{parallel}(model" in best["snippet"]
+    # resumed without --parallel: one clear line
+    assert main(["search", "--model", toy("toy_fixed"), "--device", "cpu", "--study", "s", "--dir",
+                 settings.directory, "--trials", "0"]) == 2
+
+
+SCRIPT = '''
+import json, sys, torch, torch.distributed as dist
+sys.path.insert(0, {tests!r})
+import toy_workloads
+from autocompile.workloads import WorkloadOptions
+exec(open({snippet!r}).read())  # the winner's snippet, pasted
+dist.init_process_group("gloo")
+workload = toy_workloads.toy_fixed()
+options = WorkloadOptions(device="cpu", seed=0)
+model, optimizer = workload.build(options)
+batches = workload.batches(options, workload.batch_pool)
+model, optimizer = apply_compilation(model, optimizer)
+loss_fn = compile_loss(workload.criterion)
+losses = []
+for step in range(5):
+    batch = prepare_batch(dict(batches[step % len(batches)]))
+    loss = loss_fn(workload.forward(model, batch), batch)
+    backward(loss)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    losses.append(float(loss.detach()))
+if dist.get_rank() == 0:
+    print("LOSSES", json.dumps(losses))
+dist.destroy_process_group()
+'''
+
+
+def _compiled_winner(settings, summary) -> int:
+    """The winner, or where a noisy toy measurement made eager win, the best compiled trial: the
+    snippet under test compiles."""
+    from autocompile.engine.study import load_study
+
+    if summary["best"]["config"]["compile"]:
+        return summary["best"]["number"]
+    study = load_study("s", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    compiled = [t for t in study.trials if t.user_attrs.get("status") == "ok" and t.user_attrs["config"]["compile"]]
+    return max(compiled, key=lambda t: t.value).number
+
+
+def test_the_winners_snippet_trains_under_torchrun_as_the_trial_did(searched, tmp_path):
+    parallel, settings, summary = searched
+    from autocompile.engine.scoring import compare_losses
+    from autocompile.trial.ranks import free_port
+
+    number = _compiled_winner(settings, summary)
+    folder = trial_folder(settings.study_dir, number)
+    snippet = tmp_path / "apply_compilation.py"
+    with open(os.path.join(folder, "apply_compilation.py")) as f:  # the text the trial ran, as emitted
+        snippet.write_text(f.read())
+    assert f"apply_{parallel}(model" in snippet.read_text()
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=os.path.join(ROOT, "tests"), snippet=str(snippet)))
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+                           str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("LOSSES"))[7:])
+    with open(os.path.join(folder, "result.json")) as f:
+        trial_losses = json.load(f)["losses"]
+    verdict = compare_losses(losses, trial_losses, "cpu")
+    assert not verdict["differs"], verdict
+
+
+def _render(parallel: str, **changes) -> str:
+    from autocompile.apply import ModelInfo, render_snippet
+    from autocompile.space import DEFAULTS
+
+    return render_snippet({**DEFAULTS, **changes}, ModelInfo(regions=["blocks"], parallel=parallel))
+
+
+def test_the_snippet_says_where_compile_goes_relative_to_ddp_and_fully_shard():
+    def order(text, *needles):
+        return [text.index(n) for n in needles] == sorted(text.index(n) for n in needles)
+
+    full = _render("ddp", optimize_ddp="no_optimization")
+    # DDP first, then the DDP module compiled (Dynamo splits its graph per optimize_ddp)
+    assert order(full, "optimize_ddp = OPTIMIZE_DDP", "model = apply_ddp(model)", "model.compile(**COMPILE_KWARGS)")
+    assert order(_render("ddp", scope="regional"), "block.compile(**COMPILE_KWARGS)", "model = apply_ddp(model)")
+    before = _render("fsdp2", scope="regional", reshard_after_forward=False)
+    assert "compile_block=lambda block: torch.compile(block, **COMPILE_KWARGS)" in before
+    assert "RESHARD_AFTER_FORWARD = False" in before and "FSDP_BLOCKS = ['blocks']" in before
+    after = _render("fsdp2", scope="regional", fsdp_compile_order="after")
+    assert order(after, "model = apply_fsdp2(model, optimizer)", "block.compile(**COMPILE_KWARGS)")
+    assert "apply_ddp" not in _render("none") and "fully_shard" not in _render("none")
+    assert "model = apply_ddp(model)" in _render("ddp", compile=False)  # the eager baseline under DDP too
+
+
+def test_the_strategies_rules():
+    from autocompile.engine.study import build_space
+    from autocompile.space import DEFAULTS
+
+    ddp, single = (build_space(toy(), "cpu", parallel=p) for p in ("ddp", "none"))
+    assert "optimize_ddp splitting the graph" in ddp.rejection({**DEFAULTS, "fullgraph": True})
+    assert ddp.rejection({**DEFAULTS, "fullgraph": True, "optimize_ddp": "no_optimization"}) is None
+    assert ddp.rejection({**DEFAULTS, "scope": "regional", "fullgraph": True}) is None  # DDP's split is the full scope's
+    assert "set compiled_autograd" in ddp.rejection({**DEFAULTS, "optimize_ddp": "python_reducer"})
+    assert "C++ DDP Reducer" in ddp.rejection({**DEFAULTS, "scope": "regional", "compiled_autograd": True})
+    assert ddp.rejection({**DEFAULTS, "optimize_ddp": "python_reducer", "compiled_autograd": True}) is None
+    assert "--parallel fsdp2" in ddp.rejection({**DEFAULTS, "reshard_after_forward": False})
+    assert "--parallel ddp" in single.rejection({**DEFAULTS, "optimize_ddp": "no_optimization"})
