@@ -46,15 +46,7 @@ def _rank(local_rank: int, spec_path: str, nproc: int, port: int) -> None:
     worker.main([spec_path])
     with open(spec_path) as f:
         spec = json.load(f)
-    os._exit(0 if _status(rank_result_path(spec, local_rank)) == "ok" else 1)
-
-
-def _status(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return json.load(f).get("status")
-    except (OSError, ValueError):
-        return None
+    os._exit(0 if (_read(rank_result_path(spec, local_rank)) or {}).get("status") == "ok" else 1)
 
 
 def launch(spec_path: str) -> int:
