@@ -26,7 +26,7 @@ case "$1" in
     rm -rf "$RUNS/src" && mkdir -p "$RUNS/src/studies" && cp -r autocompile "$RUNS/src/" && cp studies/*.toml "$RUNS/src/studies/"
     : > "$RUNS/commands.txt"
     for job in "$@"; do
-      case "$job" in screen-check*|cache-check*|export*|best*|report*|rejudge*) cmd=$job ;; *) cmd="search $job" ;; esac
+      case "$job" in screen-check*|cache-check*|export*|best*|report*|rejudge*|repro*) cmd=$job ;; *) cmd="search $job" ;; esac
       echo "python3 -m autocompile $cmd --dir $RUNS" >> "$RUNS/commands.txt"
     done
     setsid nohup env PYTHONPATH="$RUNS/src:$PYTHONPATH" AUTOCOMPILE_CACHE="$AUTOCOMPILE_CACHE" bash -c "cd $RUNS/src; while read -r cmd; do echo \"\$ \$cmd (\$(date -u +%FT%TZ))\"; \$cmd; echo \"exit \$?\"; done < $RUNS/commands.txt" \
