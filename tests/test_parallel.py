@@ -16,7 +16,8 @@ from conftest import FAST, ROOT, toy
 # The dimensions a test leaves free are the strategy's own; the rest at plain torch.compile's values.
 PINNED = {"mode": "default", "dynamic": None, "fullgraph": False, "padding": "longest", "mark_dynamic": "off",
           "inductor.shape_padding": True, "inductor.epilogue_fusion": True, "inductor.aggressive_fusion": False,
-          "compiled_autograd": False, "compile_optimizer": False, "fused_optimizer": False, "compile_loss": False}
+          "compiled_autograd": False, "compile_optimizer": False, "fused_optimizer": False, "compile_loss": False,
+          "foreach_map_optimizer": False}
 
 
 # Under DDP, compiled_autograd is left free too: with scope regional winning, optimize_ddp does not
