@@ -12,12 +12,12 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
-import pprint
 import sys
 import types
 from dataclasses import dataclass, field
 
 from autocompile.space import bucket_lengths, uses_cuda_graphs  # noqa: F401  (bucket_lengths: a snippet's BUCKETS)
+from autocompile.parallel import literal as _literal
 from autocompile.space.optimizer import foreach_map_refusal
 
 
@@ -78,10 +78,6 @@ def _kwargs(config: dict, mode: str, device_type: str) -> dict:
     if config["fullgraph"]:
         kwargs["fullgraph"] = True
     return kwargs
-
-
-def _literal(value) -> str:
-    return pprint.pformat(value, width=88, sort_dicts=False)
 
 
 def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:

@@ -57,7 +57,8 @@ def apply_fsdp2(model, optimizer, compile_block=None):
 '''.splitlines()
 
 
-def _literal(value) -> str:
+def literal(value) -> str:
+    """A value as the snippet writes it: Python source, wrapped at 88 columns, keys in their order."""
     import pprint
 
     return pprint.pformat(value, width=88, sort_dicts=False)
@@ -90,7 +91,7 @@ def _ddp_lines(config: dict, preamble: list[str], compiling: list[str]):
 
 
 def _fsdp2_lines(config: dict, info, preamble: list[str], compiling: list[str]):
-    settings = [f"FSDP_BLOCKS = {_literal(info.regions)}  # lists of repeated blocks, each sharded on its own",
+    settings = [f"FSDP_BLOCKS = {literal(info.regions)}  # lists of repeated blocks, each sharded on its own",
                 f"RESHARD_AFTER_FORWARD = {config.get('reshard_after_forward', True)!r}  "
                 "# free the gathered parameters after the forward"]
     body = list(preamble)
