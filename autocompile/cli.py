@@ -227,8 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("repro", help="a minified repro.py of a trial that failed to compile (torch's minifier, for "
                                      "the layer triage found), kept in its folder and its dashboard files")
-    p.add_argument("--study", required=True)
-    p.add_argument("--trial", required=True, type=_non_negative_int, help="the failed trial's number")
+    p.add_argument("--study", help="the study (with --trial)")
+    p.add_argument("--trial", type=_non_negative_int, help="the failed trial's number")
+    p.add_argument("--trial-dir", help="instead of --study and --trial: the folder of a trial run by hand "
+                                       "(`autocompile trial --dir DIR`)")
     _storage_args(p)
     p.add_argument("--timeout", type=_positive_float, default=600.0,
                    help="seconds for the minifier (default 600; the rerun has the trial's own limit); past it, the "
@@ -411,7 +413,7 @@ def _existing_study(args):
 
 
 def cmd_best(args) -> int:
-    from autocompile.outputs.table import format_best, format_effects, summarize
+    from autocompile.outputs.table import format_best, format_effects, format_failures, summarize
 
     study, _ = _existing_study(args)
     # The study's folder holds each trial's whole record (the winner's snippet); nothing is written
@@ -429,6 +431,9 @@ def cmd_best(args) -> int:
             print(format_best(summary["best"]), file=sys.stderr)
             if summary["effects"]:
                 print(format_effects(summary["effects"]), file=sys.stderr)
+            failures = format_failures(summary["rows"], args.study)
+            if failures:
+                print(failures, file=sys.stderr)
         print(summary["best"]["snippet"])
     return 0
 
@@ -449,8 +454,16 @@ def cmd_report(args) -> int:
 
 def cmd_repro(args) -> int:
     from autocompile.outputs.dashboard import upload_study_files
-    from autocompile.outputs.repro import repro_trial
+    from autocompile.outputs.repro import repro_folder, repro_trial
 
+    if args.trial_dir:
+        if args.study or args.trial is not None:
+            raise UserError("give --trial-dir, or --study with --trial, not both")
+        summary = repro_folder(args.trial_dir, args.timeout, args.accuracy)
+        print(summary["line"])
+        return 0 if summary.get("repro") else 1
+    if not args.study or args.trial is None:
+        raise UserError("say which trial: --study NAME --trial N, or --trial-dir DIR")
     study, _ = _existing_study(args)
     study_dir = os.path.join(args.dir, args.study)
     summary = repro_trial(study, study_dir, args.trial, args.timeout, args.accuracy)

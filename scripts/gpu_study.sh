@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run studies on the GPU machine in the background and follow them across device calls.
 #   bash scripts/gpu_study.sh start 'ARGS...' ['ARGS...' ...]  # one after another: search ARGS, or
-#       a job that names its command first ('screen-check --study S ...', 'export --study S ...');
+#       a job that names its command first ('screen-check --study S ...', 'export --study S ...'), or
+#       'trial ... --dir /root/autocompile-runs/trial-NAME' (a trial by hand, its folder brought back);
 #       a job's --space studies/NAME.toml is this checkout's space file
 #   bash scripts/gpu_study.sh watch SECONDS   # print progress for up to SECONDS, then collect into $OUT
 # Studies live in $RUNS (default /root/autocompile-runs) so that they outlive each call;
@@ -23,10 +24,14 @@ case "$1" in
     python3 -c 'import torch, transformers, optuna; print("torch", torch.__version__, "transformers", transformers.__version__, "optuna", optuna.__version__)' | tee -a "$RUNS/device.txt"
     # The searches run from a copy of the package, so a later call's fresh checkout cannot
     # change the code under a running study.
-    rm -rf "$RUNS/src" && mkdir -p "$RUNS/src/studies" && cp -r autocompile "$RUNS/src/" && cp studies/*.toml "$RUNS/src/studies/"
+    rm -rf "$RUNS/src" && mkdir -p "$RUNS/src/studies" && cp -r autocompile "$RUNS/src/" && cp studies/*.toml studies/*.json "$RUNS/src/studies/"
     : > "$RUNS/commands.txt"
     for job in "$@"; do
-      case "$job" in screen-check*|cache-check*|export*|best*|report*|rejudge*|repro*) cmd=$job ;; *) cmd="search $job" ;; esac
+      case "$job" in
+        trial*) echo "python3 -m autocompile $job" >> "$RUNS/commands.txt"; continue ;;  # its own --dir $RUNS/trial-NAME
+        screen-check*|cache-check*|export*|best*|report*|rejudge*|repro*) cmd=$job ;;
+        *) cmd="search $job" ;;
+      esac
       echo "python3 -m autocompile $cmd --dir $RUNS" >> "$RUNS/commands.txt"
     done
     setsid nohup env PYTHONPATH="$RUNS/src:$PYTHONPATH" AUTOCOMPILE_CACHE="$AUTOCOMPILE_CACHE" bash -c "cd $RUNS/src; while read -r cmd; do echo \"\$ \$cmd (\$(date -u +%FT%TZ))\"; \$cmd; echo \"exit \$?\"; done < $RUNS/commands.txt" \
@@ -49,7 +54,7 @@ if [ -n "${OUT:-}" ]; then
     [ -f "$d/cache-check.json" ] && cp "$d/cache-check.json" "$OUT/$(basename "$d").json"
   done
   for d in "$RUNS"/*/; do
-    s=$(basename "$d"); [ -f "$d/study.db" ] || [ -f "$d/journal.log" ] || continue
+    s=$(basename "$d"); [ -f "$d/study.db" ] || [ -f "$d/journal.log" ] || [ -f "$d/spec.json" ] || continue
     tar -czf "$OUT/$s.tar.gz" -C "$RUNS" --exclude='cache' "$s"
   done
 fi

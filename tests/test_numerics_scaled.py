@@ -4,7 +4,7 @@ import pytest
 
 from conftest import numerics_of_plain_compile
 
-SEEDS = range(6)  # each seed a search of its own (about 25 s on 2 cores)
+SEEDS = range(3)  # each seed a search of its own (about 30 s on 2 cores)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

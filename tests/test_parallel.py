@@ -20,9 +20,10 @@ PINNED = {"mode": "default", "dynamic": None, "fullgraph": False, "padding": "lo
           "foreach_map_optimizer": False}
 
 
-# Under DDP, compiled_autograd is left free too: with scope regional winning, optimize_ddp does not
-# apply (Dynamo compiles the DDP module only with scope full), and the neighbour is Compiled Autograd.
-FREE = {"ddp": {k: v for k, v in PINNED.items() if k != "compiled_autograd"}, "fsdp2": PINNED}
+# Under DDP, an Inductor option is left free too: with scope regional winning, optimize_ddp does not
+# apply (Dynamo compiles the DDP module only with scope full) and Compiled Autograd is refused (it needs
+# the full scope's python_reducer), so epilogue fusion is the move left. No recipe sets it.
+FREE = {"ddp": {k: v for k, v in PINNED.items() if k != "inductor.epilogue_fusion"}, "fsdp2": PINNED}
 
 
 def _space(capsys, *flags) -> dict:

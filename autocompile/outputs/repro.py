@@ -108,11 +108,10 @@ def _runnable(text: str) -> str:
     return re.sub(r"command='minify'", "command='run'", text)
 
 
-def make_repro(study_dir: str, number: int, record: dict, limit_s: float = 600.0, accuracy: bool = False) -> dict:
-    """A minified repro of trial `number`'s failure in its folder's repro/, the minifier given
-    `limit_s` (the rerun has the trial's own limit); returns the summary (also written to
-    repro/summary.json), whose `line` says in one line what was got."""
-    folder = trial_folder(study_dir, number)
+def make_repro(folder: str, number: int | str, record: dict, limit_s: float = 600.0, accuracy: bool = False) -> dict:
+    """A minified repro of the failure of the trial in `folder` (a study's trial `number`, or a trial
+    run by hand) in its repro/, the minifier given `limit_s` (the rerun has the trial's own limit);
+    returns the summary (also written to repro/summary.json), whose `line` says in one line what was got."""
     _check(folder, number, record, accuracy)
     after, level, why = minifier_setting(record, accuracy)
     out = os.path.join(folder, REPRO_DIR)
@@ -236,4 +235,15 @@ def repro_trial(study, study_dir: str, number: int, limit_s: float = 600.0, accu
     if number not in trials:
         raise UserError(f"study {study.study_name!r} has no trial {number} (it has 0 to {len(trials) - 1})")
     trial = trials[number]
-    return make_repro(study_dir, number, full_record(trial, study_dir), limit_s, accuracy)
+    return make_repro(trial_folder(study_dir, number), number, full_record(trial, study_dir), limit_s, accuracy)
+
+
+def repro_folder(folder: str, limit_s: float = 600.0, accuracy: bool = False) -> dict:
+    """`autocompile repro --trial-dir`: the repro of a trial run by hand (`autocompile trial --dir`),
+    from the record its folder keeps (result.json)."""
+    try:
+        with open(os.path.join(folder, "result.json")) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        raise UserError(f"{folder} holds no trial record (result.json): run `autocompile trial --dir {folder}` first")
+    return make_repro(folder, os.path.basename(os.path.normpath(folder)), record, limit_s, accuracy)

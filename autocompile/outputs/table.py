@@ -238,6 +238,30 @@ def format_best(best: dict) -> str:
                if best.get("no_eager") else ""))
 
 
+FAILED = ("compile_error", "failed", "crashed", "oom")
+
+
+def format_failures(rows: list[dict], study: str) -> str:
+    """The configurations that failed (numerics failures included), one line each, with what
+    `autocompile repro` made of it or the command that makes it, and where numerics part; "" if none."""
+    lines = []
+    for row in rows:
+        numerics = row.get("status") == "infeasible" and row.get("reason", "").startswith("numerics")
+        if row.get("status") not in FAILED and not numerics:
+            continue
+        line = f"  trial {row['number']} {row['config']}: {row['status']}: {row.get('reason', '')[:100]}"
+        if row.get("diverges_at"):
+            found = row["diverges_at"]
+            line += f"; diverges first at {found['module']} ({found['pass']}, {found['rel_error']:.2%})"
+        if row.get("repro_line"):
+            line += f"; {row['repro_line']}"
+        elif row.get("status") != "oom":
+            accuracy = " --accuracy" if numerics else ""
+            line += f"; a minified repro: autocompile repro --study {study} --trial {row['number']}{accuracy}"
+        lines.append(line)
+    return "failed configurations:\n" + "\n".join(lines) if lines else ""
+
+
 def format_predictions(rows: list[dict]) -> str:
     """How well warm-ups predicted before launch (autocompile.engine.prediction) matched the measured
     ones, and how many trials a prediction pruned before launch; "" where there was none."""
