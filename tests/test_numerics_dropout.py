@@ -62,3 +62,26 @@ def test_a_finalists_rerun_starts_from_its_first_runs_code_and_carries_its_repla
     # the finalist keeps its caches for a resumed search's round; eager compiled nothing
     assert os.path.isdir(os.path.join(study_dir, "trials", "0001", "cache"))
     assert not os.path.isdir(os.path.join(study_dir, "trials", "0000", "cache"))
+
+
+def test_the_replay_loads_the_optimizer_step_the_measured_run_compiled(tmp_path):
+    """The replay's models are compiled again (dropout off, Inductor's fallback_random on), but its
+    compiled optimizer step draws nothing random: compiled with the measured run's settings, it
+    loads that run's code (a cache hit, no miss) instead of compiling the step again (on the
+    captioner, 100-150 s cold on an H100), and the numerics still agree."""
+    import copy
+
+    from autocompile.space import DEFAULTS
+    from autocompile.trial import TrialRequest, run_trial
+    from conftest import FAST, toy
+
+    config = copy.deepcopy(DEFAULTS)
+    config["compile_optimizer"] = True
+    record = run_trial(TrialRequest(model=toy("toy_dropout"), config=config, device="cpu", trial_dir=str(tmp_path / "t"),
+                                    timeout_s=300, measure=FAST))
+    assert record["status"] == "ok" and record["rng_dependent"], record["reason"]
+    replay = record["replay"]
+    hits = {k: n for k, n in replay["trial_step_caches"].items() if k.endswith("_hit")}
+    misses = {k: n for k, n in replay["trial_step_caches"].items() if k.endswith("_miss")}
+    assert hits and not misses, replay["trial_step_caches"]
+    assert max(abs(a - b) / abs(b) for a, b in zip(replay["trial"], replay["eager"])) < 1e-4

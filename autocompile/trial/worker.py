@@ -9,6 +9,7 @@ hang or a kill into a record of its own.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import importlib.metadata
 import json
@@ -176,6 +177,7 @@ class Training:
         self.model, self.optimizer = namespace["apply_compilation"](model, optimizer)
         self.prepare_batch, self.batches = namespace["prepare_batch"], batches
         self.backward = namespace.get("backward") or (lambda loss: loss.backward())
+        self.step_context = contextlib.nullcontext  # around the optimizer's step (the numerics replay sets it)
         if workload.split_loss:  # the criterion apart from the model, compiled where the config says so
             criterion = namespace["compile_loss"](workload.criterion)
             self.compute_loss = lambda batch: criterion(workload.forward(self.model, batch), batch)
@@ -186,7 +188,8 @@ class Training:
         batch = self.prepare_batch(dict(self.batches[index % len(self.batches)]))
         loss = self.compute_loss(batch)
         self.backward(loss)
-        self.optimizer.step()
+        with self.step_context():
+            self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -629,6 +632,10 @@ def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo
             out["rng_dependent_after"] = _rng_dependent(torch, workload, model, batches[0])
         with inductor_config.patch(fallback_random=True):
             training = Training(workload, (model, optimizer), batches[:1], code, f"<replay {side}>")
+            # No random draws in an optimizer step: compiled as in the measured run, it loads the code
+            # that run compiled (the captioner's compiled AdamW: 100-150 s cold on an H100).
+            out[f"{side}_step_caches"] = {}
+            training.step_context = _as_measured(inductor_config, out[f"{side}_step_caches"])
             del model, optimizer
             out[side] = []
             for k in range(REPLAY_STEPS):
@@ -646,6 +653,21 @@ def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo
     return {**out, "steps": REPLAY_STEPS, "seconds": time.perf_counter() - started, "version": REPLAY_VERSION,
             "method": f"replay: eager and the configuration from fresh weights, the first batch, "
                       f"{switched_off} dropout modules at p = 0, a seed per step, Inductor fallback_random{left}"}
+
+
+def _as_measured(inductor_config, seen: dict):
+    """A context for the replay's optimizer steps: Inductor's settings as in the measured run
+    (fallback_random off), so a compiled step has the measured run's cache key and loads its code;
+    `seen` gathers the compile caches' hits and misses during the steps."""
+    @contextlib.contextmanager
+    def context():
+        before = _cache_counters()
+        with inductor_config.patch(fallback_random=False):
+            yield
+        for key, n in _cache_counters().items():
+            if n - before.get(key, 0):
+                seen[key] = seen.get(key, 0) + n - before.get(key, 0)
+    return context
 
 
 def _switch_off_dropout(torch, model) -> int:
