@@ -90,3 +90,18 @@ def test_the_minifier_is_set_for_the_layer_triage_found():
     assert minifier_setting({"status": "compile_error"}, False)[:2] == ("aot", 2)  # no triage: Inductor's, taken
     assert minifier_setting({"status": "crashed"}, False)[:2] == ("aot", 3)  # a dead process: written before each graph
     assert minifier_setting({"status": "infeasible", "failing_layer": "Dynamo (graph capture)"}, True)[:2] == ("aot", 4)
+
+
+def test_a_checkpoint_cut_while_it_was_written_is_passed_over(tmp_path):
+    """The minifier stopped at its time limit may leave its newest, smallest checkpoint empty or
+    half written (seen: an empty 18.py beside a whole 26.py); the smallest whole one is kept."""
+    from autocompile.outputs.repro import _smallest_checkpoint
+
+    folder = tmp_path / "debug" / "run" / "minifier" / "checkpoints"
+    folder.mkdir(parents=True)
+    graph = "import torch\nclass Repro(torch.nn.Module):\n    def forward(self, x):\n{body}        return (x,)\n"
+    (folder / "26.py").write_text(graph.format(body="        x = x + 1\n" * 3))
+    (folder / "39.py").write_text(graph.format(body="        x = x + 1\n" * 5))
+    (folder / "18.py").write_text("")
+    (folder / "12.py").write_text(graph.format(body="        x = x + 1\n")[:60])  # cut mid-line
+    assert _smallest_checkpoint(str(tmp_path / "debug")) == str(folder / "26.py")

@@ -17,6 +17,7 @@ minifier's log and `summary.json`.
 
 from __future__ import annotations
 
+import ast
 import glob
 import json
 import os
@@ -79,10 +80,21 @@ def _launcher(debug_dir: str) -> str | None:
 
 
 def _smallest_checkpoint(debug_dir: str) -> str | None:
-    """The smallest graph the minifier reached that still fails (checkpoints/<nodes>.py)."""
+    """The smallest graph the minifier reached that still fails (checkpoints/<nodes>.py), passing
+    over a file the time limit cut while it was written (empty, or not Python yet)."""
     found = [p for p in glob.glob(os.path.join(debug_dir, "**", "checkpoints", "*.py"), recursive=True)
              if os.path.basename(p)[:-3].isdigit()]
-    return min(found, key=lambda p: int(os.path.basename(p)[:-3])) if found else None
+    return next((p for p in sorted(found, key=lambda p: int(os.path.basename(p)[:-3])) if _whole(p)), None)
+
+
+def _whole(path: str) -> bool:
+    """Whether a minifier's file was written to the end: Python that holds a graph."""
+    try:
+        with open(path) as f:
+            ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return graph_lines(path) > 0
 
 
 def _minify(launcher: str, out: str, limit_s: float, isolate: bool) -> tuple[bool, float]:
