@@ -81,8 +81,11 @@ def test_an_accuracy_repro_compiles_the_module_where_the_numerics_part_alone(tmp
     assert (record["diverges_at"]["module"], record["diverges_at"]["pass"]) == ("blocks.1", "forward")
     # A short minifier limit: minifying is test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone's;
     # here the graph the rerun left is the point (a 1-s minifier keeps it, or a checkpoint of it).
+    here = tmp_path / "here"
+    here.mkdir()
     done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--accuracy",
-                "--timeout", "1")
+                "--timeout", "1", cwd=here)
+    assert not list(here.iterdir())  # torch's copy of the failing graph went to the trial's folder, not the user's
     folder = tmp_path / "s" / "trials" / "0001" / "repro"
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith(f"repro of blocks.1 alone: {folder / 'repro.py'}: "), done.stdout
@@ -90,7 +93,7 @@ def test_an_accuracy_repro_compiles_the_module_where_the_numerics_part_alone(tmp
     assert summary["module"] == "blocks.1" and summary["why"].startswith("accuracy: blocks.1 (where the numerics part)")
     assert summary["rerun"]["reason"] == "AccuracyError: Bad accuracy detected", summary["rerun"]
     # The block's graph (its linear's output, the ReLU): the whole configuration's forward graph,
-    # as the rerun without diverges_at leaves it, has 37 lines (by hand, 2026-11-25, with dropout).
+    # as the rerun without diverges_at leaves it, has 20 lines (by hand, 2026-11-25).
     assert summary["graph_lines_before"] <= 6 and "aten.relu" in (folder / "repro.py").read_text()
     _fails_alone(tmp_path / "alone", folder, summary["rerun"], "AccuracyError: Bad accuracy detected")
 

@@ -75,7 +75,8 @@ def _request(folder: str, out: str, env: dict, limit_s: float, module: str | Non
                         batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"), seed=spec.get("seed", 0),
                         timeout_s=limit_s, toolchain_dir=spec.get("toolchain_dir"), header=spec.get("header", ""),
                         blocks=spec.get("blocks"), env=env,
-                        measure={**TRIAGE_MEASURE, **({"accuracy_module": module} if module else {})})
+                        measure={**TRIAGE_MEASURE, "minifier_rerun": True,
+                                 **({"accuracy_module": module} if module else {})})
 
 
 def graph_lines(path: str) -> int:
@@ -206,9 +207,9 @@ def _rerun(folder: str, out: str, summary: dict, after: str, level: int) -> str 
     environment; the launcher it wrote, or None."""
     with open(os.path.join(folder, "spec.json")) as f:
         limit_s = json.load(f).get("timeout_s", 900.0)
-    debug = os.path.join(out, "debug")
+    debug = os.path.abspath(os.path.join(out, "debug"))  # absolute: the rerun works in its own folder
     env = {"TORCHDYNAMO_REPRO_AFTER": after, "TORCHDYNAMO_REPRO_LEVEL": str(level), "TORCH_COMPILE_DEBUG_DIR": debug}
-    rerun = run_trial(_request(folder, os.path.join(out, "run"), env, limit_s, summary["module"]))
+    rerun = run_trial(_request(folder, os.path.abspath(os.path.join(out, "run")), env, limit_s, summary["module"]))
     summary["rerun"] = {"status": rerun["status"], "reason": rerun.get("reason", "")[:400], "wall_s": rerun["wall_s"]}
     summary["isolate"] = rerun["status"] in ISOLATE_WHEN
     return _launcher(debug)

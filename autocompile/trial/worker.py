@@ -220,6 +220,8 @@ def run(spec: dict, events: Events, result: dict) -> None:
     watcher, ledger = _prepare(torch, spec, result)
     setup, built = _build(spec, result)
     _write_snippet(spec, result, setup)
+    if spec.get("minifier_rerun"):  # `autocompile repro`'s (its paths absolute): torch's accuracy mode copies a
+        os.chdir(spec["trial_dir"])  # failing graph's repro.py into the working folder, the user's otherwise
     if spec.get("replay_only"):  # the numerics replay alone, for a configuration measured before
         del built
         _replay_only(torch, spec, result, setup)
