@@ -14,7 +14,7 @@ import itertools
 import json
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autocompile.space import bucket_lengths, uses_cuda_graphs  # noqa: F401  (bucket_lengths: a snippet's BUCKETS)
 from autocompile.parallel import literal as _literal
@@ -78,6 +78,15 @@ def _kwargs(config: dict, mode: str, device_type: str) -> dict:
     if config["fullgraph"]:
         kwargs["fullgraph"] = True
     return kwargs
+
+
+def alone(config: dict, info: ModelInfo, path: str) -> tuple[dict, ModelInfo]:
+    """The configuration and facts whose snippet, given the module at `path` as its model, compiles
+    that module by itself with the settings it has in the whole model's snippet: scope full, in
+    the mode of its part under modular scope; in one process."""
+    part = next((p for p in info.parts if path == p or path.startswith(p + ".")), None)
+    mode = config["part_modes"].get(part, config["mode"]) if config["scope"] == "modular" and part else config["mode"]
+    return {**config, "scope": "full", "mode": mode}, replace(info, regions=[], parts=(), parallel="none")
 
 
 def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:

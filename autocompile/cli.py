@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds for the minifier (default 600; the rerun has the trial's own limit); past it, the "
                         "smallest failing graph reached is kept, and a later repro with more time goes on from there")
     p.add_argument("--accuracy", action="store_true",
-                   help="for a numerics failure: the minifier's accuracy mode (TORCHDYNAMO_REPRO_LEVEL=4)")
+                   help="for a numerics failure: the minifier's accuracy mode (TORCHDYNAMO_REPRO_LEVEL=4), on the "
+                        "module where the numerics part (diverges_at) compiled alone, if the record names one")
 
     sub.add_parser("models", help="list the workloads")
 

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT, toy
+from conftest import ROOT, numerics_of_plain_compile, toy
 
 
 def _run(*args, cwd=None):
@@ -65,13 +65,37 @@ def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
     assert f"; repro: {folder / 'repro.py'}: minified" in best.stderr, best.stderr
 
 
-def _fails_alone(alone, folder, record) -> None:
+def _fails_alone(alone, folder, record, error="CppCompileError") -> None:
     """repro.py, alone in a folder of its own and run with plain python, fails as the trial did."""
     alone.mkdir()
     (alone / "repro.py").write_text((folder / "repro.py").read_text())
     ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone,
                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    assert ran.returncode != 0 and "CppCompileError" in ran.stderr and "CppCompileError" in record["reason"]
+    assert ran.returncode != 0 and error in ran.stderr and error in record["reason"], ran.stderr[-2000:]
+
+
+def test_an_accuracy_repro_compiles_the_module_where_the_numerics_part_alone(tmp_path):
+    # Block 1's ReLU is computed by Inductor as relu(x) + 1 (its test hook): the numerics part there.
+    record = numerics_of_plain_compile(tmp_path, "toy_block_inductor_wrong", 0, triage=True)
+    assert record["status"] == "infeasible" and record["reason"].startswith("numerics ("), record["reason"]
+    assert (record["diverges_at"]["module"], record["diverges_at"]["pass"]) == ("blocks.1", "forward")
+    # A short minifier limit: minifying is test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone's;
+    # here the graph the rerun left is the point (a 1-s minifier keeps it, or a checkpoint of it).
+    here = tmp_path / "here"
+    here.mkdir()
+    done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--accuracy",
+                "--timeout", "1", cwd=here)
+    assert not list(here.iterdir())  # torch's copy of the failing graph went to the trial's folder, not the user's
+    folder = tmp_path / "s" / "trials" / "0001" / "repro"
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"repro of blocks.1 alone: {folder / 'repro.py'}: "), done.stdout
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["module"] == "blocks.1" and summary["why"].startswith("accuracy: blocks.1 (where the numerics part)")
+    assert summary["rerun"]["reason"] == "AccuracyError: Bad accuracy detected", summary["rerun"]
+    # The block's graph (its linear's output, the ReLU): the whole configuration's forward graph,
+    # as the rerun without diverges_at leaves it, has 20 lines (by hand, 2026-11-25).
+    assert summary["graph_lines_before"] <= 6 and "aten.relu" in (folder / "repro.py").read_text()
+    _fails_alone(tmp_path / "alone", folder, summary["rerun"], "AccuracyError: Bad accuracy detected")
 
 
 def _study(tmp_path):
@@ -90,6 +114,25 @@ def test_the_minifier_is_set_for_the_layer_triage_found():
     assert minifier_setting({"status": "compile_error"}, False)[:2] == ("aot", 2)  # no triage: Inductor's, taken
     assert minifier_setting({"status": "crashed"}, False)[:2] == ("aot", 3)  # a dead process: written before each graph
     assert minifier_setting({"status": "infeasible", "failing_layer": "Dynamo (graph capture)"}, True)[:2] == ("aot", 4)
+    numerics = {"status": "infeasible", "diverges_at": {"module": "blocks.1", "pass": "forward"}}
+    _, _, why = minifier_setting(numerics, True)
+    assert why.startswith("accuracy: blocks.1 (where the numerics part) compiled alone")
+
+
+def test_a_module_compiled_alone_gets_the_settings_the_snippet_gives_it():
+    from autocompile.apply import ModelInfo, alone, render_snippet
+    from autocompile.space import DEFAULTS
+
+    info = ModelInfo(regions=["blocks"], parts=("encoder", "decoder"), parallel="ddp")
+    modular = {**DEFAULTS, "scope": "modular", "mode": "default",
+               "part_modes": {"encoder": "max-autotune-no-cudagraphs"}}
+    config, alone_info = alone(modular, info, "encoder.layers.1")
+    assert (config["scope"], config["mode"]) == ("full", "max-autotune-no-cudagraphs")
+    assert (alone_info.parallel, alone_info.regions, alone_info.parts) == ("none", [], ())
+    assert alone(modular, info, "decoder")[0]["mode"] == "default"  # a part the configuration leaves at the mode
+    assert "    model.compile(**COMPILE_KWARGS)" in render_snippet(config, alone_info)
+    regional = {**DEFAULTS, "scope": "regional", "mode": "max-autotune-no-cudagraphs"}
+    assert alone(regional, info, "encoder")[0]["mode"] == "max-autotune-no-cudagraphs"
 
 
 def test_a_checkpoint_cut_while_it_was_written_is_passed_over(tmp_path):

@@ -194,10 +194,11 @@ def toy_inductor_wrong() -> Workload:
 
 
 class DropoutBlock(torch.nn.Sequential):
-    """Linear, GELU, dropout p = 0.3; compiled, its output is multiplied by `scale_when_compiled`."""
+    """Linear, GELU (or ReLU), dropout p = 0.3; compiled, its output is multiplied by `scale_when_compiled`."""
 
-    def __init__(self, scale_when_compiled: float = 1.0):
-        super().__init__(torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU(), torch.nn.Dropout(0.3))
+    def __init__(self, scale_when_compiled: float = 1.0, relu: bool = False, p: float = 0.3):
+        activation = torch.nn.ReLU() if relu else torch.nn.GELU()
+        super().__init__(torch.nn.Linear(WIDTH, WIDTH), activation, torch.nn.Dropout(p))
         self.scale_when_compiled = scale_when_compiled
 
     def forward(self, x):
@@ -208,10 +209,12 @@ class DropoutBlock(torch.nn.Sequential):
 class DropoutMLP(torch.nn.Module):
     """Three linear blocks with dropout p = 0.3, and a head: a loss that depends on the random stream."""
 
-    def __init__(self, scaled_when_compiled: bool = False, scaled_block: int | None = None):
+    def __init__(self, scaled_when_compiled: bool = False, scaled_block: int | None = None,
+                 relu_block: int | None = None, p: float = 0.3):
         super().__init__()
         # A block's error reaches the loss damped (by the next blocks' small weights): 30%, not the head's 3%
-        self.blocks = torch.nn.ModuleList(DropoutBlock(1.3 if i == scaled_block else 1.0) for i in range(3))
+        self.blocks = torch.nn.ModuleList(DropoutBlock(1.3 if i == scaled_block else 1.0, i == relu_block, p)
+                                          for i in range(3))
         self.head = torch.nn.Linear(WIDTH, 8)
         self.scaled_when_compiled = scaled_when_compiled
 
@@ -224,10 +227,11 @@ class DropoutMLP(torch.nn.Module):
         return out
 
 
-def _dropout_workload(name: str, scaled_when_compiled: bool, scaled_block: int | None = None) -> Workload:
+def _dropout_workload(name: str, scaled_when_compiled: bool, scaled_block: int | None = None,
+                      relu_block: int | None = None, p: float = 0.3) -> Workload:
     def build(options: WorkloadOptions):
         torch.manual_seed(options.seed)
-        model = DropoutMLP(scaled_when_compiled, scaled_block).to(options.device)
+        model = DropoutMLP(scaled_when_compiled, scaled_block, relu_block, p).to(options.device)
         return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def batches(options: WorkloadOptions, n: int):
@@ -255,6 +259,25 @@ def toy_dropout_scaled() -> Workload:
 def toy_dropout_block_scaled() -> Workload:
     """Compiled, its second block's output is 30% larger: the numerics part from eager's at `blocks.1`."""
     return _dropout_workload("toy-dropout-block-scaled", scaled_when_compiled=False, scaled_block=1)
+
+
+def toy_block_inductor_wrong() -> Workload:
+    """The three blocks without dropout (the numerics judged on the first losses: no replay), the
+    second's activation a ReLU (the others' GELU), which Inductor computes as relu(x) + 1 (its test
+    hook, set by the builder as a custom op's import would register one): the numerics part at
+    `blocks.1`, in Inductor's code, where the accuracy minifier finds them. The hook is an Inductor
+    setting, so a minified repro.py carries it and fails alone."""
+    import torch._inductor.config as inductor_config
+
+    workload = _dropout_workload("toy-block-inductor-wrong", scaled_when_compiled=False, relu_block=1, p=0.0)
+    plain_build = workload.build
+
+    def build(options: WorkloadOptions):
+        inductor_config.cpp.inject_relu_bug_TESTING_ONLY = "accuracy"
+        return plain_build(options)
+
+    workload.build = build
+    return workload
 
 
 def _on_rank_1(action):

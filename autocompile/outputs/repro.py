@@ -12,7 +12,10 @@ graph runs, as a segfault leaves no time after), 4 for accuracy. torch writes
 its layout); running it reduces the graph, writing a checkpoint for each smaller graph that still
 fails and `repro.py` at the end. Within the time limit the minified `repro.py` is kept, else the
 smallest checkpoint, else the unreduced graph; the trial's folder gets `repro/` with them, the
-minifier's log and `summary.json`.
+minifier's log and `summary.json`. With --accuracy, where the trial's record names the module whose
+output or gradient first departs from eager's (`diverges_at`, autocompile.trial.divergence), the
+rerun compiles that module alone on the inputs it got in an eager pass (the worker's
+`accuracy_module`), so the minifier starts from its graphs, not the whole model's.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ def minifier_setting(record: dict, accuracy: bool) -> tuple[str | None, int, str
     no minifier reaches the failure (Dynamo's own graph capture fails: there is no graph yet)."""
     layer = record.get("failing_layer") or ""
     level = 4 if accuracy else 3 if record.get("status") == "crashed" else 2
+    if accuracy and accuracy_module(record):
+        return "aot", level, (f"accuracy: {accuracy_module(record)} (where the numerics part) compiled alone, "
+                              "its graphs against their eager run (level 4)")
     if accuracy:
         return "aot", level, "accuracy: Inductor's graphs against their eager run (level 4)"
     if layer.startswith("Dynamo"):
@@ -56,14 +62,22 @@ def minifier_setting(record: dict, accuracy: bool) -> tuple[str | None, int, str
         ": the graph AOTAutograd hands Inductor"
 
 
-def _request(folder: str, out: str, env: dict, limit_s: float) -> TrialRequest:
-    """The failed trial's request (its spec.json), run briefly in `out` with the minifier's environment."""
+def accuracy_module(record: dict) -> str | None:
+    """The module an accuracy repro compiles alone: where the numerics part (`diverges_at`), if found."""
+    return (record.get("diverges_at") or {}).get("module")
+
+
+def _request(folder: str, out: str, env: dict, limit_s: float, module: str | None) -> TrialRequest:
+    """The failed trial's request (its spec.json), run briefly in `out` with the minifier's
+    environment; with `module`, that module compiled alone (the worker's `accuracy_module`)."""
     with open(os.path.join(folder, "spec.json")) as f:
         spec = json.load(f)
     return TrialRequest(model=spec["model"], config=spec["config"], device=spec["device"], trial_dir=out,
                         batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"), seed=spec.get("seed", 0),
                         timeout_s=limit_s, toolchain_dir=spec.get("toolchain_dir"), header=spec.get("header", ""),
-                        blocks=spec.get("blocks"), measure=dict(TRIAGE_MEASURE), env=env)
+                        blocks=spec.get("blocks"), env=env,
+                        measure={**TRIAGE_MEASURE, "minifier_rerun": True,
+                                 **({"accuracy_module": module} if module else {})})
 
 
 def graph_lines(path: str) -> int:
@@ -127,7 +141,8 @@ def make_repro(folder: str, number: int | str, record: dict, limit_s: float = 60
     _check(folder, number, record, accuracy)
     after, level, why = minifier_setting(record, accuracy)
     out = os.path.join(folder, REPRO_DIR)
-    summary = {"trial": number, "after": after, "level": level, "why": why, "limit_s": limit_s}
+    summary = {"trial": number, "after": after, "level": level, "why": why, "limit_s": limit_s,
+               "module": accuracy_module(record) if accuracy else None}
     launcher = _earlier_launcher(out, summary)
     _clear(out, keep_debug=launcher is not None)
     if after is None:
@@ -177,7 +192,8 @@ def _earlier_launcher(out: str, summary: dict) -> str | None:
             earlier = json.load(f)
     except (OSError, ValueError):
         return None
-    if (earlier.get("after"), earlier.get("level")) != (summary["after"], summary["level"]):
+    keys = ("after", "level", "module")
+    if [earlier.get(key) for key in keys] != [summary[key] for key in keys]:
         return None
     summary["isolate"] = earlier.get("isolate", False)
     return _launcher(os.path.join(out, "debug"))
@@ -199,12 +215,13 @@ def _clear(out: str, keep_debug: bool) -> None:
 
 
 def _rerun(folder: str, out: str, summary: dict, after: str, level: int) -> str | None:
-    """The configuration once more with the minifier's environment; the launcher it wrote, or None."""
+    """The configuration once more (or the module where the numerics part, alone) with the minifier's
+    environment; the launcher it wrote, or None."""
     with open(os.path.join(folder, "spec.json")) as f:
         limit_s = json.load(f).get("timeout_s", 900.0)
-    debug = os.path.join(out, "debug")
+    debug = os.path.abspath(os.path.join(out, "debug"))  # absolute: the rerun works in its own folder
     env = {"TORCHDYNAMO_REPRO_AFTER": after, "TORCHDYNAMO_REPRO_LEVEL": str(level), "TORCH_COMPILE_DEBUG_DIR": debug}
-    rerun = run_trial(_request(folder, os.path.join(out, "run"), env, limit_s))
+    rerun = run_trial(_request(folder, os.path.abspath(os.path.join(out, "run")), env, limit_s, summary["module"]))
     summary["rerun"] = {"status": rerun["status"], "reason": rerun.get("reason", "")[:400], "wall_s": rerun["wall_s"]}
     summary["isolate"] = rerun["status"] in ISOLATE_WHEN
     return _launcher(debug)
@@ -212,6 +229,7 @@ def _rerun(folder: str, out: str, summary: dict, after: str, level: int) -> str 
 
 def _finish(out: str, summary: dict, repro: str | None, how: str) -> dict:
     """Copy the repro into `out`, count its graph, write summary.json; the summary with its line."""
+    alone = f" of {summary['module']} alone" if summary.get("module") else ""
     if repro:
         target = os.path.join(out, "repro.py")
         if os.path.abspath(repro) != os.path.abspath(target):
@@ -219,9 +237,9 @@ def _finish(out: str, summary: dict, repro: str | None, how: str) -> dict:
         summary.update(repro=target, graph_lines=graph_lines(target))
         before = summary.get("graph_lines_before")
         size = f"{summary['graph_lines']} graph lines" + (f" (from {before})" if before else "")
-        summary["line"] = f"repro: {target}: {how}, {size}; run it with python to see the failure"
+        summary["line"] = f"repro{alone}: {target}: {how}, {size}; run it with python to see the failure"
     else:
-        summary["line"] = f"no repro: {how}"
+        summary["line"] = f"no repro{alone}: {how}"
     summary["how"] = how
     with open(os.path.join(out, SUMMARY), "w") as f:
         json.dump(summary, f, indent=1)

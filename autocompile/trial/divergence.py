@@ -9,6 +9,9 @@ the workload's parts and the model's top-level children recording each one's out
 the gradient of that output (backward). The first module, in the order eager ran them, whose
 output departs beyond the guard's tolerance is `diverges_at`; if no output does, the first whose
 gradient does, in the order the backward pass reached them.
+
+`repro --accuracy` then compiles that module alone (the worker's `accuracy_module`) on the inputs
+`Inputs` caught it getting in an eager forward pass, under the minifier's accuracy mode.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def watched_modules(model, regions: list[str], parts: tuple[str, ...]) -> dict[s
     return found
 
 
-def _first_tensor(value):
+def first_tensor(value):
     """The first floating-point tensor of a module's output (a tensor, a tuple, a dict, a ModelOutput)."""
     import torch
 
@@ -59,7 +62,7 @@ class Recorder:
 
     def _hook(self, name: str) -> Callable:
         def hook(module, inputs, output):
-            tensor = _first_tensor(output)
+            tensor = first_tensor(output)
             if tensor is None:
                 return
             self.forward[name].append(tensor.detach().clone())
@@ -78,6 +81,41 @@ class Recorder:
         values = {kind: {name: kept[0].float().cpu() for name, kept in store.items() if kept}
                   for kind, store in (("forward", self.forward), ("backward", self.backward))}
         return values, {kind: list(dict.fromkeys(names)) for kind, names in self.fired.items()}
+
+
+class Inputs:
+    """A forward pre-hook that keeps the arguments of a module's first call, detached copies that
+    require gradients where the originals did (so its compile makes a backward graph as in training)."""
+
+    def __init__(self, module):
+        self.args: tuple | None = None
+        self.kwargs: dict = {}
+        self.handle = module.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs):
+        if self.args is None:
+            self.args, self.kwargs = _copied(args), _copied(kwargs)
+
+    def caught(self) -> tuple[tuple, dict]:
+        self.handle.remove()
+        if self.args is None:
+            raise RuntimeError("the module was not called in the forward pass: no inputs to compile it on")
+        return self.args, self.kwargs
+
+
+def _copied(value):
+    """`value` (a tensor, or a tuple, list or dict of them) with each tensor a detached copy."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    if isinstance(value, dict):
+        return {key: _copied(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copied(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_copied(item) for item in value)
+    return value
 
 
 def relative_error(trial, eager) -> float:

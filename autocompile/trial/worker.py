@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet
+from autocompile.apply import ModelInfo, alone, find_repeated_blocks, load_snippet, render_snippet
 from autocompile.space.capabilities import compiled_autograd_api_name
 from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
 from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL, rank_result_path
@@ -223,6 +223,8 @@ def run(spec: dict, events: Events, result: dict) -> None:
     watcher, ledger = _prepare(torch, spec, result)
     setup, built = _build(spec, result)
     _write_snippet(spec, result, setup)
+    if spec.get("minifier_rerun"):  # `autocompile repro`'s (its paths absolute): torch's accuracy mode copies a
+        os.chdir(spec["trial_dir"])  # failing graph's repro.py into the working folder, the user's otherwise
     if spec.get("replay_only"):  # the numerics replay alone, for a configuration measured before
         del built
         _replay_only(torch, spec, result, setup)
@@ -230,6 +232,9 @@ def run(spec: dict, events: Events, result: dict) -> None:
     if spec.get("divergence_tolerance") is not None:  # where a numerics failure parts from eager (trial/divergence.py)
         del built
         _divergence_only(torch, spec, result, setup)
+        return
+    if spec.get("accuracy_module") is not None:  # that module compiled alone, for `repro --accuracy`
+        _accuracy_only(torch, spec, result, setup, built)
         return
     _check_randomness(torch, spec, events, result, setup, built[0])
     training = _apply(spec, result, setup, built)
@@ -335,14 +340,10 @@ def _divergence_only(torch, spec: dict, result: dict, setup: Setup) -> None:
     dropout handling (see `_replay`), one training step each; nothing measured."""
     import torch._inductor.config as inductor_config
 
-    from autocompile.space import EAGER
     from autocompile.trial import divergence
 
-    config = spec["config"]
-    reference = render_snippet({**EAGER, "padding": config["padding"], "pad_multiple": config["pad_multiple"]},
-                               setup.info)
     recorded = {}
-    for side, code in (("eager", reference), ("trial", setup.snippet)):
+    for side, code in (("eager", _reference(spec, setup.info)), ("trial", setup.snippet)):
         torch._dynamo.reset()
         model, optimizer = setup.workload.build(setup.options)
         _switch_off_dropout(torch, model)
@@ -357,6 +358,51 @@ def _divergence_only(torch, spec: dict, result: dict, setup: Setup) -> None:
     (eager, order), (trial, _) = recorded["eager"], recorded["trial"]
     result.update(status="ok", reason="divergence only: nothing measured",
                   divergence=divergence.first_divergence(eager, trial, order, spec["divergence_tolerance"]))
+
+
+def _accuracy_only(torch, spec: dict, result: dict, setup: Setup, built: tuple) -> None:
+    """The module `accuracy_module` (where the numerics part: trial/divergence.py) compiled alone
+    with its settings in the configuration, run forward and backward on the inputs it got in an
+    eager forward pass (`_module_inputs`). Under the minifier's accuracy mode (the parent's
+    TORCHDYNAMO_REPRO_LEVEL=4) a graph of its compile that departs from its eager run raises
+    AccuracyError and leaves the minifier's launcher."""
+    import torch._inductor.config as inductor_config
+
+    from autocompile.trial.divergence import ROOT, first_tensor
+
+    path = "" if spec["accuracy_module"] == ROOT else spec["accuracy_module"]
+    module = built[0].get_submodule(path)
+    with inductor_config.patch(fallback_random=True):
+        args, kwargs = _module_inputs(torch, spec, setup, built, module)
+        config, info = alone(spec["config"], setup.info, path)
+        load_snippet(render_snippet(config, info), "<accuracy>")["apply_compilation"](module, built[1])
+        torch.manual_seed(REPLAY_SEED)
+        output = first_tensor(module(*args, **kwargs))
+        if output is not None and output.requires_grad:  # the backward graph is compiled and checked at its first run
+            output.backward(torch.ones_like(output))
+    result.update(status="ok",
+                  reason=f"{spec['accuracy_module']} compiled alone: its graphs agree with their eager run")
+
+
+def _module_inputs(torch, spec: dict, setup: Setup, built: tuple, module) -> tuple[tuple, dict]:
+    """What `module` is called with in an eager forward pass from fresh weights on the replay's
+    batch, seed and dropout handling (see `_replay`)."""
+    from autocompile.trial.divergence import Inputs
+
+    _switch_off_dropout(torch, built[0])
+    eager = Training(setup.workload, built, setup.batches[:1], _reference(spec, setup.info), "<eager>")
+    inputs = Inputs(module)
+    torch.manual_seed(REPLAY_SEED)
+    eager.compute_loss(eager.prepare_batch(dict(setup.batches[0])))
+    return inputs.caught()
+
+
+def _reference(spec: dict, info: ModelInfo) -> str:
+    """Eager's snippet with the configuration's padding: the replay's reference."""
+    from autocompile.space import EAGER
+
+    config = spec["config"]
+    return render_snippet({**EAGER, "padding": config["padding"], "pad_multiple": config["pad_multiple"]}, info)
 
 
 def _check_randomness(torch, spec: dict, events: Events, result: dict, setup: Setup, model) -> None:
@@ -617,11 +663,8 @@ def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo
 
     import torch._inductor.config as inductor_config
 
-    from autocompile.space import EAGER
-
     started = time.perf_counter()
-    config = spec["config"]
-    reference = render_snippet({**EAGER, "padding": config["padding"], "pad_multiple": config["pad_multiple"]}, info)
+    reference = _reference(spec, info)
     out: dict = {}
     for side, code in (("eager", reference), ("trial", snippet)):
         torch._dynamo.reset()
