@@ -77,6 +77,31 @@ def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
     assert group["pid"] and _pgid_members(group["pid"]) == []  # every rank and the launcher are gone
 
 
+def test_the_numerics_guard_replays_on_every_rank(tmp_path):
+    """A loss that depends on dropout is judged by the replay on each rank, eager wrapped as the
+    configuration is (the models' collectives need every rank): plain torch.compile of
+    toy_dropout_scaled (3% off when compiled, inside dropout's noise) under DDP is a numerics
+    failure, as in one process; toy_dropout's replay under FSDP2 (eager sharded alike) agrees."""
+    from autocompile.engine.scoring import judge
+    from autocompile.space import DEFAULTS
+
+    def judged(name: str, parallel: str, config: dict, measure: dict) -> dict:
+        record = run_trial(TrialRequest(model=toy(name), config=config, device="cpu", trial_dir=str(tmp_path / name),
+                                        nproc=2, parallel=parallel, timeout_s=300, measure=measure))
+        return judge(record, None, "cpu", None)  # the engine's verdict (runner._tell), from rank 0's record
+
+    scaled = judged("toy_dropout_scaled", "ddp", dict(DEFAULTS), FAST)  # measured, then replayed
+    assert scaled["status"] == "infeasible" and scaled["rng_dependent"], scaled["reason"]
+    assert scaled["reason"].startswith("numerics (replay): the loss of step 1 differs from eager by")
+    ranks = scaled["replay"]["ranks"]
+    assert len(ranks) == 2 and len(scaled["ranks"]) == 2 and scaled["numerics"]["ranks"] == 2
+    assert all(abs(r["trial"][0] / r["eager"][0] - 1) > 0.01 for r in ranks)  # each rank saw the error
+    # The control: the replay alone (as `autocompile rejudge` runs it), under FSDP2 with a strategy setting
+    plain = judged("toy_dropout", "fsdp2", {**DEFAULTS, "reshard_after_forward": False}, {"replay_only": True})
+    assert plain["status"] == "ok" and plain["numerics"]["method"] == "replay", plain["reason"]
+    assert not plain["numerics"]["differs"] and len(plain["replay"]["ranks"]) == 2, plain["numerics"]
+
+
 @pytest.fixture(scope="module", params=["ddp", "fsdp2"])
 def searched(request, tmp_path_factory):
     """A 2-rank search as a user runs it: baselines, a recipe and a neighbour (no finalist round: the
