@@ -26,6 +26,17 @@ PINNED = {"mode": "default", "dynamic": None, "fullgraph": False, "padding": "lo
 FREE = {"ddp": {k: v for k, v in PINNED.items() if k != "inductor.epilogue_fusion"}, "fsdp2": PINNED}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_compile_thread():
+    """Inductor compiles in each rank's own process: otherwise each rank of a 2-rank trial on these 2
+    busy cores starts a pool of compile workers sized for the whole machine, and a compiled trial
+    waited 5-15 s for its ranks' pools (2026-11-25). What these tests check (roles, statuses, the
+    numerics verdict, the snippet under torchrun) does not depend on where Inductor compiles."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
+        yield
+
+
 def _space(capsys, *flags) -> dict:
     assert main(["space", "--model", toy(), "--device", "cpu", "--json", *flags]) == 0
     return {d["name"]: d["choices"] for d in json.loads(capsys.readouterr().out)["dimensions"]}
