@@ -1,4 +1,5 @@
-"""Trials of several ranks under DDP and FSDP2, on the CPU with gloo: spaces, searches, failing ranks, the snippet under torchrun."""
+"""Trials of several ranks under DDP and FSDP2, on the CPU with gloo: spaces, searches, failing ranks, the numerics
+guard, the snippet under torchrun."""
 
 import json
 import os
