@@ -1,4 +1,5 @@
-"""Trials of several ranks under DDP and FSDP2, on the CPU with gloo: spaces, searches, failing ranks, the snippet under torchrun."""
+"""Trials of several ranks under DDP and FSDP2, on the CPU with gloo: spaces, searches, failing ranks, the numerics
+guard, the snippet under torchrun."""
 
 import json
 import os
@@ -24,6 +25,17 @@ PINNED = {"mode": "default", "dynamic": None, "fullgraph": False, "padding": "lo
 # apply (Dynamo compiles the DDP module only with scope full) and Compiled Autograd is refused (it needs
 # the full scope's python_reducer), so epilogue fusion is the move left. No recipe sets it.
 FREE = {"ddp": {k: v for k, v in PINNED.items() if k != "inductor.epilogue_fusion"}, "fsdp2": PINNED}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_compile_thread():
+    """Inductor compiles in each rank's own process: otherwise each rank of a 2-rank trial on these 2
+    busy cores starts a pool of compile workers sized for the whole machine, and a compiled trial
+    waited 5-15 s for its ranks' pools (2026-11-25). What these tests check (roles, statuses, the
+    numerics verdict, the snippet under torchrun) does not depend on where Inductor compiles."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
+        yield
 
 
 def _space(capsys, *flags) -> dict:
@@ -75,6 +87,31 @@ def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
     if status != "timeout":
         assert record["reason"].startswith("rank 1 of 2: ") and record["failed_rank"] == 1
     assert group["pid"] and _pgid_members(group["pid"]) == []  # every rank and the launcher are gone
+
+
+def test_the_numerics_guard_replays_on_every_rank(tmp_path):
+    """A loss that depends on dropout is judged by the replay on each rank, eager wrapped as the
+    configuration is (the models' collectives need every rank): plain torch.compile of
+    toy_dropout_scaled (3% off when compiled, inside dropout's noise) under DDP is a numerics
+    failure, as in one process; toy_dropout's replay under FSDP2 (eager sharded alike) agrees."""
+    from autocompile.engine.scoring import judge
+    from autocompile.space import DEFAULTS
+
+    def judged(name: str, parallel: str, config: dict, measure: dict) -> dict:
+        record = run_trial(TrialRequest(model=toy(name), config=config, device="cpu", trial_dir=str(tmp_path / name),
+                                        nproc=2, parallel=parallel, timeout_s=300, measure=measure))
+        return judge(record, None, "cpu", None)  # the engine's verdict (runner._tell), from rank 0's record
+
+    scaled = judged("toy_dropout_scaled", "ddp", dict(DEFAULTS), FAST)  # measured, then replayed
+    assert scaled["status"] == "infeasible" and scaled["rng_dependent"], scaled["reason"]
+    assert scaled["reason"].startswith("numerics (replay): the loss of step 1 differs from eager by")
+    ranks = scaled["replay"]["ranks"]
+    assert len(ranks) == 2 and len(scaled["ranks"]) == 2 and scaled["numerics"]["ranks"] == 2
+    assert all(abs(r["trial"][0] / r["eager"][0] - 1) > 0.01 for r in ranks)  # each rank saw the error
+    # The control: the replay alone (as `autocompile rejudge` runs it), under FSDP2 with a strategy setting
+    plain = judged("toy_dropout", "fsdp2", {**DEFAULTS, "reshard_after_forward": False}, {"replay_only": True})
+    assert plain["status"] == "ok" and plain["numerics"]["method"] == "replay", plain["reason"]
+    assert not plain["numerics"]["differs"] and len(plain["replay"]["ranks"]) == 2, plain["numerics"]
 
 
 @pytest.fixture(scope="module", params=["ddp", "fsdp2"])

@@ -69,6 +69,14 @@ def compare_losses(trial: list[float], reference: list[float], device: str) -> d
             "differs": diffs[worst] > tolerances[worst]}
 
 
+def _worst_rank(ranks: list[dict], device: str) -> dict:
+    """`compare_losses` of each rank's replay (its "trial" losses against its "eager" ones), the rank
+    furthest off for its tolerance; under several ranks (--parallel) it says which."""
+    verdicts = [compare_losses(r["trial"], r["eager"], device) for r in ranks]
+    worst = max(range(len(verdicts)), key=lambda k: verdicts[k]["max_rel_diff"] / verdicts[k]["tolerance"])
+    return {**verdicts[worst], "rank": worst, "ranks": len(ranks)} if len(ranks) > 1 else verdicts[0]
+
+
 def numerics_verdict(record: dict, eager: dict | None, device: str) -> dict | None:
     """How a compiled trial's numerics compare with eager's, and how that was found out.
 
@@ -82,8 +90,7 @@ def numerics_verdict(record: dict, eager: dict | None, device: str) -> dict | No
     replay = record.get("replay")
     if replay and "error" not in replay:
         return {"method": "replay", "version": replay.get("version", 1), "how": replay["method"],
-                "replay_s": replay["seconds"],
-                **compare_losses(replay["trial"], replay["eager"], device)}
+                "replay_s": replay["seconds"], **_worst_rank(replay.get("ranks") or [replay], device)}
     if record.get("rng_dependent"):
         why = replay["error"] if replay else "no replay was run"
         return {"method": "not judged", "differs": False,
@@ -118,7 +125,8 @@ def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | 
         record["status"] = "infeasible"
         record["reason"] = (f"numerics ({verdict['method']}): the loss of step {step} differs from eager by "
                             f"{verdict['max_rel_diff']:.2%} (tolerance {verdict['tolerance']:.1%}): "
-                            f"{verdict['trial']} against {verdict['eager']}")
+                            f"{verdict['trial']} against {verdict['eager']}"
+                + (f" (rank {verdict['rank']} of {verdict['ranks']})" if "rank" in verdict else ""))
         return record
     if max_memory_gb is not None and record.get("peak_mem_gb", 0) > max_memory_gb:
         record["over_memory_gb"] = record["peak_mem_gb"] - max_memory_gb

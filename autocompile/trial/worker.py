@@ -245,7 +245,9 @@ def run(spec: dict, events: Events, result: dict) -> None:
     warm = _warm_up(training, watcher, spec, events, result, sync, setup.pool, ledger)
     _save_cache(torch, spec, result, training)
     _measure(torch, training, watcher, warm, spec, events, result, sync, setup.counts, setup.workload.unit)
-    if result.get("rng_dependent") and spec.get("numerics_replay", True) and result["status"] == "ok":
+    # Decided by every rank together: the replay's models are wrapped as the trial's (DDP, FSDP2), so a
+    # rank that replayed alone would wait in their collectives for peers that had left.
+    if _all_ranks(bool(result.get("rng_dependent") and spec.get("numerics_replay", True) and result["status"] == "ok")):
         del training  # the replay builds models of its own
         _check_numerics(torch, spec, events, result, setup, sync)
 
@@ -343,7 +345,7 @@ def _divergence_only(torch, spec: dict, result: dict, setup: Setup) -> None:
     from autocompile.trial import divergence
 
     recorded = {}
-    for side, code in (("eager", _reference(spec, setup.info)), ("trial", setup.snippet)):
+    for side, code in (("eager", _eager_reference(spec["config"], setup.info)), ("trial", setup.snippet)):
         torch._dynamo.reset()
         model, optimizer = setup.workload.build(setup.options)
         _switch_off_dropout(torch, model)
@@ -390,19 +392,12 @@ def _module_inputs(torch, spec: dict, setup: Setup, built: tuple, module) -> tup
     from autocompile.trial.divergence import Inputs
 
     _switch_off_dropout(torch, built[0])
-    eager = Training(setup.workload, built, setup.batches[:1], _reference(spec, setup.info), "<eager>")
+    reference = _eager_reference(spec["config"], setup.info)
+    eager = Training(setup.workload, built, setup.batches[:1], reference, "<eager>")
     inputs = Inputs(module)
     torch.manual_seed(REPLAY_SEED)
     eager.compute_loss(eager.prepare_batch(dict(setup.batches[0])))
     return inputs.caught()
-
-
-def _reference(spec: dict, info: ModelInfo) -> str:
-    """Eager's snippet with the configuration's padding: the replay's reference."""
-    from autocompile.space import EAGER
-
-    config = spec["config"]
-    return render_snippet({**EAGER, "padding": config["padding"], "pad_multiple": config["pad_multiple"]}, info)
 
 
 def _check_randomness(torch, spec: dict, events: Events, result: dict, setup: Setup, model) -> None:
@@ -633,16 +628,23 @@ def _slowest(value: float) -> float:
     return _reduce(value, "MAX")
 
 
+def _every_rank(value) -> list | None:
+    """`value` of every rank, in rank order (an all_gather), where this trial is one rank of several."""
+    dist = _group()
+    if dist is None:
+        return None
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, value)
+    return every
+
+
 def _gather_ranks(result: dict) -> None:
     """The group's figures on rank 0: items summed over ranks, steps per second the slowest rank's,
     warm-up the slowest rank's, peak memory the largest rank's; each rank's own under "ranks"."""
-    dist = _group()
-    if dist is None:
+    if _group() is None:
         return
     keys = ("warmup_s", "steps_per_s", "items_per_s", "peak_mem_gb", "recompiles", "graph_breaks")
-    every: list = [None] * dist.get_world_size()
-    dist.all_gather_object(every, {k: result.get(k) for k in keys})
-    result["ranks"] = every
+    result["ranks"] = every = _every_rank({k: result.get(k) for k in keys})
     result.update(warmup_s=max(r["warmup_s"] for r in every), steps_per_s=min(r["steps_per_s"] for r in every),
                   items_per_s=sum(r["items_per_s"] for r in every), peak_mem_gb=max(r["peak_mem_gb"] for r in every))
     result["notes"].append(f"{len(every)} ranks: items/s summed over the ranks, steps/s and warm-up the slowest "
@@ -664,7 +666,7 @@ def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo
     import torch._inductor.config as inductor_config
 
     started = time.perf_counter()
-    reference = _reference(spec, info)
+    reference = _eager_reference(spec["config"], info)
     out: dict = {}
     for side, code in (("eager", reference), ("trial", snippet)):
         torch._dynamo.reset()
@@ -692,10 +694,25 @@ def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo
         gc.collect()
         if spec["device"].startswith("cuda"):
             torch.cuda.empty_cache()
+    # Every rank replays (the models are wrapped as in the trial, DDP or FSDP2, whose collectives need
+    # them all); each rank's losses go to rank 0's record, and the guard judges the worst of them.
+    ranks = _every_rank({"eager": out["eager"], "trial": out["trial"]})
+    if ranks:
+        out["ranks"] = ranks
     left = "; the loss still depends on the random stream, drawn alike by both sides" if out["rng_dependent_after"] else ""
+    group = f"; on each of {len(ranks)} ranks, both sides under {spec['parallel']} as in the trial" if ranks else ""
     return {**out, "steps": REPLAY_STEPS, "seconds": time.perf_counter() - started, "version": REPLAY_VERSION,
             "method": f"replay: eager and the configuration from fresh weights, the first batch, "
-                      f"{switched_off} dropout modules at p = 0, a seed per step, Inductor fallback_random{left}"}
+                      f"{switched_off} dropout modules at p = 0, a seed per step, Inductor fallback_random{left}{group}"}
+
+
+def _eager_reference(config: dict, info: ModelInfo) -> str:
+    """The snippet a replay compares the configuration with: eager, with the configuration's padding
+    and, under --parallel, its wrapping (DDP, or FSDP2 with its reshard_after_forward)."""
+    from autocompile.space import EAGER
+
+    return render_snippet({**EAGER, "padding": config["padding"], "pad_multiple": config["pad_multiple"],
+                           "reshard_after_forward": config.get("reshard_after_forward", True)}, info)
 
 
 def _as_measured(inductor_config, seen: dict):
