@@ -26,36 +26,53 @@ MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler 
 
 def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
     """Claim and run trials until the study's budget is spent, or --timeout (less the finalist round's
-    reserve). With `study_wide`, the progress counts the study's trials (a worker), not this process's."""
-    study, settings, progress = runner.study, runner.settings, runner.progress
+    reserve). With `study_wide`, the progress counts the study's trials (a worker), not this process's.
+    Ctrl-C once a trial is claimed (running in the study) fails it as interrupted, wherever it comes:
+    none is left running (a 2-worker test on a loaded machine caught one between claim and launch)."""
     state = {"recipes_queued": False, "proposals": 0, "duplicates": 0}
     while True:
-        reserve = finalist_reserve(study, settings.finalists, settings.trial_timeout_s) if runner.remaining() is not None else 0.0
-        if _out_of_time(runner, reserve, state):
-            return
-        with claim_lock(runner.storage, runner.url, settings.study):
-            fail_stale(study)
-            claim = None if counted(study) >= budget["trials"] else _claim(runner, state)
-        if claim is None and counted(study) >= budget["trials"]:
-            return
-        if state["duplicates"] >= MAX_DUPLICATES:
-            progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
-            return
-        if claim in (None, "wait"):
-            time.sleep(1.0 if claim == "wait" else 0.0)
-            continue
-        trial, config, role = claim
-        if study_wide:
-            progress.done = counted(study) - 1  # this trial's place in the study's budget
-        baseline = role in ("eager", "compile-defaults")
-        if not baseline and runner.out_of_time(trial, config, reserve):
-            return  # on to the finalist round
-        if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
-            continue  # pruned at its screen
-        limit = _baseline_limit(runner, role, reserve) if baseline else None
-        record = runner.run(trial, config, role, prunable=not baseline, limit_s=limit, keep_s=reserve)
-        if baseline and record["status"] == "timeout" and limit < settings.baseline_limit_s:
-            runner.cut_baselines.add(role)  # not again in this search; a resumed one with more time measures it
+        held: dict = {}
+        try:
+            if not _next_trial(runner, budget, study_wide, state, held):
+                return
+        except KeyboardInterrupt:
+            if "trial" in held:
+                runner.abandon(held["trial"])
+            raise
+
+
+def _next_trial(runner: Runner, budget: dict, study_wide: bool, state: dict, held: dict) -> bool:
+    """Claim the next trial (into `held`) and run it; False when the search is done."""
+    study, settings, progress = runner.study, runner.settings, runner.progress
+    reserve = finalist_reserve(study, settings.finalists, settings.trial_timeout_s) if runner.remaining() is not None else 0.0
+    if _out_of_time(runner, reserve, state):
+        return False
+    with claim_lock(runner.storage, runner.url, settings.study):
+        fail_stale(study)
+        claim = None if counted(study) >= budget["trials"] else _claim(runner, state)
+        if isinstance(claim, tuple):
+            held["trial"] = claim[0]
+    if claim is None and counted(study) >= budget["trials"]:
+        return False
+    if state["duplicates"] >= MAX_DUPLICATES:
+        progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
+        return False
+    if claim in (None, "wait"):
+        time.sleep(1.0 if claim == "wait" else 0.0)
+        return True
+    trial, config, role = claim
+    if study_wide:
+        progress.done = counted(study) - 1  # this trial's place in the study's budget
+    baseline = role in ("eager", "compile-defaults")
+    if not baseline and runner.out_of_time(trial, config, reserve):
+        return False  # on to the finalist round
+    if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
+        return True  # pruned at its screen
+    limit = _baseline_limit(runner, role, reserve) if baseline else None
+    record = runner.run(trial, config, role, prunable=not baseline, limit_s=limit, keep_s=reserve)
+    if baseline and record["status"] == "timeout" and limit < settings.baseline_limit_s:
+        runner.cut_baselines.add(role)  # not again in this search; a resumed one with more time measures it
+    return True
 
 
 # Plain torch.compile may take at most this share of what is left of --timeout before the finalist

@@ -179,7 +179,18 @@ class Runner:
             keep_s: float = 0.0, first=None) -> dict:
         """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
         of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record.
-        A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`)."""
+        A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`).
+        Ctrl-C at any point of it (its launch, or the bookkeeping before it) fails the trial as
+        interrupted: none is left running in the study (a 2-worker test on a loaded machine caught
+        one between its claim and its launch)."""
+        try:
+            return self._run(trial, config, role, prunable, limit_s, keep_s, first)
+        except KeyboardInterrupt:
+            self.abandon(trial)
+            raise
+
+    def _run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None, keep_s: float,
+             first) -> dict:
         settings = self.settings
         limit_s = limit_s or settings.trial_timeout_s
         trial.set_user_attr("role", role)
@@ -207,14 +218,10 @@ class Runner:
             ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
             nproc=settings.nproc, parallel=settings.parallel,
         )
-        try:
-            record = self._launch(trial, request, label, prunable, remaining)
-            if warm:
-                record = carried(record, full_record(first, settings.study_dir), first.number)
-            record = self._tell(trial, request, record, limit_s)
-        except KeyboardInterrupt:
-            self._abandon(trial)
-            raise
+        record = self._launch(trial, request, label, prunable, remaining)
+        if warm:
+            record = carried(record, full_record(first, settings.study_dir), first.number)
+        record = self._tell(trial, request, record, limit_s)
         self.progress.done += 1
         self._report(trial.number, label, record)
         self._told(trial)
@@ -276,13 +283,14 @@ class Runner:
             self.study.tell(trial, record["score"])
         return record
 
-    def _abandon(self, trial) -> None:
+    def abandon(self, trial) -> None:
         """Ctrl-C during a trial, or between its end and its tell: failed as interrupted (a trial already
         told keeps its result), so no trial is left running in the study."""
-        if self.storage.get_trial(trial._trial_id).state == optuna.trial.TrialState.RUNNING:
-            trial.set_user_attr("status", "interrupted")
-            trial.set_user_attr("reason", "interrupted")
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        if self.storage.get_trial(trial._trial_id).state != optuna.trial.TrialState.RUNNING:
+            return  # told already (its result stands), or abandoned by an inner handler
+        trial.set_user_attr("status", "interrupted")
+        trial.set_user_attr("reason", "interrupted")
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
                            f"{self.url}; run the same command to resume")
 
