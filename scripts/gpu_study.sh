@@ -24,7 +24,7 @@ case "$1" in
     python3 -c 'import torch, transformers, optuna; print("torch", torch.__version__, "transformers", transformers.__version__, "optuna", optuna.__version__)' | tee -a "$RUNS/device.txt"
     # The searches run from a copy of the package, so a later call's fresh checkout cannot
     # change the code under a running study.
-    rm -rf "$RUNS/src" && mkdir -p "$RUNS/src/studies" && cp -r autocompile "$RUNS/src/" && cp studies/*.toml studies/*.json "$RUNS/src/studies/"
+    rm -rf "$RUNS/src" && mkdir -p "$RUNS/src/studies" && cp -r autocompile "$RUNS/src/" && cp studies/*.toml "$RUNS/src/studies/" && cp -r studies/configs "$RUNS/src/studies/"
     : > "$RUNS/commands.txt"
     for job in "$@"; do
       case "$job" in
