@@ -622,7 +622,7 @@ def cmd_cache_check(args) -> int:
     device = _device(args.device)
     space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed)
     out = os.path.join(args.dir, "cache-check-" + study_name(args.model))
-    command = (f"autocompile cache-check --model {args.model} --groups {args.groups} --per-group {args.per_group} "
+    command = (f"autocompile cache-check --model {args.model} --device {device} --groups {args.groups} --per-group {args.per_group} "
                f"--trial-timeout {args.trial_timeout:g} --dir {args.dir}")
     state = check_cache(space, args.model, device, out, args.groups, args.per_group, args.trial_timeout, command,
                         say=lambda line: print(line, file=sys.stderr, flush=True))
