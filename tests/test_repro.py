@@ -25,7 +25,7 @@ def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
     folder = tmp_path / "s" / "trials" / "0001" / "repro"
     best = _run("-m", "autocompile", "best", "--study", "s", "--dir", str(tmp_path))  # lists the failure, and how to minify it
     assert "failed configurations:\n  trial 1 " in best.stderr, best.stderr
-    assert "; a minified repro: autocompile repro --study s --trial 1\n" in best.stderr
+    assert "; to reproduce it: autocompile repro --study s --trial 1\n" in best.stderr
     for trial, error in (("0", "trial 0 is 'ok', not a failed compile: nothing to reproduce"),
                          ("7", "study 's' has no trial 7 (it has 0 to 1)")):
         done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", trial, "--dir", str(tmp_path))

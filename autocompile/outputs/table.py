@@ -257,7 +257,7 @@ def format_failures(rows: list[dict], study: str) -> str:
             line += f"; {row['repro_line']}"
         elif row.get("status") != "oom":
             accuracy = " --accuracy" if numerics else ""
-            line += f"; a minified repro: autocompile repro --study {study} --trial {row['number']}{accuracy}"
+            line += f"; to reproduce it: autocompile repro --study {study} --trial {row['number']}{accuracy}"
         lines.append(line)
     return "failed configurations:\n" + "\n".join(lines) if lines else ""
 
