@@ -24,11 +24,13 @@ def _study(settings):
 def test_a_move_of_the_optimizer_step_loads_the_model_graphs_and_reconstructs_the_cold_warm_up(tmp_path):
     """tiny-llama's regional recipe, then the same with its optimizer step compiled, in one shared
     cache: the second loads the decoder layer's graphs the first compiled (cache hits, a measured
-    warm-up well below a cold one), and its reconstructed warm-up is within RECONSTRUCTED of its
-    own cold run. (On 2 idle cores the two agree within 2%; a loaded machine compiles slower now
-    and then, hence the wider bound here. Without the reconstruction the measured warm-up is 60-70%
-    short of the cold one.)"""
-    RECONSTRUCTED = 0.35
+    warm-up well below a cold one), and its reconstructed warm-up, given the cold run's own compile
+    times of the graphs it loaded, is within RECONSTRUCTED of that cold run. (Against the cold run
+    as measured, the machine's drift between the two runs comes in too: on 2 idle cores they agree
+    within 2-8%, but a CI run on a machine loaded meanwhile compiled the same graphs 83% slower in
+    the cold run, an error of -37.6% where the drift-free one was +0.6%. Without the reconstruction
+    the measured warm-up is 60-80% short of the cold one.)"""
+    RECONSTRUCTED = 0.2
     space = build_space("tiny-llama", "cpu")
     state = check_cache(space, "tiny-llama", "cpu", str(tmp_path), groups=1, per_group=2, trial_timeout_s=300,
                         say=lambda line: None)
@@ -42,7 +44,7 @@ def test_a_move_of_the_optimizer_step_loads_the_model_graphs_and_reconstructs_th
     assert any(g["state"] == "miss" and g["frame"] == "step" for g in second["shared"]["graphs"])  # its own step
     [row] = state["rows"]
     assert row["measured_s"] < 0.7 * row["cold_s"]  # the hits are real: far less compiled
-    assert abs(row["error"]) <= RECONSTRUCTED, format_check(state)
+    assert abs(row["drift"]["error_same_times"]) <= RECONSTRUCTED, format_check(state)
     assert {entry["key"] for entry in state["ledger"][: len(compiled)]} == compiled  # the first's, written first
     assert state["repeat"]["warmup_kind"] == "cold" and "Drift of cold compiles" in format_check(state)
     again = check_cache(space, "tiny-llama", "cpu", str(tmp_path), groups=1, per_group=2, say=lambda line: None)
@@ -81,16 +83,20 @@ def test_the_winner_whose_warm_up_was_reconstructed_is_measured_cold(shared_sear
     study = _study(settings)
     verdict = study.user_attrs["finalists"]
     winner = study.trials[verdict["winner"]]
-    if winner.user_attrs.get("warmup_kind") != "reconstructed":
-        assert "cold_check" not in verdict  # measured cold in its own run: nothing to check
+    check = verdict.get("cold_check")
+    if check is None:
+        assert winner.user_attrs.get("warmup_kind") != "reconstructed"  # measured cold in its own run
         return
-    check = verdict["cold_check"]
     cold = study.trials[check["trial"]]
-    assert cold.user_attrs["remeasure_of"] == winner.number and cold.user_attrs["warmup_kind"] == "cold"
+    leader = study.trials[cold.user_attrs["remeasure_of"]]  # the round's winner before the check
+    assert leader.user_attrs["warmup_kind"] == "reconstructed" and cold.user_attrs["warmup_kind"] == "cold"
     assert "compile_cache" not in cold.user_attrs  # its own empty cache
-    row = next(r for r in verdict["candidates"] if r["trial"] == winner.number)
+    row = next(r for r in verdict["candidates"] if r["trial"] == leader.number)
     assert row["warmup_s"] == pytest.approx(cold.user_attrs["warmup_s"])
     assert row["reconstructed_warmup_s"] == pytest.approx(check["reconstructed_warmup_s"])
+    if winner.number != leader.number:  # its cold warm-up put another finalist ahead, one measured cold
+        assert winner.user_attrs.get("warmup_kind") != "reconstructed"
+        return
     assert summary["best"]["warmup_s"] == pytest.approx(cold.user_attrs["warmup_s"])
     assert f"cold, measured in trial {cold.number}" in summary["best"]["snippet"]
 
