@@ -222,10 +222,13 @@ def load_compile_cache(path):
 # static_grads (001 step #3), emitted where the configuration says so.
 STATIC_GRADS = '''
 def static_grads(optimizer):
-    """Gradients at fixed addresses for CUDA graphs (001 step #3): optimizer.zero_grad() zeroes
-    them in place (whatever set_to_none says: a freed gradient comes back at a new address), and
-    each is marked static (torch._dynamo.mark_static_address) before the compiled step, so CUDA
-    graphs read it where it is instead of copying it in. Zero gradients with optimizer.zero_grad()."""
+    """Gradients at fixed addresses for CUDA graphs (001 step #3): each gradient is marked static
+    (torch._dynamo.mark_static_address) before the compiled step, so CUDA graphs read it where it
+    is instead of copying it in, and optimizer.zero_grad() zeroes it in place (whatever set_to_none
+    says: a freed gradient comes back at a new address). The first step copies each gradient into
+    memory of its own: the first backward's gradients can be outputs of the model's CUDA graphs,
+    which their next run overwrites (torch 2.11 raised "accessing tensor output of CUDAGraphs that
+    has been overwritten" in the next backward). Zero gradients with optimizer.zero_grad()."""
     import functools
 
     compiled_step, zero_grad = optimizer.step, optimizer.zero_grad
@@ -234,7 +237,8 @@ def static_grads(optimizer):
     def step(*args, **kwargs):
         for group in optimizer.param_groups:
             for param in group["params"]:
-                if param.grad is not None:
+                if param.grad is not None and getattr(param.grad, "_dynamo_static_input_type", None) is None:
+                    param.grad = param.grad.clone()  # our own memory, not a CUDA graph's output
                     torch._dynamo.mark_static_address(param.grad)
         return compiled_step(*args, **kwargs)
 

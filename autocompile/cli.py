@@ -353,6 +353,23 @@ def cmd_worker(args) -> int:
     return 0
 
 
+def _refuse_or_note(space, config: dict) -> None:
+    """`trial` refuses a configuration that cannot run here; one the search leaves out only because
+    it is predicted to fail or not pay (rules.doomed: a failure seen on this torch, a recompile per
+    LR value) runs as asked, with a note: reproducing such a failure is a reason to run it."""
+    import json
+
+    from autocompile.space import DEFAULTS, doomed
+
+    reason = space.rejection(config)
+    predicted = doomed({**json.loads(json.dumps(DEFAULTS)), **config}, space.traits, space.caps)
+    if reason and reason != predicted:
+        raise UserError(f"this configuration cannot run here: {reason}")
+    if predicted:
+        print(f"note: a search would not launch this configuration ({predicted}); running it as asked",
+              file=sys.stderr, flush=True)
+
+
 def cmd_trial(args) -> int:
     from autocompile.engine.scoring import score
     from autocompile.engine.study import build_space
@@ -365,9 +382,7 @@ def cmd_trial(args) -> int:
     config = _load_config(args.config)
     space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, parallel=args.parallel)
     config = space.validate(config)
-    reason = space.rejection(config)
-    if reason:
-        raise UserError(f"this configuration cannot run here: {reason}")
+    _refuse_or_note(space, config)
     trial_dir = args.dir or tempfile.mkdtemp(prefix="autocompile-trial-")
     request = TrialRequest(model=args.model, config=config, device=device, trial_dir=trial_dir,
                            batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,

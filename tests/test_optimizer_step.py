@@ -133,6 +133,16 @@ def test_static_grads_keep_the_gradients_in_place_marked_and_train_like_eager():
     assert all(getattr(g, "_dynamo_static_input_type", None) == "unguarded" for g in grads)
     optimizer.zero_grad(set_to_none=True)  # as a trial's loop calls it
     assert all(p.grad is g for p, g in zip(model.parameters(), grads))
+    x = torch.randn(4, next(model.parameters()).shape[1])
+    model(x).sum().backward()
+    assert all(p.grad is g for p, g in zip(model.parameters(), grads))  # accumulated in place, not replaced
+    fresh, *_ = _regression(torch.optim.AdamW)  # the first step: gradients autograd made
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters())
+    load_snippet(source)["apply_compilation"](fresh, fresh_optimizer)
+    fresh(x).sum().backward()
+    made = [p.grad for p in fresh.parameters()]
+    fresh_optimizer.step()  # copies each into memory of its own (a CUDA graph's output is overwritten later)
+    assert all(p.grad is not g and torch.equal(p.grad, g) for p, g in zip(fresh.parameters(), made))
 
 
 def test_the_search_proposes_the_foreach_map_step_as_a_neighbour():

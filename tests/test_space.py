@@ -324,3 +324,19 @@ def test_trial_turns_an_impossible_config_away_in_one_line(capsys):
     code = main(["trial", "--model", toy(), "--device", "cpu", "--config", '{"mark_dynamic": "mark", "padding": "max"}'])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "cannot run here: mark_dynamic with padding 'max'" in err
+
+
+def test_trial_runs_a_configuration_the_search_predicts_to_fail_with_a_note(capsys):
+    """`trial` is how a user reproduces a failure: a configuration the search leaves out only as
+    predicted to fail (rules.doomed) is let through with one note; one that cannot run is still refused."""
+    from autocompile.cli import _refuse_or_note
+
+    space = build_space(toy(), "cpu")
+    predicted = {"dynamic": False, "padding": "longest"}  # a compile per length, past the recompile limit
+    config = space.validate(predicted)
+    assert space.rejection(config) == doomed({**DEFAULTS, **config}, space.traits, space.caps) is not None
+    _refuse_or_note(space, config)
+    err = capsys.readouterr().err
+    assert err.startswith("note: a search would not launch this configuration (") and err.count("\n") == 1
+    with pytest.raises(UserError, match="mark_dynamic with padding 'max'"):
+        _refuse_or_note(space, space.validate({"mark_dynamic": "mark", "padding": "max"}))

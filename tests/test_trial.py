@@ -140,3 +140,22 @@ def test_tiny_llama_trains_compiled_per_decoder_layer(tmp_path, toolchain_dir):
     assert record["regions"] == ["model.layers"]
     assert record["graph_breaks"] == 0 and record["steps_per_s"] > 0
     assert "pad" in record["snippet"] and "model.layers" in record["snippet"]
+
+
+def test_a_compile_stack_cut_at_100_frames_names_its_compile_stage(tmp_path):
+    """faulthandler writes 100 frames at most, innermost first: a deep compile's stack ends before
+    the worker's frames. The thread that took the signal is the main one, and where it was is named by
+    the innermost frame of a compile stage, not by the fake-tensor internals every stage calls."""
+    from autocompile.trial.process import stuck_in
+
+    site = "/venv/lib/python3.12/site-packages"
+    frames = [f'  File "{site}/torch/_subclasses/fake_tensor.py", line {1000 + i} in dispatch' for i in range(60)]
+    frames += [f'  File "{site}/torch/_functorch/_aot_autograd/graph_capture.py", line 96 in _create_graph']
+    frames += [f'  File "{site}/torch/_dynamo/output_graph.py", line {2000 + i} in compile' for i in range(39)]
+    log = tmp_path / "log.txt"
+    log.write_text("\n".join(["Thread 0x00007fd491dff6c0 (most recent call first):",
+                              '  File "/usr/lib/python3.12/threading.py", line 1010 in run', "",
+                              "Current thread 0x00007fd936ee7140 (most recent call first):", *frames, "  ...", ""]))
+    where, stack = stuck_in(str(log))
+    assert where == "torch/_functorch/_aot_autograd/graph_capture.py:96 in _create_graph"
+    assert stack[0] == "torch/_subclasses/fake_tensor.py:1000 in dispatch" and len(stack) == 40

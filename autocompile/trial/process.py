@@ -174,6 +174,10 @@ def _ask_for_stacks(process: subprocess.Popen, log_path: str, wait_s: float = 3.
         size = now
 
 
+# The compile stack's stages: a frame in one names where a deep compile was (the innermost frames
+# of a trace are fake tensors and decompositions, the same in every stage).
+_STAGES = ("torch/_inductor/", "torch/_functorch/_aot_autograd/", "torch/_dynamo/compiled_autograd.py",
+           "torch/_dynamo/symbolic_convert.py", "torch/_dynamo/convert_frame.py")
 _THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
 
@@ -188,11 +192,13 @@ def stuck_in(log_path: str) -> tuple[str | None, list[str]]:
             lines = f.read().splitlines()
     except OSError:
         return None, []
-    threads, frames = [], None
+    threads, current, frames = [], [], None
     for line in lines:
         if _THREAD.match(line):
             frames = []
             threads.append(frames)
+            if line.startswith("Current thread"):
+                current.append(frames)
         elif frames is not None and (m := _FRAME.match(line)):
             path = m.group(1).split("site-packages/")[-1]
             frames.append(f"{path}:{m.group(2)} in {m.group(3).strip()}")
@@ -200,10 +206,14 @@ def stuck_in(log_path: str) -> tuple[str | None, list[str]]:
             frames = None
     main = [t for t in threads if any((f.endswith("in <module>") and "trial/worker.py" in f)
                                       or (f.endswith("in _rank") and "trial/ranks.py" in f) for f in t)]
+    # A deep stack (a compile) is cut at 100 frames before the worker's own: the thread that
+    # took the signal, the main one, then.
+    main = main or current
     if not main:
         return None, []
     stack = main[-1]  # the last dump's main thread
-    where = next((f for f in stack if f.startswith("torch/")), stack[0] if stack else None)
+    where = next((f for f in stack if f.startswith(_STAGES)), None)
+    where = where or next((f for f in stack if f.startswith("torch/")), stack[0] if stack else None)
     return where, stack[:40]
 
 
