@@ -169,3 +169,25 @@ def test_each_cache_hit_of_a_key_is_given_its_own_cold_compile():
     expected = sum(e["s"] for e in check["ledger"] if e["frame"] == "forward") - sum(g["s"] for g in hits)
     assert abs(rebuilt["added_s"] - expected) < 1e-6
     assert shared["reconstruction"]["added_s"] - rebuilt["added_s"] > 10  # the first-only rule's excess
+
+
+def test_a_cold_check_that_puts_another_reconstructed_finalist_ahead_measures_that_one_too():
+    """The round's check goes on while the winner it leaves had its warm-up reconstructed and was not
+    measured cold yet (finalists._reconstructed_winner), and the table takes the winner's own check."""
+    from autocompile.engine.finalists import _reconstructed_winner
+    from autocompile.outputs.table import _cold_warm_up
+
+    study = optuna.create_study(direction="maximize")
+    for kind in ("reconstructed", "reconstructed", "cold"):
+        trial = study.ask()
+        trial.set_user_attr("warmup_kind", kind)
+        study.tell(trial, 1.0)
+    verdict = {"winner": 1, "candidates": [{"trial": n} for n in range(3)]}
+    first_check = {"trial": 3, "of": 0, "status": "ok", "cold_warmup_s": 9.0, "reconstructed_warmup_s": 7.0}
+    assert _reconstructed_winner(study, verdict, [first_check]).number == 1  # trial 0's cold run put 1 ahead
+    second = {"trial": 4, "of": 1, "status": "ok", "cold_warmup_s": 5.0, "reconstructed_warmup_s": 4.0}
+    assert _reconstructed_winner(study, verdict, [first_check, second]) is None  # each measured once
+    assert _reconstructed_winner(study, {**verdict, "winner": 2}, []) is None  # measured cold in its own run
+    best = {"number": 1, "warmup_kind": "reconstructed", "warmup_s": 4.0}
+    _cold_warm_up(best, {**verdict, "cold_checks": [first_check, second], "cold_check": second})
+    assert best["warmup_s"] == 5.0 and best["warmup_kind"] == "cold, measured in trial 4"

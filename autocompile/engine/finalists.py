@@ -216,35 +216,59 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
 
 def cold_check(runner: Runner, verdict: dict) -> dict:
     """The winner's warm-up measured cold, where its runs had it reconstructed (a shared compile cache
-    had some of its graphs): a run of its own from empty caches. Its warm-up and score replace the
-    winner's row's, whose reconstructed warm-up is kept beside, and the verdict is chosen again."""
-    study, progress = runner.study, runner.progress
-    row = next((r for r in verdict["candidates"] if r["trial"] == verdict["winner"]), None)
-    first = study.trials[verdict["winner"]]
-    if row is None or first.user_attrs.get("warmup_kind") != "reconstructed":
+    had some of its graphs): a run of its own from empty caches (`_measure_cold`). Its cold warm-up
+    can put another finalist ahead; where that one's warm-up was reconstructed too, it is measured
+    cold in turn, so that the winner's warm-up is always one measured cold (or says it is not:
+    a cold run that failed). `cold_checks` lists every check, `cold_check` is the winner's."""
+    checks = []
+    while (first := _reconstructed_winner(runner.study, verdict, checks)) is not None:
+        verdict, check = _measure_cold(runner, verdict, first)
+        checks.append(check)
+        if check["status"] != "ok":
+            break
+    if not checks:
         return verdict
+    winners = [c for c in checks if c["of"] == verdict["winner"]]
+    return {**verdict, "cold_checks": checks, "cold_check": (winners or checks)[-1]}
+
+
+def _reconstructed_winner(study, verdict: dict, checks: list):
+    """The verdict's winner where its warm-up was reconstructed and not yet measured cold, else None."""
+    row = next((r for r in verdict["candidates"] if r["trial"] == verdict["winner"]), None)
+    if row is None or any(c["of"] == row["trial"] for c in checks):
+        return None
+    first = study.trials[row["trial"]]
+    return first if first.user_attrs.get("warmup_kind") == "reconstructed" else None
+
+
+def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
+    """One cold run of finalist `first`: its warm-up and score replace its row's (the reconstructed
+    warm-up kept beside) and the winner is chosen again; the new verdict and the check."""
+    study, progress = runner.study, runner.progress
+    row = next(r for r in verdict["candidates"] if r["trial"] == first.number)
     progress.line(f"finalist round: trial {first.number}'s warm-up was reconstructed from cache hits: measured cold")
     trial = new_trial(study)
     trial.set_user_attr("remeasure_of", first.number)
     trial.set_user_attr("cold_check", True)
-    limit = rerun_limit_s(cold_check_s(study, 1) or first.user_attrs["wall_s"], runner.settings.trial_timeout_s)
-    record = runner.run(trial, dict(first.user_attrs["config"]), "finalist", prunable=False, limit_s=limit,
-                        keep_s=-limit)
-    check = {"trial": trial.number, "status": record["status"], "reconstructed_warmup_s": row["warmup_s"]}
+    a = first.user_attrs
+    limit = rerun_limit_s(a["wall_s"] + (a.get("reconstruction") or {}).get("added_s", 0), runner.settings.trial_timeout_s)
+    record = runner.run(trial, dict(a["config"]), "finalist", prunable=False, limit_s=limit, keep_s=-limit)
+    check = {"trial": trial.number, "of": first.number, "status": record["status"],
+             "reconstructed_warmup_s": row["warmup_s"]}
     if record["status"] != "ok":
         progress.line(f"finalist round: the cold run of trial {first.number} ended {record['status']}: "
                       f"its warm-up stays reconstructed")
-        return {**verdict, "cold_check": check}
+        return verdict, check
     check.update(cold_warmup_s=record["warmup_s"], agreement=row["warmup_s"] / record["warmup_s"] - 1)
     rows = [r if r is not row else {**row, "warmup_s": record["warmup_s"], "reconstructed_warmup_s": row["warmup_s"],
                                     "score": record["score"], "reruns": [*row["reruns"], trial.number]}
             for r in verdict["candidates"]]
     eager = baseline_trial(study, "eager")
-    again = {**verdict, "candidates": rows, "cold_check": check,
+    again = {**verdict, "candidates": rows,
              **choose_winner(rows, eager.number if eager else None, verdict["eager_score"], runner.settings.horizon)}
     progress.line(f"finalist round: trial {first.number} warmed up in {record['warmup_s']:.1f} s cold, reconstructed "
                   f"{row['warmup_s']:.1f} s ({check['agreement']:+.0%}); " + again["why"])
-    return again
+    return again, check
 
 
 def _plan(runner: Runner, eager, candidates: list, rounds: int) -> tuple[list, float]:

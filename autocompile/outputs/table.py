@@ -113,8 +113,10 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
 def _cold_warm_up(best: dict, verdict: dict | None) -> None:
     """The winner's warm-up as measured cold by the finalist round's check, where its own was
     reconstructed (autocompile.engine.finalists.cold_check)."""
-    check = (verdict or {}).get("cold_check") or {}
-    if best.get("warmup_kind") == "reconstructed" and (verdict or {}).get("winner") == best["number"] \
+    verdict = verdict or {}
+    checks = verdict.get("cold_checks") or [verdict.get("cold_check") or {}]
+    check = next((c for c in checks if c.get("of", verdict.get("winner")) == best["number"]), {})
+    if best.get("warmup_kind") == "reconstructed" and verdict.get("winner") == best["number"] \
             and check.get("status") == "ok":
         best.update(warmup_s=check["cold_warmup_s"], warmup_kind=f"cold, measured in trial {check['trial']}",
                     reconstructed_warmup_s=check["reconstructed_warmup_s"])
