@@ -179,6 +179,7 @@ def test_a_failure_at_run_time_outside_the_minifiers_graphs_gets_an_unreduced_re
                                "run it with python to see the failure")
     script = (repro / "repro.py").read_text()
     assert (folder / "apply_compilation.py").read_text().rstrip("\n") + "\n" in script  # the very text the trial ran
+    assert "\nSTEPS = 80  # the trial's warm-up bound (it failed while compiling)\n" in script  # 20 passes over 4 batches
     alone = tmp_path / "alone"
     alone.mkdir()
     (alone / "repro.py").write_text(script)

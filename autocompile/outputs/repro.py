@@ -205,7 +205,7 @@ def _unminified(folder: str, out: str, summary: dict, record: dict) -> dict:
     if spec.get("parallel", "none") != "none":
         return _finish(out, summary, None, f"{outside}; the trial ran {spec.get('nproc')} ranks under "
                                            f"{spec['parallel']}: its apply_compilation.py under torchrun is the repro")
-    script = standalone.write_script(folder, out, record.get("reason", ""))
+    script = standalone.write_script(folder, out, record)
     summary.update(repro=script, script_lines=standalone.script_lines(script))
     summary["how"] = f"{outside}; repro.py reruns the configuration on the workload: {summary['script_lines']} lines"
     summary["line"] = f"unreduced repro: {script}: {summary['how']}; run it with python to see the failure"

@@ -24,7 +24,7 @@ SCRIPT = "repro.py"
 HEADER = '''\
 # Unreduced repro of the trial in {folder}, written by `autocompile repro`; it failed with
 #   {reason}
-# at run time, outside the compiled graphs torch's minifier watches, so there is no minified graph.
+# while {phase}, outside the compiled graphs torch's minifier watches: there is no minified graph.
 # Below: the trial's apply_compilation.py as it ran (pasted as is), then its workload ({model!r})
 # in a plain training loop. Run it with `python repro.py` where autocompile (and the workload's
 # module) imports: it exits 1 with the exception when the failure recurs. The trial compiled cold
@@ -45,7 +45,7 @@ MODEL = {model!r}
 OPTIONS = WorkloadOptions(device={device!r}, batch_size={batch_size!r}, seq_len={seq_len!r}, seed={seed!r})
 BLOCKS = {blocks!r}  # a screened trial's repeated blocks cut to this many (None: all of them)
 POOL = {pool!r}  # distinct batches, cycled through as the trial did
-STEPS = {steps!r}  # the trial's warm-up bound (raise it for a failure that came while measuring)
+STEPS = {steps!r}  # {steps_why}
 TRIAL_FAILED_WITH = {reason!r}
 
 
@@ -95,13 +95,14 @@ if __name__ == "__main__":
 '''
 
 
-def write_script(folder: str, out: str, reason: str) -> str:
-    """repro.py in `out` for the trial in `folder` (its spec.json and apply_compilation.py); its path."""
+def write_script(folder: str, out: str, record: dict) -> str:
+    """repro.py in `out` for the failed trial in `folder` (its spec.json and apply_compilation.py,
+    its record's reason and failed_phase); its path."""
     with open(os.path.join(folder, "spec.json")) as f:
         spec = json.load(f)
     with open(os.path.join(folder, "apply_compilation.py")) as f:
         snippet = f.read()
-    fields = _fields(spec, reason)
+    fields = _fields(spec, record.get("reason", ""), record.get("failed_phase") or "running")
     text = HEADER.format(folder=os.path.abspath(folder), **fields) + snippet.rstrip("\n") + "\n" + LOOP.format(**fields)
     path = os.path.join(out, SCRIPT)
     with open(path, "w") as f:
@@ -109,12 +110,17 @@ def write_script(folder: str, out: str, reason: str) -> str:
     return path
 
 
-def _fields(spec: dict, reason: str) -> dict:
-    """What the loop needs from the trial's spec: the workload as the worker built it (autocompile.trial.worker._build)."""
+def _fields(spec: dict, reason: str, phase: str) -> dict:
+    """What the loop needs from the trial's spec: the workload as the worker built it
+    (autocompile.trial.worker._build), and steps enough to reach where the trial failed."""
     pool = spec.get("batch_pool") or get_workload(spec["model"]).batch_pool
+    steps = spec.get("max_warmup_steps", 20 * pool)  # the worker's bound on its warm-up
+    why = f"the trial's warm-up bound (it failed while {phase})"
+    if phase == "measuring":  # past the warm-up: its measuring windows ran tens of steps more
+        steps, why = 10 * steps, "ten times the trial's warm-up bound (it failed while measuring, after it)"
     return {"model": _model_name(spec["model"]), "device": spec["device"], "batch_size": spec.get("batch_size"),
             "seq_len": spec.get("seq_len"), "seed": spec.get("seed", 0), "blocks": spec.get("blocks"), "pool": pool,
-            "steps": spec.get("max_warmup_steps", 20 * pool), "reason": reason}
+            "steps": steps, "steps_why": why, "reason": reason, "phase": phase}
 
 
 def _model_name(name: str) -> str:
