@@ -15,7 +15,11 @@ smallest checkpoint, else the unreduced graph; the trial's folder gets `repro/` 
 minifier's log and `summary.json`. With --accuracy, where the trial's record names the module whose
 output or gradient first departs from eager's (`diverges_at`, autocompile.trial.divergence), the
 rerun compiles that module alone on the inputs it got in an eager pass (the worker's
-`accuracy_module`), so the minifier starts from its graphs, not the whole model's.
+`accuracy_module`), so the minifier starts from its graphs, not the whole model's. A failure
+raised at run time outside the graphs the minifier wraps (CUDA graphs' "accessing tensor output
+of CUDAGraphs that has been overwritten by a subsequent run", inside loss.backward()) leaves no
+launcher: where the rerun failed as the trial did, repro.py is then unreduced, the trial's snippet
+on its workload in a plain training loop (autocompile.outputs.standalone).
 """
 
 from __future__ import annotations
@@ -71,8 +75,7 @@ def accuracy_module(record: dict) -> str | None:
 def _request(folder: str, out: str, env: dict, limit_s: float, module: str | None) -> TrialRequest:
     """The failed trial's request (its spec.json), run briefly in `out` with the minifier's
     environment; with `module`, that module compiled alone (the worker's `accuracy_module`)."""
-    with open(os.path.join(folder, "spec.json")) as f:
-        spec = json.load(f)
+    spec = _spec(folder)
     return TrialRequest(model=spec["model"], config=spec["config"], device=spec["device"], trial_dir=out,
                         batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"), seed=spec.get("seed", 0),
                         timeout_s=limit_s, toolchain_dir=spec.get("toolchain_dir"), header=spec.get("header", ""),
@@ -137,8 +140,9 @@ def _runnable(text: str) -> str:
 
 def make_repro(folder: str, number: int | str, record: dict, limit_s: float = 600.0, accuracy: bool = False) -> dict:
     """A minified repro of the failure of the trial in `folder` (a study's trial `number`, or a trial
-    run by hand) in its repro/, the minifier given `limit_s` (the rerun has the trial's own limit);
-    returns the summary (also written to repro/summary.json), whose `line` says in one line what was got."""
+    run by hand) in its repro/, the minifier given `limit_s` (the rerun has the trial's own limit),
+    or an unreduced one where the minifier cannot take the failure; returns the summary (also
+    written to repro/summary.json), whose `line` says in one line what was got."""
     _check(folder, number, record, accuracy)
     after, level, why = minifier_setting(record, accuracy)
     out = os.path.join(folder, REPRO_DIR)
@@ -262,8 +266,7 @@ def _clear(out: str, keep_debug: bool) -> None:
 def _rerun(folder: str, out: str, summary: dict, after: str, level: int) -> str | None:
     """The configuration once more (or the module where the numerics part, alone) with the minifier's
     environment; the launcher it wrote, or None."""
-    with open(os.path.join(folder, "spec.json")) as f:
-        limit_s = json.load(f).get("timeout_s", 900.0)
+    limit_s = _spec(folder).get("timeout_s", 900.0)
     debug = os.path.abspath(os.path.join(out, "debug"))  # absolute: the rerun works in its own folder
     env = {"TORCHDYNAMO_REPRO_AFTER": after, "TORCHDYNAMO_REPRO_LEVEL": str(level), "TORCH_COMPILE_DEBUG_DIR": debug}
     rerun = run_trial(_request(folder, os.path.abspath(os.path.join(out, "run")), env, limit_s, summary["module"]))
