@@ -225,8 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--study", required=True)
     _storage_args(p)
 
-    p = sub.add_parser("repro", help="a minified repro.py of a trial that failed to compile (torch's minifier, for "
-                                     "the layer triage found), kept in its folder and its dashboard files")
+    p = sub.add_parser("repro", help="a repro.py of a failed trial, kept in its folder and its dashboard files: "
+                                     "minified by torch's minifier (for the layer triage found), or, for a failure "
+                                     "at run time outside the graphs it watches, the snippet on the workload unreduced")
     p.add_argument("--study", help="the study (with --trial)")
     p.add_argument("--trial", type=_non_negative_int, help="the failed trial's number")
     p.add_argument("--trial-dir", help="instead of --study and --trial: the folder of a trial run by hand "

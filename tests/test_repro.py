@@ -148,3 +148,61 @@ def test_a_checkpoint_cut_while_it_was_written_is_passed_over(tmp_path):
     (folder / "18.py").write_text("")
     (folder / "12.py").write_text(graph.format(body="        x = x + 1\n")[:60])  # cut mid-line
     assert _smallest_checkpoint(str(tmp_path / "debug")) == str(folder / "26.py")
+
+
+def test_a_failure_at_run_time_outside_the_minifiers_graphs_gets_an_unreduced_repro_that_fails_alone(tmp_path):
+    """The backward of a compiled model's second step raises from a hook on its output, run by the
+    autograd engine outside any compiled graph (as CUDA graphs' "overwritten by a subsequent run" is
+    on a GPU): the minifier leaves no launcher, and repro.py is the trial's snippet on its workload."""
+    from autocompile.workloads import WorkloadOptions, get_workload
+
+    workload = get_workload(toy("toy_runtime_fail"))  # eager, the baseline, trains
+    model, _ = workload.build(WorkloadOptions())
+    for batch in workload.batches(WorkloadOptions(), 3):
+        workload.loss(model, batch).backward()
+    from autocompile.outputs.repro import repro_folder
+    from autocompile.space import DEFAULTS
+    from autocompile.trial import TrialRequest, run_trial
+
+    # A trial run by hand (`autocompile trial --dir`); the blocks compiled alone: the quickest compile (2 s less).
+    folder, config = tmp_path / "trial", {**DEFAULTS, "scope": "regional"}
+    record = run_trial(TrialRequest(model=toy("toy_runtime_fail"), config=config, device="cpu", trial_dir=str(folder)))
+    assert record["status"] == "failed" and record["reason"].startswith("RuntimeError: toy-runtime-fail"), record
+    summary = repro_folder(str(folder))  # `autocompile repro --trial-dir` prints its line
+    repro = folder / "repro"
+    assert not list(repro.rglob("minifier_launcher.py"))  # the minifier could not take it
+    assert summary == json.loads((repro / "summary.json").read_text())
+    assert summary["recurred"] == "the same reason" and summary["repro"] == str(repro / "repro.py"), summary
+    assert summary["line"] == (f"unreduced repro: {repro / 'repro.py'}: the failure happens at run time, outside what "
+                               "the minifier watches (it left no launcher; the rerun failed with the same reason); "
+                               f"repro.py reruns the configuration on the workload: {summary['script_lines']} lines; "
+                               "run it with python to see the failure")
+    script = (repro / "repro.py").read_text()
+    assert (folder / "apply_compilation.py").read_text().rstrip("\n") + "\n" in script  # the very text the trial ran
+    assert "\nSTEPS = 80  # the trial's warm-up bound (it failed while compiling)\n" in script  # 20 passes over 4 batches
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "repro.py").write_text(script)
+    ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert ran.returncode == 1 and "step 1 done\n" in ran.stdout, ran.stdout + ran.stderr[-2000:]
+    assert f"failed, as the trial did: {record['reason']}" in ran.stderr, ran.stderr[-2000:]
+
+
+def test_a_rerun_that_does_not_fail_as_the_trial_did_gets_no_repro_and_a_line_that_says_so(tmp_path):
+    from autocompile.outputs.repro import _unminified, recurred
+
+    trial = {"status": "failed", "reason": "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been "
+                                           "overwritten by a subsequent run. Stack trace: File a.py"}
+    assert recurred(trial, {**trial, "reason": "RuntimeError: Error: accessing ... Stack trace: File b.py"}) == \
+        "the same exception type (RuntimeError)"
+    assert recurred(trial, {"status": "compile_error", "reason": trial["reason"]}) is None
+    did_not_fail = ("no repro: the rerun did not fail (ok): the failure did not recur, so it is flaky or depends on "
+                    "the machine or its load")
+    otherwise = ("no repro: the rerun failed otherwise (failed: AssertionError: x), not as the trial did, and left no "
+                 "minifier launcher")
+    for rerun, line in (({"status": "ok", "reason": ""}, did_not_fail),
+                        ({"status": "failed", "reason": "AssertionError: x"}, otherwise)):
+        summary = _unminified(str(tmp_path), str(tmp_path), {"rerun": {**rerun, "wall_s": 1.0}}, trial)
+        assert summary["line"] == line and "repro" not in summary
+        assert not (tmp_path / "repro.py").exists()

@@ -55,7 +55,7 @@ class Toy(torch.nn.Module):
 
 
 def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN), differs=False,
-              split_loss=True, schedule=None, depth=2, pool=4, eager_oom=False) -> Workload:
+              split_loss=True, schedule=None, depth=2, pool=4, eager_oom=False, output_hook=None) -> Workload:
     def build(options: WorkloadOptions):
         torch.manual_seed(options.seed)
         model = Toy(graph_break, differs, depth, eager_oom).to(options.device)
@@ -74,7 +74,8 @@ def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN)
     def forward(model, batch):
         if loss_hook:
             loss_hook()
-        return model(batch["input_ids"])
+        logits = model(batch["input_ids"])
+        return output_hook(model, logits) if output_hook else logits
 
     def criterion(logits, batch):
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
@@ -278,6 +279,36 @@ def toy_block_inductor_wrong() -> Workload:
 
     workload.build = build
     return workload
+
+
+def _compiled(model) -> bool:
+    """Whether torch.compile reached the model or any of its modules (torch.compile's wrapper, or
+    Module.compile's compiled call)."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return isinstance(model, OptimizedModule) or any(
+        getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+
+
+def toy_runtime_fail() -> Workload:
+    """Compiled, its second step's backward raises, from a hook the workload puts on the model's
+    output: run by the autograd engine outside any compiled graph, where no minifier looks, as
+    CUDA graphs' "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent
+    run" is (H100, torch 2.11). Eager trains."""
+    compiled_steps = [0]
+
+    def fail(grad):
+        raise RuntimeError("toy-runtime-fail: the backward of step 2 of a compiled model read an output "
+                           "overwritten by step 1 (on purpose, at run time)")
+
+    def hook(model, logits):
+        if logits.requires_grad and _compiled(model):
+            compiled_steps[0] += 1
+            if compiled_steps[0] == 2:
+                logits.register_hook(fail)
+        return logits
+
+    return _workload("toy-runtime-fail", lengths=(MAX_LEN, MAX_LEN), output_hook=hook)
 
 
 def _on_rank_1(action):

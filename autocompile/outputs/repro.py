@@ -15,7 +15,11 @@ smallest checkpoint, else the unreduced graph; the trial's folder gets `repro/` 
 minifier's log and `summary.json`. With --accuracy, where the trial's record names the module whose
 output or gradient first departs from eager's (`diverges_at`, autocompile.trial.divergence), the
 rerun compiles that module alone on the inputs it got in an eager pass (the worker's
-`accuracy_module`), so the minifier starts from its graphs, not the whole model's.
+`accuracy_module`), so the minifier starts from its graphs, not the whole model's. A failure
+raised at run time outside the graphs the minifier wraps (CUDA graphs' "accessing tensor output
+of CUDAGraphs that has been overwritten by a subsequent run", inside loss.backward()) leaves no
+launcher: where the rerun failed as the trial did, repro.py is then unreduced, the trial's snippet
+on its workload in a plain training loop (autocompile.outputs.standalone).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import time
 
 from autocompile.engine.records import trial_folder
 from autocompile.errors import UserError
+from autocompile.outputs import standalone
 from autocompile.trial import TrialRequest, run_trial
 from autocompile.trial.process import TRIAGE_MEASURE
 
@@ -70,8 +75,7 @@ def accuracy_module(record: dict) -> str | None:
 def _request(folder: str, out: str, env: dict, limit_s: float, module: str | None) -> TrialRequest:
     """The failed trial's request (its spec.json), run briefly in `out` with the minifier's
     environment; with `module`, that module compiled alone (the worker's `accuracy_module`)."""
-    with open(os.path.join(folder, "spec.json")) as f:
-        spec = json.load(f)
+    spec = _spec(folder)
     return TrialRequest(model=spec["model"], config=spec["config"], device=spec["device"], trial_dir=out,
                         batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"), seed=spec.get("seed", 0),
                         timeout_s=limit_s, toolchain_dir=spec.get("toolchain_dir"), header=spec.get("header", ""),
@@ -136,8 +140,9 @@ def _runnable(text: str) -> str:
 
 def make_repro(folder: str, number: int | str, record: dict, limit_s: float = 600.0, accuracy: bool = False) -> dict:
     """A minified repro of the failure of the trial in `folder` (a study's trial `number`, or a trial
-    run by hand) in its repro/, the minifier given `limit_s` (the rerun has the trial's own limit);
-    returns the summary (also written to repro/summary.json), whose `line` says in one line what was got."""
+    run by hand) in its repro/, the minifier given `limit_s` (the rerun has the trial's own limit),
+    or an unreduced one where the minifier cannot take the failure; returns the summary (also
+    written to repro/summary.json), whose `line` says in one line what was got."""
     _check(folder, number, record, accuracy)
     after, level, why = minifier_setting(record, accuracy)
     out = os.path.join(folder, REPRO_DIR)
@@ -152,10 +157,12 @@ def make_repro(folder: str, number: int | str, record: dict, limit_s: float = 60
         summary["rerun"] = "skipped: the minifier launcher an earlier `repro` of this trial left was minified again"
     else:
         launcher = _rerun(folder, out, summary, after, level)
+    if launcher is None and accuracy:
+        return _finish(out, summary, None, f"the rerun ({summary['rerun']['status']}) left no minifier launcher: "
+                       "no compiled graph's result departs from its eager run, so the difference is made above the "
+                       "backend (in what Dynamo traced; diverges_at says where)")
     if launcher is None:
-        return _finish(out, summary, None, f"the rerun ({summary['rerun']['status']}) left no minifier launcher: " + (
-            "no compiled graph's result departs from its eager run, so the difference is made above the backend "
-            "(in what Dynamo traced; diverges_at says where)" if accuracy else "the failure did not recur under the minifier"))
+        return _unminified(folder, out, summary, record)
     shutil.copy(launcher, os.path.join(out, "minifier_launcher.py"))
     summary["graph_lines_before"] = graph_lines(launcher)
     done, summary["minifier_s"] = _minify(launcher, out, limit_s, summary.get("isolate", False))
@@ -170,6 +177,48 @@ def make_repro(folder: str, number: int | str, record: dict, limit_s: float = 60
         f.write(_runnable(source.read()))
     return _finish(out, summary, os.path.join(out, "repro.py"), f"not reduced within the {limit_s:g} s limit: "
                    "the unreduced graph (a longer --timeout minifies it further, without rerunning the trial)")
+
+
+def recurred(record: dict, rerun: dict) -> str | None:
+    """How the rerun failed as the trial did (the same status, and the same reason or at least the
+    same exception type), or None."""
+    if rerun.get("status") != record.get("status"):
+        return None
+    first, again = (r.get("reason", "")[:400] for r in (record, rerun))
+    if first == again:
+        return "the same reason"
+    kind = first.split(":", 1)[0]
+    return f"the same exception type ({kind})" if kind and kind == again.split(":", 1)[0] else None
+
+
+def _unminified(folder: str, out: str, summary: dict, record: dict) -> dict:
+    """No launcher from the rerun: where it failed as the trial did, the failure is outside what the
+    minifier watches, and an unreduced repro.py (autocompile.outputs.standalone) reruns the
+    configuration on the workload; where it did not fail so, no repro, and the line says which."""
+    rerun = summary["rerun"]
+    summary["recurred"] = same = recurred(record, rerun)
+    if same is None and rerun["status"] in ("ok", "infeasible"):
+        return _finish(out, summary, None, f"the rerun did not fail ({rerun['status']}): the failure did not recur, "
+                                           "so it is flaky or depends on the machine or its load")
+    if same is None:
+        return _finish(out, summary, None, f"the rerun failed otherwise ({rerun['status']}: {rerun['reason'][:160]}), "
+                                           "not as the trial did, and left no minifier launcher")
+    outside = f"the failure happens {'at run time, ' if rerun['status'] == 'failed' else ''}outside what the " \
+              f"minifier watches (it left no launcher; the rerun failed with {same})"
+    spec = _spec(folder)
+    if spec.get("parallel", "none") != "none":
+        return _finish(out, summary, None, f"{outside}; the trial ran {spec.get('nproc')} ranks under "
+                                           f"{spec['parallel']}: its apply_compilation.py under torchrun is the repro")
+    script = standalone.write_script(folder, out, record)
+    summary.update(repro=script, script_lines=standalone.script_lines(script))
+    summary["how"] = f"{outside}; repro.py reruns the configuration on the workload: {summary['script_lines']} lines"
+    summary["line"] = f"unreduced repro: {script}: {summary['how']}; run it with python to see the failure"
+    return _write_summary(out, summary)
+
+
+def _spec(folder: str) -> dict:
+    with open(os.path.join(folder, "spec.json")) as f:
+        return json.load(f)
 
 
 def _check(folder: str, number: int, record: dict, accuracy: bool) -> None:
@@ -217,8 +266,7 @@ def _clear(out: str, keep_debug: bool) -> None:
 def _rerun(folder: str, out: str, summary: dict, after: str, level: int) -> str | None:
     """The configuration once more (or the module where the numerics part, alone) with the minifier's
     environment; the launcher it wrote, or None."""
-    with open(os.path.join(folder, "spec.json")) as f:
-        limit_s = json.load(f).get("timeout_s", 900.0)
+    limit_s = _spec(folder).get("timeout_s", 900.0)
     debug = os.path.abspath(os.path.join(out, "debug"))  # absolute: the rerun works in its own folder
     env = {"TORCHDYNAMO_REPRO_AFTER": after, "TORCHDYNAMO_REPRO_LEVEL": str(level), "TORCH_COMPILE_DEBUG_DIR": debug}
     rerun = run_trial(_request(folder, os.path.abspath(os.path.join(out, "run")), env, limit_s, summary["module"]))
@@ -241,6 +289,10 @@ def _finish(out: str, summary: dict, repro: str | None, how: str) -> dict:
     else:
         summary["line"] = f"no repro{alone}: {how}"
     summary["how"] = how
+    return _write_summary(out, summary)
+
+
+def _write_summary(out: str, summary: dict) -> dict:
     with open(os.path.join(out, SUMMARY), "w") as f:
         json.dump(summary, f, indent=1)
     return summary
