@@ -43,7 +43,9 @@ PROMISE = (
     ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets)"),
     ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
     ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
-    ("compiled_autograd", "the whole backward as one compiled graph (002: dynamic backward graphs, hooks, FSDP)"),
+    ("compiled_autograd", "the whole backward as one compiled graph (002: dynamic backward graphs, hooks, FSDP); "
+                          "late: on an H100 (torch 2.11) the captioner and llama-8b winners with it were still "
+                          "compiling at 300 and 270 s, a whole backward per padded length (studies/README.md)"),
     ("inductor.coordinate_descent_tuning", "tunes Triton kernel configs"),
     ("inductor.shape_padding", "pads matrix dimensions for faster kernels (001)"),
     ("inductor.epilogue_fusion", "fuses pointwise epilogues into matrix kernels"),
