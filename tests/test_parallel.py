@@ -140,9 +140,17 @@ def test_a_search_under_ddp_or_fsdp2_ends_with_a_winner(searched):
     # measured, stopped once it could no longer win, or refused by a rule before launch: none failed
     assert len(ok) >= 2 and all(t.user_attrs.get("status") in ("ok", "pruned", "infeasible") for t in trials), [
         (t.user_attrs.get("status"), t.user_attrs.get("reason")) for t in trials]
+    records = {}
     for t in ok:  # every measured trial ran as a group of two, rank 0 speaking for both
         with open(os.path.join(trial_folder(settings.study_dir, t.number), "result.json")) as f:
-            assert len(json.load(f)["ranks"]) == 2
+            records[t.number] = json.load(f)
+        assert len(records[t.number]["ranks"]) == 2 and all(r["losses"] for r in records[t.number]["ranks"])
+    from autocompile.engine.scoring import numerics_verdict
+
+    compiled = [n for n in records if n != trials[0].number]  # each rank's first losses against eager's same rank
+    verdicts = [numerics_verdict(records[n], records[trials[0].number], "cpu") for n in compiled]
+    assert compiled and all(v["method"] == "first losses" and v["ranks"] == 2 and not v["differs"] for v in verdicts)
+    assert all(records[n]["numerics"]["ranks"] == 2 for n in compiled)  # as the engine judged them
     best = summary["best"]
     assert best is not None and f"apply_{parallel}(model" in best["snippet"]
     # resumed without --parallel: one clear line

@@ -98,9 +98,10 @@ def baseline_value(study, role: str, key: str):
     return trial.user_attrs.get(key) if trial else None
 
 
-def eager_record(study) -> dict | None:
+def eager_record(study, study_dir: str | None = None) -> dict | None:
+    """The eager baseline's record: its user attributes, whole from its result.json with `study_dir`."""
     eager = baseline_trial(study, "eager")
-    return eager.user_attrs if eager else None
+    return (full_record(eager, study_dir) if study_dir else eager.user_attrs) if eager else None
 
 
 def search_candidates(study, compiled_only: bool = True) -> list:

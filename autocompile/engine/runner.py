@@ -262,7 +262,7 @@ class Runner:
         """Judge the record, keep it whole in the trial's folder and concise in the study, tell the
         study; the judged record."""
         settings = self.settings
-        record = judge(record, eager_record(self.study), settings.device, settings.max_memory_gb)
+        record = judge(record, eager_record(self.study, settings.study_dir), settings.device, settings.max_memory_gb)
         if record["status"] == "infeasible" and record.get("numerics", {}).get("differs") and settings.triage:
             self.progress.line(f"  trial {trial.number}: numerics off; comparing it with eager module by module")
             record = divergence.locate(request, record, numerics_tolerance(settings.device), time_left=self.remaining())

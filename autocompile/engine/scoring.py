@@ -77,6 +77,17 @@ def _worst_rank(ranks: list[dict], device: str) -> dict:
     return {**verdicts[worst], "rank": worst, "ranks": len(ranks)} if len(ranks) > 1 else verdicts[0]
 
 
+def _rank_losses(record: dict, eager: dict) -> list[dict] | None:
+    """Each rank's first losses beside eager's same rank (--parallel: each rank trains on its own
+    batches), where both runs had the same ranks and kept them; else None."""
+    mine, theirs = record.get("ranks"), eager.get("ranks")  # a user attribute's may be shortened to a text
+    if not (isinstance(mine, list) and isinstance(theirs, list)) or len(mine) < 2 or len(mine) != len(theirs):
+        return None
+    if not all(isinstance(r, dict) and r.get("losses") for r in mine + theirs):
+        return None
+    return [{"trial": m["losses"], "eager": e["losses"]} for m, e in zip(mine, theirs)]
+
+
 def numerics_verdict(record: dict, eager: dict | None, device: str) -> dict | None:
     """How a compiled trial's numerics compare with eager's, and how that was found out.
 
@@ -96,6 +107,10 @@ def numerics_verdict(record: dict, eager: dict | None, device: str) -> dict | No
         return {"method": "not judged", "differs": False,
                 "how": f"the loss depends on the random stream (dropout) and the replay did not finish: {why}"}
     if eager and eager.get("losses") and record.get("losses"):
+        ranks = _rank_losses(record, eager)
+        if ranks:
+            return {"method": "first losses", "how": "each rank's first losses against the eager baseline's same rank",
+                    **_worst_rank(ranks, device)}
         return {"method": "first losses", "how": "the measured run's first losses against the eager baseline's",
                 **compare_losses(record["losses"], eager["losses"], device)}
     if eager is None and record.get("losses") and record.get("eager_first_loss") is not None:

@@ -640,10 +640,11 @@ def _every_rank(value) -> list | None:
 
 def _gather_ranks(result: dict) -> None:
     """The group's figures on rank 0: items summed over ranks, steps per second the slowest rank's,
-    warm-up the slowest rank's, peak memory the largest rank's; each rank's own under "ranks"."""
+    warm-up the slowest rank's, peak memory the largest rank's; each rank's own under "ranks" (its
+    first losses too: the numerics guard compares each rank's with eager's same rank)."""
     if _group() is None:
         return
-    keys = ("warmup_s", "steps_per_s", "items_per_s", "peak_mem_gb", "recompiles", "graph_breaks")
+    keys = ("warmup_s", "steps_per_s", "items_per_s", "peak_mem_gb", "recompiles", "graph_breaks", "losses")
     result["ranks"] = every = _every_rank({k: result.get(k) for k in keys})
     result.update(warmup_s=max(r["warmup_s"] for r in every), steps_per_s=min(r["steps_per_s"] for r in every),
                   items_per_s=sum(r["items_per_s"] for r in every), peak_mem_gb=max(r["peak_mem_gb"] for r in every))
