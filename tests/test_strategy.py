@@ -484,3 +484,23 @@ def test_with_little_time_left_the_next_neighbour_runs_if_it_is_expected_to_fit(
     study.add_trials([t for t in committed.trials if t.number <= 7])  # the search before its round
     cost = neighbour_cost(build_space("captioner", "cuda"), study, Predictor(study, folder), lambda c, p: False)
     assert expected_trial_s(study) > 183 and cost is not None and 100 < cost < 183, cost
+
+
+def test_tpe_proposals_get_no_more_time_than_the_neighbours():
+    """captioner-fresh-5 (H200, 2026-11-26): TPE's one launched proposal (trial 11, compiled
+    autograd) was cut at its 240 s limit while compiling, where its two neighbours had taken 30 and
+    33 s with the shared cache. Turn by turn, TPE would go again next; by time, the neighbours do."""
+    from autocompile.engine.strategy import neighbours_turn, next_neighbour
+    from autocompile.engine.study import load_study
+    from conftest import ROOT
+
+    committed = load_study("captioner-fresh-5", f"sqlite:///{ROOT}/studies/history/captioner-fresh-5/study.db")
+    assert committed.trials[11].user_attrs["role"] == "search" and committed.trials[11].user_attrs["status"] == "timeout"
+    before, after = (optuna.create_study(direction="maximize") for _ in range(2))
+    before.add_trials([t for t in committed.trials if t.number <= 10])
+    after.add_trials([t for t in committed.trials if t.number <= 11])
+    assert neighbours_turn(before, 0) and neighbours_turn(after, 0)  # every other proposal, as before
+    assert not neighbours_turn(before, 1)  # TPE had taken no time: its turn
+    assert neighbours_turn(after, 1)  # 240 s of TPE against 63 s of neighbours: a neighbour again
+    neighbour = next_neighbour(build_space("captioner", "cuda"), after, lambda config, params: False)
+    assert neighbour and neighbour["parent"] in (8, 10)  # the incumbent, or the fastest taking its turn

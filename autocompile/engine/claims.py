@@ -17,7 +17,7 @@ import optuna
 from autocompile.errors import UserError
 from autocompile.engine.screening import screen_trial
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
-from autocompile.engine.strategy import next_neighbour, twin_time
+from autocompile.engine.strategy import neighbours_turn, next_neighbour, twin_time
 from autocompile.engine.finalists import finalist_reserve
 from autocompile.engine.runner import MIN_TRIAL_S, Runner, already_tried, ask, baselines_to_run, expected_trial_s, waiting
 
@@ -174,7 +174,8 @@ def _claim(runner: Runner, state: dict):
 
 def _queue_proposals(runner: Runner, state: dict, pending: list) -> None:
     """The recipes once the baselines are claimed (those not tried yet), then a neighbour of the
-    incumbent every other proposal, alternating with TPE's."""
+    incumbent every other proposal, alternating with TPE's, and in a row while TPE's proposals have
+    taken more time than the neighbours (strategy.neighbours_turn)."""
     study, settings, space = runner.study, runner.settings, runner.space
     if not pending and not state["recipes_queued"]:
         # After the baselines (study.ask would hand a queued recipe to a baseline); a
@@ -184,7 +185,7 @@ def _queue_proposals(runner: Runner, state: dict, pending: list) -> None:
             if not already_tried(study, config, params, settings.trial_timeout_s):
                 study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
         state["recipes_queued"] = True
-    if state["recipes_queued"] and (state["proposals"] % 2 == 0 or state.pop("neighbour_now", False)) \
+    if state["recipes_queued"] and (neighbours_turn(study, state["proposals"]) or state.pop("neighbour_now", False)) \
             and not waiting(study):
         cost = runner.predictor().predict  # the cheaper of equally promising moves first
         neighbour = next_neighbour(space, study, runner.tried, cost)  # alternating with TPE's proposals

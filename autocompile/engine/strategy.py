@@ -278,6 +278,22 @@ def _rank_lighter(name: str, value, base: dict, borrow: dict) -> int:
     return 1 if name in borrow and _same(borrow[name], value) else 2
 
 
+def neighbours_turn(study, proposals: int) -> bool:
+    """Whether the next proposal is a neighbour of the incumbent rather than TPE's: every other one,
+    and besides whenever TPE's proposals have taken longer than the neighbours so far (equal time,
+    not equal turns). captioner-fresh-5 (H200, 2026-11-26) gave one TPE proposal 240 s (compiled
+    autograd, cut while compiling) where its neighbours took 30-33 s each with the shared cache:
+    turn by turn, that one proposal cost the time of seven neighbours."""
+    if proposals % 2 == 0:
+        return True
+    spent = {"neighbour": 0.0, "search": 0.0}
+    for t in study.get_trials(deepcopy=False):
+        role = t.user_attrs.get("role")
+        if role in spent and t.state.is_finished():
+            spent[role] += t.user_attrs.get("wall_s") or 0.0
+    return spent["neighbour"] < spent["search"]
+
+
 def next_neighbour(space, study, tried, cost=None) -> dict | None:
     """The next untried, feasible neighbour: {"params", "changed", "parent", "parent_params",
     "config"}, or None. `tried(config, params)` says whether a configuration was measured or queued already.
