@@ -5,7 +5,8 @@
 #       'trial ... --dir /root/autocompile-runs/trial-NAME' (a trial by hand, its folder brought back);
 #       a job's --space studies/NAME.toml is this checkout's space file
 #   GPU=1 bash scripts/gpu_study.sh start ...  # on a host of several GPUs: a queue of its own on GPU 1
-#       (CUDA_VISIBLE_DEVICES=1, log search-gpu1.log), beside the queues of the other GPUs
+#       (CUDA_VISIBLE_DEVICES=1, log search-gpu1.log), beside the queues of the other GPUs; GPU=0,1: one
+#       queue on two GPUs (a search with --gpus 2 or --nproc 2, log search-gpu0-1.log)
 #   bash scripts/gpu_study.sh watch SECONDS   # print progress for up to SECONDS (until every queue
 #       is done), then collect into $OUT
 # Studies live in $RUNS (default /root/autocompile-runs) so that they outlive each call;
@@ -20,7 +21,7 @@ mkdir -p "$RUNS"
 export AUTOCOMPILE_CACHE="$RUNS/memory"
 mkdir -p "$AUTOCOMPILE_CACHE"
 [ -f "$AUTOCOMPILE_CACHE/failures.db" ] || [ ! -f studies/gpu-failures.db ] || cp studies/gpu-failures.db "$AUTOCOMPILE_CACHE/failures.db"
-queue=${GPU:+gpu$GPU}; queue=${queue:-all}
+queue=${GPU:+gpu${GPU//,/-}}; queue=${queue:-all}  # GPU=0,1: one queue on two GPUs (gpu0-1)
 case "$1" in
   start)
     shift
