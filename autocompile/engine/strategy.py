@@ -39,13 +39,16 @@ PROMISE = (
     ("mode", "reduce-overhead: CUDA graphs +15% (000), the captioner's 1.82x; max-autotune tunes kernels"),
     ("static_grads", "under CUDA graphs with a compiled step, gradients read in place instead of copied in: "
                      "001's step #3, tried right after a CUDA-graph mode (5.32 against 5.54 steps/s on its "
-                     "small model, A100)"),
+                     "small model, A100; the captioner's compiled step with them: 19.1 against 20.6-20.9 steps/s, "
+                     "22 s less warm-up, H200, 2026-11-26)"),
     ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets)"),
     ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
     ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
     ("compiled_autograd", "the whole backward as one compiled graph (002: dynamic backward graphs, hooks, FSDP); "
                           "late: on an H100 (torch 2.11) the captioner and llama-8b winners with it were still "
-                          "compiling at 300 and 270 s, a whole backward per padded length (studies/README.md)"),
+                          "compiling at 300 and 270 s, a whole backward per padded length; given 500 s on an "
+                          "H200, the captioner's warmed up in 419 s to run 20.2 against 20.5-20.8 steps/s "
+                          "(studies/README.md)"),
     ("inductor.coordinate_descent_tuning", "tunes Triton kernel configs"),
     ("inductor.shape_padding", "pads matrix dimensions for faster kernels (001)"),
     ("inductor.epilogue_fusion", "fuses pointwise epilogues into matrix kernels"),
