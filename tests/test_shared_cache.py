@@ -93,6 +93,9 @@ def test_the_winner_whose_warm_up_was_reconstructed_is_measured_cold(shared_sear
     assert "compile_cache" not in cold.user_attrs  # its own empty cache
     row = next(r for r in verdict["candidates"] if r["trial"] == leader.number)
     assert row["warmup_s"] == pytest.approx(cold.user_attrs["warmup_s"])
+    if leader.number == verdict["finalists"][0]:  # the round's leader: its round run was the cold one, no warm rerun
+        assert cold.number in row["reruns"] and cold.user_attrs["finalist_round"] == 0
+        assert [t.number for t in study.trials if t.user_attrs.get("remeasure_of") == leader.number] == [cold.number]
     assert row["reconstructed_warmup_s"] == pytest.approx(check["reconstructed_warmup_s"])
     if winner.number != leader.number:  # its cold warm-up put another finalist ahead, one measured cold
         assert winner.user_attrs.get("warmup_kind") != "reconstructed"
@@ -105,15 +108,45 @@ def test_the_round_reruns_start_from_the_shared_cache(shared_search):
     settings, _ = shared_search
     study = _study(settings)
     reruns = [t for t in study.trials if t.user_attrs.get("role") == "finalist" and "remeasure_of" in t.user_attrs
-              and not t.user_attrs.get("cold_check") and t.user_attrs["config"].get("compile")]
+              and t.user_attrs["config"].get("compile")]
     assert reruns
     for t in reruns:
         first = study.trials[t.user_attrs["remeasure_of"]]
         if first.user_attrs.get("compile_cache") != "shared" or t.user_attrs.get("status") != "ok":
             continue
+        if t.user_attrs.get("cold_check"):  # a leader whose warm-up was reconstructed: from empty caches
+            assert "compile_cache" not in t.user_attrs and t.user_attrs["warmup_kind"] == "cold"
+            continue
         assert t.user_attrs["warmup_carried_from"] == first.number
         assert t.user_attrs["warmup_s"] == pytest.approx(first.user_attrs["warmup_s"])
         assert t.user_attrs["warm_warmup_s"] < first.user_attrs["warmup_s"]
+
+
+def test_a_leader_with_a_reconstructed_warm_up_is_measured_cold_by_its_round_run(shared_search):
+    """The round's run of a leader whose warm-up was reconstructed is from empty caches: one run that
+    measures its speed again and its warm-up cold, its numerics carried (finalists._rerun), and its row
+    takes that warm-up and score, the reconstructed one beside (the run a cold check would repeat)."""
+    from autocompile.engine.finalists import _check, _rerun, _row
+    from autocompile.engine.runner import Progress, Runner
+
+    settings, _ = shared_search
+    study = _study(settings)
+    first = next(t for t in study.trials if t.user_attrs.get("warmup_kind") == "reconstructed"
+                 and t.user_attrs.get("status") == "ok" and "remeasure_of" not in t.user_attrs)
+    runner = Runner(study, study._storage, "", settings, Progress(1), deadline=None)
+    record = _rerun(runner, first, 0, 0.0, cold=True)
+    assert record["status"] == "ok", record.get("reason")
+    rerun = study.trials[record["trial"]]
+    a = rerun.user_attrs
+    assert a["cold_check"] and a["remeasure_of"] == first.number and "compile_cache" not in a
+    assert a["warmup_kind"] == "cold" and "warmup_carried_from" not in a  # its own warm-up, from empty caches
+    assert a["warmup_s"] > first.user_attrs["warmup_measured_s"]  # it compiled what the shared cache had
+    assert not os.path.exists(os.path.join(settings.study_dir, "trials", f"{rerun.number:04d}", "cache"))
+    row = _row(first, [record], None)
+    assert row["warmup_s"] == pytest.approx(a["warmup_s"]) and row["score"] == pytest.approx(record["score"])
+    assert row["reconstructed_warmup_s"] == pytest.approx(first.user_attrs["warmup_s"])
+    check = _check(first, record)
+    assert check["of"] == first.number and check["cold_warmup_s"] == pytest.approx(a["warmup_s"])
 
 
 def test_a_configuration_predicted_to_lose_is_pruned_before_launch_and_plain_compile_is_bounded(tmp_path):

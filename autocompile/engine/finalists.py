@@ -46,12 +46,22 @@ def rerun_estimate_s(trial) -> float:
 
 
 def cold_check_s(study, k: int, limit_s: float | None = None) -> float:
-    """What measuring the leader's warm-up cold costs, where its warm-up was reconstructed (see
-    `cold_check`): its run with the compile time its cache hits saved."""
+    """What measuring the leader's warm-up cold adds to the round, where its warm-up was reconstructed:
+    its round's run is a cold one (`_rerun`), its first run with the compile time its cache hits
+    saved, in place of a warm rerun."""
     top = contenders(study, k, limit_s)[:1]
-    if not top or top[0].user_attrs.get("warmup_kind") != "reconstructed":
+    if not top or not _reconstructed(top[0]):
         return 0.0
-    a = top[0].user_attrs
+    return max(_cold_run_s(top[0]) - rerun_estimate_s(top[0]), 0.0)
+
+
+def _reconstructed(trial) -> bool:
+    return trial.user_attrs.get("warmup_kind") == "reconstructed"
+
+
+def _cold_run_s(trial) -> float:
+    """What a run of `trial` from empty caches takes: its run with the compile time its cache hits saved."""
+    a = trial.user_attrs
     return a.get("wall_s", 0) + (a.get("reconstruction") or {}).get("added_s", 0)
 
 
@@ -176,8 +186,10 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
         # this round was run already for these finalists, under the current numerics guard
         return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, runner.settings.horizon, progress.line)
+    cold = f"; trial {numbers[0]}, its warm-up reconstructed, from empty caches: its warm-up measured cold" \
+        if _reconstructed(finalists[0]) else ""
     progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager; "
-                  "each starts from the code its first run compiled, whose cold warm-up and numerics it carries")
+                  f"each starts from the code its first run compiled, whose cold warm-up and numerics it carries{cold}")
     progress.total = progress.done + rounds * (len(finalists) + len(reference))
     runs: dict[int, list[dict]] = {t.number: [] for t in [*reference, *finalists]}
     for r in range(rounds):
@@ -190,16 +202,14 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
             if remaining is not None and not must and remaining + overrun < rerun_estimate_s(original):
                 progress.line(f"finalist round: search timeout reached, trial {original.number} not measured again")
                 break
-            trial = new_trial(study)
-            trial.set_user_attr("remeasure_of", original.number)
-            trial.set_user_attr("finalist_round", r)
-            # a rerun may take longer than its first run (a loaded host compiles slower): it is
-            # not cut short of its limit (RERUN_LIMIT), even past --timeout, nor let run beyond it
-            limit = rerun_limit_s(original.user_attrs["wall_s"], trial_limit)
-            keep = -overrun if remaining is None else min(-overrun, remaining - limit)
-            record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
-                                limit_s=limit, keep_s=keep, first=original)
-            runs[original.number].append({**record, "trial": trial.number})
+            cold = r == 0 and original is finalists[0] and _reconstructed(original)
+            record = _rerun(runner, original, r, overrun, cold)
+            if cold and record["status"] != "ok":  # its speed measured all the same, warm as the others'
+                progress.line(f"finalist round: the cold run of trial {original.number} ended {record['status']}: "
+                              "measured again from its compiled code, its warm-up stays reconstructed")
+                runs[original.number].append(record)
+                record = _rerun(runner, original, r, overrun, cold=False)
+            runs[original.number].append(record)
     eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"] if eager is not None else []
     eager_pace = statistics.mean([x["steps_per_s"] for x in eager_runs]) if eager_runs else None
     rows = [_row(t, runs[t.number], eager_pace) for t in finalists]
@@ -209,18 +219,55 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
                **choose_winner(rows, eager.number if eager else None, eager_score, runner.settings.horizon)}
     if verdict["winner"] is not None:
         progress.line("finalists: " + verdict["why"])
-        verdict = cold_check(runner, verdict)
+        verdict = cold_check(runner, verdict, [_check(study.trials[n], x) for n, xs in runs.items()
+                                               for x in xs if x.get("cold")])
     study.set_user_attr("finalists", verdict)
     return verdict
 
 
-def cold_check(runner: Runner, verdict: dict) -> dict:
+def _rerun(runner: Runner, original, r: int, overrun: float, cold: bool) -> dict:
+    """Finalist `original` measured again in round `r`: from the code its first run compiled, its
+    cold warm-up and numerics carried; or, `cold`, from empty caches, its warm-up measured cold
+    (the leader whose warm-up was reconstructed: the run its cold check would have been, in place
+    of a warm rerun; llama-8b-fresh-6's round spent 33 s rerunning its leader warm, then 95 s
+    cold, H200, 2026-11-26). A rerun may take longer than its first run (a loaded host compiles
+    slower): it is not cut short of its limit (RERUN_LIMIT), even past --timeout, nor let run beyond it."""
+    trial = new_trial(runner.study)
+    trial.set_user_attr("remeasure_of", original.number)
+    trial.set_user_attr("finalist_round", r)
+    if cold:
+        trial.set_user_attr("cold_check", True)
+    first_s = _cold_run_s(original) if cold else original.user_attrs["wall_s"]
+    limit = rerun_limit_s(first_s, runner.settings.trial_timeout_s)
+    remaining = runner.remaining()
+    keep = -overrun if remaining is None else min(-overrun, remaining - limit)
+    record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
+                        limit_s=limit, keep_s=keep, first=original, cold=cold)
+    return {**record, "trial": trial.number, "cold": cold}
+
+
+def _check(first, run: dict) -> dict:
+    """A cold run of finalist `first` in the round, as `cold_check` lists it."""
+    check = {"trial": run["trial"], "of": first.number, "status": run["status"],
+             "reconstructed_warmup_s": first.user_attrs["warmup_s"]}
+    if run["status"] == "ok":
+        check.update(cold_warmup_s=run["warmup_s"], agreement=first.user_attrs["warmup_s"] / run["warmup_s"] - 1)
+    return check
+
+
+def cold_check(runner: Runner, verdict: dict, checks: list | None = None) -> dict:
     """The winner's warm-up measured cold, where its runs had it reconstructed (a shared compile cache
-    had some of its graphs): a run of its own from empty caches (`_measure_cold`). Its cold warm-up
-    can put another finalist ahead; where that one's warm-up was reconstructed too, it is measured
-    cold in turn, so that the winner's warm-up is always one measured cold (or says it is not:
-    a cold run that failed). `cold_checks` lists every check, `cold_check` is the winner's."""
-    checks = []
+    had some of its graphs): the round's cold run of it (`checks`, the leader's), else a run of its
+    own from empty caches (`_measure_cold`). Its cold warm-up can put another finalist ahead; where
+    that one's warm-up was reconstructed too, it is measured cold in turn, so that the winner's
+    warm-up is always one measured cold (or says it is not: a cold run that failed). `cold_checks`
+    lists every check, `cold_check` is the winner's."""
+    checks = list(checks or [])
+    for check in checks:
+        if check["status"] == "ok":
+            runner.progress.line(f"finalist round: trial {check['of']} warmed up in {check['cold_warmup_s']:.1f} s "
+                                 f"cold in the round, reconstructed {check['reconstructed_warmup_s']:.1f} s "
+                                 f"({check['agreement']:+.0%})")
     while (first := _reconstructed_winner(runner.study, verdict, checks)) is not None:
         verdict, check = _measure_cold(runner, verdict, first)
         checks.append(check)
@@ -250,9 +297,9 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
     trial = new_trial(study)
     trial.set_user_attr("remeasure_of", first.number)
     trial.set_user_attr("cold_check", True)
-    a = first.user_attrs
-    limit = rerun_limit_s(a["wall_s"] + (a.get("reconstruction") or {}).get("added_s", 0), runner.settings.trial_timeout_s)
-    record = runner.run(trial, dict(a["config"]), "finalist", prunable=False, limit_s=limit, keep_s=-limit)
+    limit = rerun_limit_s(_cold_run_s(first), runner.settings.trial_timeout_s)
+    record = runner.run(trial, dict(first.user_attrs["config"]), "finalist", prunable=False, limit_s=limit,
+                        keep_s=-limit, first=first, cold=True)
     check = {"trial": trial.number, "of": first.number, "status": record["status"],
              "reconstructed_warmup_s": row["warmup_s"]}
     if record["status"] != "ok":
@@ -308,13 +355,18 @@ def _row(t, runs: list[dict], eager_pace: float | None) -> dict:
     agreement = (max(paces) - min(paces)) / statistics.mean(paces)
     spread = max([x.get("cv", 0) for x in ok] + [t.user_attrs.get("cv", 0)])
     steady = statistics.mean(x["steps_per_s"] for x in ok)
-    return {
+    cold = [x for x in ok if x.get("cold")]  # its warm-up measured cold in the round: that one stands
+    row = {
         "trial": t.number, "config": t.user_attrs["config"], "status": "ok", "reruns": [x["trial"] for x in ok],
         "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value, "steps_per_s": steady,
-        "warmup_s": statistics.mean(x["warmup_s"] for x in ok), "score": statistics.mean(x["score"] for x in ok),
+        "warmup_s": statistics.mean(x["warmup_s"] for x in cold or ok),
+        "score": statistics.mean(x["score"] for x in cold or ok),
         "vs_eager": steady / eager_pace if eager_pace else None,
         "agreement": agreement, "spread": spread, "noise": max(agreement, spread),
     }
+    if cold:
+        row["reconstructed_warmup_s"] = t.user_attrs["warmup_s"]
+    return row
 
 
 def rechoose(study, horizon: int, say=print) -> dict | None:

@@ -149,12 +149,17 @@ def config_columns(config: dict) -> dict:
     return columns
 
 
-def carried(record: dict, first: dict, number: int) -> dict:
+def carried(record: dict, first: dict, number: int, warm_up: bool = True) -> dict:
     """A finalist's rerun that started from the code its first run (trial `number`, whole record
     `first`) compiled: its warm warm-up kept apart, the first run's cold warm-up carried as its
     own, and the first run's numerics replay with it (not run again), so that its score is the
-    score of the configuration as a user meets it, cold."""
+    score of the configuration as a user meets it, cold. Without `warm_up` (a rerun from empty
+    caches, its warm-up cold already), the numerics alone."""
     if record.get("status") != "ok":
+        return record
+    if not warm_up:
+        if first.get("replay") and not record.get("replay"):
+            record.update(replay=first["replay"], replay_carried_from=number)
         return record
     record["warm_warmup_s"] = record.get("warmup_measured_s", record.get("warmup_s"))
     for key in ("warmup_measured_s", "reconstruction"):

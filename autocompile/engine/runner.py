@@ -176,21 +176,22 @@ class Runner:
         return True
 
     def run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None = None,
-            keep_s: float = 0.0, first=None) -> dict:
+            keep_s: float = 0.0, first=None, cold: bool = False) -> dict:
         """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
         of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record.
-        A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`).
+        A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`);
+        `cold`, from empty caches, its warm-up its own and `first`'s numerics carried.
         Ctrl-C at any point of it (its launch, or the bookkeeping before it) fails the trial as
         interrupted: none is left running in the study (a 2-worker test on a loaded machine caught
         one between its claim and its launch)."""
         try:
-            return self._run(trial, config, role, prunable, limit_s, keep_s, first)
+            return self._run(trial, config, role, prunable, limit_s, keep_s, first, cold)
         except KeyboardInterrupt:
             self.abandon(trial)
             raise
 
     def _run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None, keep_s: float,
-             first) -> dict:
+             first, cold: bool) -> dict:
         settings = self.settings
         limit_s = limit_s or settings.trial_timeout_s
         trial.set_user_attr("role", role)
@@ -202,7 +203,7 @@ class Runner:
             trial.set_user_attr("predicted_warmup_s", predicted)  # beside the measured one, for the summary
         self.progress.phase(trial.number, label, {"phase": "starting"})
         remaining = None if self.remaining() is None else self.remaining() - keep_s
-        warm = self._warm_cache(config, first)
+        warm = None if cold else self._warm_cache(config, first)
         shared = self._shares(config, role, first)
         if shared:
             trial.set_user_attr("compile_cache", "shared")
@@ -212,15 +213,15 @@ class Runner:
             batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
             timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining)),
             header=_header(settings, trial.number), trace=settings.trace,
-            measure={**(settings.measure or {}), **({"numerics_replay": False} if warm else {})},
+            measure={**(settings.measure or {}), **({"numerics_replay": False} if warm or cold else {})},
             cache_dir=warm or (caches.shared(settings.study_dir) if shared else None),
             keep_cache=bool(config["compile"]) and first is None and role != "finalist",
             ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
             nproc=settings.nproc, parallel=settings.parallel,
         )
         record = self._launch(trial, request, label, prunable, remaining)
-        if warm:
-            record = carried(record, full_record(first, settings.study_dir), first.number)
+        if warm or cold:
+            record = carried(record, full_record(first, settings.study_dir), first.number, warm_up=not cold)
         record = self._tell(trial, request, record, limit_s)
         self.progress.done += 1
         self._report(trial.number, label, record)
