@@ -2,10 +2,14 @@
 
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
 from conftest import ROOT, numerics_of_plain_compile, toy
+
+DATA = pathlib.Path(__file__).parent / "data"
 
 
 def _run(*args, cwd=None):
@@ -206,3 +210,68 @@ def test_a_rerun_that_does_not_fail_as_the_trial_did_gets_no_repro_and_a_line_th
         summary = _unminified(str(tmp_path), str(tmp_path), {"rerun": {**rerun, "wall_s": 1.0}}, trial)
         assert summary["line"] == line and "repro" not in summary
         assert not (tmp_path / "repro.py").exists()
+
+
+def test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_from_a_study_that_lost_its_folder(tmp_path):
+    """Issue 31, both defects. On an H200 (torch 2.11) Inductor's non-tree CUDA-graph path asserted
+    inside a compiled graph at a trial's second step: the minifier wrote a launcher, but its graph
+    alone passed ("Input graph did not fail the tester" after 22 s), and repro called that "not
+    reduced within the 300 s limit". Here a toy's compiled forward indexes past its embedding at
+    step 2 (a buffer step 1 set): Inductor's bounds check raises inside the graph, and the
+    launcher's graph, on the zeros it makes up for the ids, passes. And the study keeps only its
+    study.db, as a committed one does: the trial's spec is rebuilt from the storage."""
+    done = _run("-m", "autocompile", "search", "--model", toy("toy_runtime_fail_in_graph"), "--device", "cpu",
+                "--trials", "2", "--finalists", "0", "--study", "s", "--dir", str(tmp_path), "--no-trace", "--no-triage")
+    assert done.returncode in (0, 1), done.stderr
+    folder = tmp_path / "s" / "trials" / "0001"
+    record = json.loads((folder / "result.json").read_text())
+    assert record["status"] == "failed" and "index out of bounds" in record["reason"], record["reason"]
+    shutil.rmtree(folder)  # what a committed study leaves out (studies/README.md)
+    study = _study(tmp_path)
+    study.enqueue_trial({})  # trial 2: queued, never started
+    done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "2", "--dir", str(tmp_path))
+    assert (done.returncode, done.stderr) == (2, "autocompile: error: trial 2 never ran to a record (it is queued; "
+                                                 "state WAITING): nothing to rerun\n")
+
+    done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "300")
+    assert done.returncode == 0, done.stdout + done.stderr
+    repro = folder / "repro"
+    summary = json.loads((repro / "summary.json").read_text())
+    spec = json.loads((folder / "spec.json").read_text())
+    assert (spec["model"], spec["config"], spec["device"]) == (toy("toy_runtime_fail_in_graph"), record["config"], "cpu")
+    assert spec["rebuilt_from"] == summary["rebuilt_from"] and spec["timeout_s"] == 900.0  # the search's default limit
+    assert summary["minifier"] == "did not fail" and summary["minifier_s"] < 300 and "not reduced" not in done.stdout
+    assert summary["rerun"]["status"] == "failed" and summary["recurred"], summary
+    assert (repro / "minifier_launcher_does_not_fail.py").exists() and not (repro / "minifier_launcher.py").exists()
+    assert done.stdout == (
+        f"unreduced repro: {repro / 'repro.py'}: the minifier's graph did not fail alone (\"Input graph did not fail the "
+        f"tester\", after {summary['minifier_s']:.0f} s; its launcher kept as minifier_launcher_does_not_fail.py; the "
+        f"rerun that wrote it took {summary['rerun']['wall_s']:.0f} s): the failure needs the run around the graph "
+        f"(what earlier steps left); the rerun failed with {summary['recurred']}; repro.py reruns the configuration "
+        f"on the workload: {summary['script_lines']} lines; run it with python to see the failure (the trial's spec "
+        "rebuilt from the study: its folder was gone)\n")
+    script = (repro / "repro.py").read_text()
+    assert "(study 's', trial 1), found by autocompile." in script  # the snippet the rerun rendered, the trial's header
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "repro.py").write_text(script)
+    ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert ran.returncode == 1 and "step 1 done\n" in ran.stdout, ran.stdout + ran.stderr[-2000:]
+    assert "failed, as the trial did: RuntimeError: " in ran.stderr and "index out of bounds" in ran.stderr
+
+
+def test_the_minifiers_own_words_say_its_graph_did_not_fail_alone():
+    """The minifier's log from the H200 run of issue 31 (autocompile repro --trial-dir
+    .../trial-captioner-nontree-cudagraphs --timeout 300, torch 2.11.0+cu130, 2026-11-26; copied
+    from that run's repro/minifier-log.txt): it stopped after 22 s, exit status 1, with the 300 s
+    limit far off."""
+    from autocompile.outputs.repro import last_error, minifier_outcome
+
+    log = (DATA / "gpu-minifier-log-did-not-fail.txt").read_text()
+    assert minifier_outcome(log, 1) == "did not fail"
+    assert last_error(log) == "RuntimeError: Input graph did not fail the tester"
+    stopped = log.replace("Input graph did not fail the tester", "Uh oh, something went wrong :( Final graph is not failing")
+    assert minifier_outcome(stopped, 1) == "stopped"
+    assert minifier_outcome("Started off with 83 nodes\n", None) == "timed out"
+    assert minifier_outcome("Made 12 queries\n", 0) == "minified"
