@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT, numerics_of_plain_compile, toy
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -154,45 +155,6 @@ def test_a_checkpoint_cut_while_it_was_written_is_passed_over(tmp_path):
     assert _smallest_checkpoint(str(tmp_path / "debug")) == str(folder / "26.py")
 
 
-def test_a_failure_at_run_time_outside_the_minifiers_graphs_gets_an_unreduced_repro_that_fails_alone(tmp_path):
-    """The backward of a compiled model's second step raises from a hook on its output, run by the
-    autograd engine outside any compiled graph (as CUDA graphs' "overwritten by a subsequent run" is
-    on a GPU): the minifier leaves no launcher, and repro.py is the trial's snippet on its workload."""
-    from autocompile.workloads import WorkloadOptions, get_workload
-
-    workload = get_workload(toy("toy_runtime_fail"))  # eager, the baseline, trains
-    model, _ = workload.build(WorkloadOptions())
-    for batch in workload.batches(WorkloadOptions(), 3):
-        workload.loss(model, batch).backward()
-    from autocompile.outputs.repro import repro_folder
-    from autocompile.space import DEFAULTS
-    from autocompile.trial import TrialRequest, run_trial
-
-    # A trial run by hand (`autocompile trial --dir`); the blocks compiled alone: the quickest compile (2 s less).
-    folder, config = tmp_path / "trial", {**DEFAULTS, "scope": "regional"}
-    record = run_trial(TrialRequest(model=toy("toy_runtime_fail"), config=config, device="cpu", trial_dir=str(folder)))
-    assert record["status"] == "failed" and record["reason"].startswith("RuntimeError: toy-runtime-fail"), record
-    summary = repro_folder(str(folder))  # `autocompile repro --trial-dir` prints its line
-    repro = folder / "repro"
-    assert not list(repro.rglob("minifier_launcher.py"))  # the minifier could not take it
-    assert summary == json.loads((repro / "summary.json").read_text())
-    assert summary["recurred"] == "the same reason" and summary["repro"] == str(repro / "repro.py"), summary
-    assert summary["line"] == (f"unreduced repro: {repro / 'repro.py'}: the failure happens at run time, outside what "
-                               "the minifier watches (it left no launcher; the rerun failed with the same reason); "
-                               f"repro.py reruns the configuration on the workload: {summary['script_lines']} lines; "
-                               "run it with python to see the failure")
-    script = (repro / "repro.py").read_text()
-    assert (folder / "apply_compilation.py").read_text().rstrip("\n") + "\n" in script  # the very text the trial ran
-    assert "\nSTEPS = 80  # the trial's warm-up bound (it failed while compiling)\n" in script  # 20 passes over 4 batches
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    (alone / "repro.py").write_text(script)
-    ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone,
-                         env={**os.environ, "PYTHONPATH": ROOT})
-    assert ran.returncode == 1 and "step 1 done\n" in ran.stdout, ran.stdout + ran.stderr[-2000:]
-    assert f"failed, as the trial did: {record['reason']}" in ran.stderr, ran.stderr[-2000:]
-
-
 def test_a_rerun_that_does_not_fail_as_the_trial_did_gets_no_repro_and_a_line_that_says_so(tmp_path):
     from autocompile.outputs.repro import _unminified, recurred
 
@@ -228,10 +190,14 @@ def test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_fro
     assert record["status"] == "failed" and "index out of bounds" in record["reason"], record["reason"]
     shutil.rmtree(folder)  # what a committed study leaves out (studies/README.md)
     study = _study(tmp_path)
-    study.enqueue_trial({})  # trial 2: queued, never started
-    done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "2", "--dir", str(tmp_path))
-    assert (done.returncode, done.stderr) == (2, "autocompile: error: trial 2 never ran to a record (it is queued; "
-                                                 "state WAITING): nothing to rerun\n")
+    study.enqueue_trial({})  # trial 2: queued, never started: the one trial that keeps the error (the CLI's
+    from autocompile.errors import UserError  # one line for a UserError: test_a_crash_in_inductor_..., trial 7)
+    from autocompile.outputs.repro import repro_trial
+
+    with pytest.raises(UserError) as error:
+        repro_trial(_study(tmp_path), str(tmp_path / "s"), 2)
+    assert str(error.value) == "trial 2 never ran to a record (it is queued; state WAITING): nothing to rerun"
+    assert not (tmp_path / "s" / "trials" / "0002").exists()
 
     done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "300")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -259,6 +225,17 @@ def test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_fro
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert ran.returncode == 1 and "step 1 done\n" in ran.stdout, ran.stdout + ran.stderr[-2000:]
     assert "failed, as the trial did: RuntimeError: " in ran.stderr and "index out of bounds" in ran.stderr
+    # A failure raised outside every compiled graph (CUDA graphs' "accessing tensor output of CUDAGraphs
+    # that has been overwritten by a subsequent run", in loss.backward(), H100) leaves no launcher at
+    # all: the same script, and a line that says so (this rerun's verdict, from the same folder).
+    from autocompile.outputs.repro import _unminified
+
+    line = _unminified(str(folder), str(repro), {"rerun": summary["rerun"]}, record)["line"]
+    assert line == (f"unreduced repro: {repro / 'repro.py'}: the failure happens at run time, outside what the "
+                    f"minifier watches (it left no launcher; the rerun failed with {summary['recurred']}); repro.py "
+                    f"reruns the configuration on the workload: {summary['script_lines']} lines; run it with python "
+                    "to see the failure")
+    assert (repro / "repro.py").read_text() == script
 
 
 def test_the_minifiers_own_words_say_its_graph_did_not_fail_alone():

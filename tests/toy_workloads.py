@@ -290,27 +290,6 @@ def _compiled(model) -> bool:
         getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
 
 
-def toy_runtime_fail() -> Workload:
-    """Compiled, its second step's backward raises, from a hook the workload puts on the model's
-    output: run by the autograd engine outside any compiled graph, where no minifier looks, as
-    CUDA graphs' "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent
-    run" is (H100, torch 2.11). Eager trains."""
-    compiled_steps = [0]
-
-    def fail(grad):
-        raise RuntimeError("toy-runtime-fail: the backward of step 2 of a compiled model read an output "
-                           "overwritten by step 1 (on purpose, at run time)")
-
-    def hook(model, logits):
-        if logits.requires_grad and _compiled(model):
-            compiled_steps[0] += 1
-            if compiled_steps[0] == 2:
-                logits.register_hook(fail)
-        return logits
-
-    return _workload("toy-runtime-fail", lengths=(MAX_LEN, MAX_LEN), output_hook=hook)
-
-
 def _on_rank_1(action):
     """`action` in rank 1 of a trial of several ranks only: the others run as usual, and wait for it."""
     return lambda: action() if os.environ.get("RANK") == "1" else None

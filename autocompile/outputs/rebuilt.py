@@ -60,7 +60,7 @@ def rebuild(study, trial, folder: str, record: dict) -> str:
         "blocks": None, "timeout_s": _limit_s(search, record.get("role")),
         "nproc": settings.get("nproc", 1), "parallel": settings.get("parallel", "none"),
         **(search.get("measure") or {}),
-        "rebuilt_from": (f"study {study.study_name!r}'s storage (trial {trial.number}'s record and the study's "
+        "rebuilt_from": (f"the storage of study {study.study_name!r} (trial {trial.number}'s record, the study's "
                          "settings): the trial's folder was gone"),
     }
     os.makedirs(folder, exist_ok=True)

@@ -19,7 +19,13 @@ rerun compiles that module alone on the inputs it got in an eager pass (the work
 raised at run time outside the graphs the minifier wraps (CUDA graphs' "accessing tensor output
 of CUDAGraphs that has been overwritten by a subsequent run", inside loss.backward()) leaves no
 launcher: where the rerun failed as the trial did, repro.py is then unreduced, the trial's snippet
-on its workload in a plain training loop (autocompile.outputs.standalone).
+on its workload in a plain training loop (autocompile.outputs.standalone). So is it where a failure
+raised inside a compiled graph depends on what earlier steps left (Inductor's non-tree CUDA-graph
+AssertionError, H200, torch 2.11): the launcher's graph, run alone, passes, and the minifier says
+so in its log ("Input graph did not fail the tester") within seconds; the launcher is kept as
+minifier_launcher_does_not_fail.py, and only a minifier the limit stopped is "not reduced within
+the limit". A study's trial whose folder is gone (a committed study keeps study.db only) is rerun
+from a spec.json rebuilt from the study's storage (autocompile.outputs.rebuilt).
 """
 
 from __future__ import annotations
