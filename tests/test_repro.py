@@ -198,6 +198,10 @@ def test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_fro
         repro_trial(_study(tmp_path), str(tmp_path / "s"), 2)
     assert str(error.value) == "trial 2 never ran to a record (it is queued; state WAITING): nothing to rerun"
     assert not (tmp_path / "s" / "trials" / "0002").exists()
+    shutil.rmtree(tmp_path / "s" / "trials" / "0000")  # the eager baseline ran cleanly: nothing to rebuild for it
+    with pytest.raises(UserError, match="^trial 0 is 'ok', not a failed compile: nothing to reproduce$"):
+        repro_trial(_study(tmp_path), str(tmp_path / "s"), 0)
+    assert not (tmp_path / "s" / "trials" / "0000").exists()
 
     done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "300")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -238,12 +242,12 @@ def test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_fro
     assert (repro / "repro.py").read_text() == script
 
 
-def test_the_minifiers_own_words_say_its_graph_did_not_fail_alone():
-    """The minifier's log from the H200 run of issue 31 (autocompile repro --trial-dir
-    .../trial-captioner-nontree-cudagraphs --timeout 300, torch 2.11.0+cu130, 2026-11-26; copied
-    from that run's repro/minifier-log.txt): it stopped after 22 s, exit status 1, with the 300 s
-    limit far off."""
-    from autocompile.outputs.repro import last_error, minifier_outcome
+def test_the_minifiers_own_words_say_its_graph_did_not_fail_alone(tmp_path):
+    """The minifier's log and the summary from the H200 run of issue 31 (autocompile repro
+    --trial-dir .../trial-captioner-nontree-cudagraphs --timeout 300, torch 2.11.0+cu130,
+    2026-11-26; copied from that run's repro/minifier-log.txt and repro/summary.json): the
+    minifier stopped after 22 s, exit status 1, with the 300 s limit far off."""
+    from autocompile.outputs.repro import _earlier_launcher, last_error, minifier_outcome
 
     log = (DATA / "gpu-minifier-log-did-not-fail.txt").read_text()
     assert minifier_outcome(log, 1) == "did not fail"
@@ -252,3 +256,15 @@ def test_the_minifiers_own_words_say_its_graph_did_not_fail_alone():
     assert minifier_outcome(stopped, 1) == "stopped"
     assert minifier_outcome("Started off with 83 nodes\n", None) == "timed out"
     assert minifier_outcome("Made 12 queries\n", 0) == "minified"
+    # `repro` again on that trial (its summary written before this fix): the launcher is minified
+    # again, and the rerun that wrote it is carried, for the line once the graph passes alone.
+    earlier = json.loads((DATA / "gpu-repro-summary-did-not-fail.json").read_text())
+    launcher = tmp_path / "debug" / "torch_compile_debug" / "run_1" / "minifier" / "minifier_launcher.py"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text("")
+    (tmp_path / "summary.json").write_text(json.dumps(earlier))
+    summary = {key: earlier[key] for key in ("after", "level", "module")}
+    assert _earlier_launcher(str(tmp_path), summary) == str(launcher)
+    assert summary["rerun_before"] == {"status": "failed", "reason": "AssertionError:", "wall_s": earlier["rerun"]["wall_s"]}
+    (tmp_path / "summary.json").write_text(json.dumps({**earlier, "minifier": "did not fail"}))  # this fix's verdict
+    assert _earlier_launcher(str(tmp_path), dict(summary)) is None  # nothing more to minify: the trial is rerun

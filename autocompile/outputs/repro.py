@@ -279,8 +279,9 @@ def _unminified(folder: str, out: str, summary: dict, record: dict, outside: str
         return _finish(out, summary, None, f"the rerun did not fail ({rerun['status']}): the failure did not recur, "
                                            "so it is flaky or depends on the machine or its load")
     if same is None:
+        left = "a minifier launcher whose graph did not fail alone" if outside else "no minifier launcher"
         return _finish(out, summary, None, f"the rerun failed otherwise ({rerun['status']}: {rerun['reason'][:160]}), "
-                                           "not as the trial did, and left no minifier launcher")
+                                           f"not as the trial did, and left {left}")
     outside = (f"{outside}; the rerun failed with {same}" if outside else
                f"the failure happens {'at run time, ' if rerun['status'] == 'failed' else ''}outside what the "
                f"minifier watches (it left no launcher; the rerun failed with {same})")
@@ -307,6 +308,10 @@ def _check(folder: str, number: int, record: dict, accuracy: bool) -> None:
     """A one-line error unless the trial ran and failed the way asked about."""
     if not os.path.exists(os.path.join(folder, "spec.json")):
         raise UserError(f"trial {number} has no files in {folder}: it never ran")
+    _check_failed(number, record, accuracy)
+
+
+def _check_failed(number: int | str, record: dict, accuracy: bool) -> None:
     numerics = bool(record.get("numerics", {}).get("differs"))
     if accuracy and not numerics:
         raise UserError(f"trial {number} is {record.get('status')!r}, not a numerics failure: --accuracy has nothing to find")
@@ -409,6 +414,7 @@ def repro_trial(study, study_dir: str, number: int, limit_s: float = 600.0, accu
     record = full_record(trial, study_dir)
     if not rebuilt.has_spec(folder):  # a committed study leaves the trials' folders out: the storage has the rest
         rebuilt.check_ran(trial, record)
+        _check_failed(number, record, accuracy)  # before a file is written for a trial with nothing to reproduce
         rebuilt.rebuild(study, trial, folder, record)
     return make_repro(folder, number, record, limit_s, accuracy)
 
