@@ -2,10 +2,15 @@
 
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT, numerics_of_plain_compile, toy
+
+DATA = pathlib.Path(__file__).parent / "data"
 
 
 def _run(*args, cwd=None):
@@ -150,45 +155,6 @@ def test_a_checkpoint_cut_while_it_was_written_is_passed_over(tmp_path):
     assert _smallest_checkpoint(str(tmp_path / "debug")) == str(folder / "26.py")
 
 
-def test_a_failure_at_run_time_outside_the_minifiers_graphs_gets_an_unreduced_repro_that_fails_alone(tmp_path):
-    """The backward of a compiled model's second step raises from a hook on its output, run by the
-    autograd engine outside any compiled graph (as CUDA graphs' "overwritten by a subsequent run" is
-    on a GPU): the minifier leaves no launcher, and repro.py is the trial's snippet on its workload."""
-    from autocompile.workloads import WorkloadOptions, get_workload
-
-    workload = get_workload(toy("toy_runtime_fail"))  # eager, the baseline, trains
-    model, _ = workload.build(WorkloadOptions())
-    for batch in workload.batches(WorkloadOptions(), 3):
-        workload.loss(model, batch).backward()
-    from autocompile.outputs.repro import repro_folder
-    from autocompile.space import DEFAULTS
-    from autocompile.trial import TrialRequest, run_trial
-
-    # A trial run by hand (`autocompile trial --dir`); the blocks compiled alone: the quickest compile (2 s less).
-    folder, config = tmp_path / "trial", {**DEFAULTS, "scope": "regional"}
-    record = run_trial(TrialRequest(model=toy("toy_runtime_fail"), config=config, device="cpu", trial_dir=str(folder)))
-    assert record["status"] == "failed" and record["reason"].startswith("RuntimeError: toy-runtime-fail"), record
-    summary = repro_folder(str(folder))  # `autocompile repro --trial-dir` prints its line
-    repro = folder / "repro"
-    assert not list(repro.rglob("minifier_launcher.py"))  # the minifier could not take it
-    assert summary == json.loads((repro / "summary.json").read_text())
-    assert summary["recurred"] == "the same reason" and summary["repro"] == str(repro / "repro.py"), summary
-    assert summary["line"] == (f"unreduced repro: {repro / 'repro.py'}: the failure happens at run time, outside what "
-                               "the minifier watches (it left no launcher; the rerun failed with the same reason); "
-                               f"repro.py reruns the configuration on the workload: {summary['script_lines']} lines; "
-                               "run it with python to see the failure")
-    script = (repro / "repro.py").read_text()
-    assert (folder / "apply_compilation.py").read_text().rstrip("\n") + "\n" in script  # the very text the trial ran
-    assert "\nSTEPS = 80  # the trial's warm-up bound (it failed while compiling)\n" in script  # 20 passes over 4 batches
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    (alone / "repro.py").write_text(script)
-    ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone,
-                         env={**os.environ, "PYTHONPATH": ROOT})
-    assert ran.returncode == 1 and "step 1 done\n" in ran.stdout, ran.stdout + ran.stderr[-2000:]
-    assert f"failed, as the trial did: {record['reason']}" in ran.stderr, ran.stderr[-2000:]
-
-
 def test_a_rerun_that_does_not_fail_as_the_trial_did_gets_no_repro_and_a_line_that_says_so(tmp_path):
     from autocompile.outputs.repro import _unminified, recurred
 
@@ -206,3 +172,99 @@ def test_a_rerun_that_does_not_fail_as_the_trial_did_gets_no_repro_and_a_line_th
         summary = _unminified(str(tmp_path), str(tmp_path), {"rerun": {**rerun, "wall_s": 1.0}}, trial)
         assert summary["line"] == line and "repro" not in summary
         assert not (tmp_path / "repro.py").exists()
+
+
+def test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_from_a_study_that_lost_its_folder(tmp_path):
+    """Issue 31, both defects. On an H200 (torch 2.11) Inductor's non-tree CUDA-graph path asserted
+    inside a compiled graph at a trial's second step: the minifier wrote a launcher, but its graph
+    alone passed ("Input graph did not fail the tester" after 22 s), and repro called that "not
+    reduced within the 300 s limit". Here a toy's compiled forward indexes past its embedding at
+    step 2 (a buffer step 1 set): Inductor's bounds check raises inside the graph, and the
+    launcher's graph, on the zeros it makes up for the ids, passes. And the study keeps only its
+    study.db, as a committed one does: the trial's spec is rebuilt from the storage."""
+    done = _run("-m", "autocompile", "search", "--model", toy("toy_runtime_fail_in_graph"), "--device", "cpu",
+                "--trials", "2", "--finalists", "0", "--study", "s", "--dir", str(tmp_path), "--no-trace", "--no-triage")
+    assert done.returncode in (0, 1), done.stderr
+    folder = tmp_path / "s" / "trials" / "0001"
+    record = json.loads((folder / "result.json").read_text())
+    assert record["status"] == "failed" and "index out of bounds" in record["reason"], record["reason"]
+    shutil.rmtree(folder)  # what a committed study leaves out (studies/README.md)
+    study = _study(tmp_path)
+    study.enqueue_trial({})  # trial 2: queued, never started: the one trial that keeps the error (the CLI's
+    from autocompile.errors import UserError  # one line for a UserError: test_a_crash_in_inductor_..., trial 7)
+    from autocompile.outputs.repro import repro_trial
+
+    with pytest.raises(UserError) as error:
+        repro_trial(_study(tmp_path), str(tmp_path / "s"), 2)
+    assert str(error.value) == "trial 2 never ran to a record (it is queued; state WAITING): nothing to rerun"
+    assert not (tmp_path / "s" / "trials" / "0002").exists()
+    shutil.rmtree(tmp_path / "s" / "trials" / "0000")  # the eager baseline ran cleanly: nothing to rebuild for it
+    with pytest.raises(UserError, match="^trial 0 is 'ok', not a failed compile: nothing to reproduce$"):
+        repro_trial(_study(tmp_path), str(tmp_path / "s"), 0)
+    assert not (tmp_path / "s" / "trials" / "0000").exists()
+
+    done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "300")
+    assert done.returncode == 0, done.stdout + done.stderr
+    repro = folder / "repro"
+    summary = json.loads((repro / "summary.json").read_text())
+    spec = json.loads((folder / "spec.json").read_text())
+    assert (spec["model"], spec["config"], spec["device"]) == (toy("toy_runtime_fail_in_graph"), record["config"], "cpu")
+    assert spec["rebuilt_from"] == summary["rebuilt_from"] and spec["timeout_s"] == 900.0  # the search's default limit
+    assert summary["minifier"] == "did not fail" and summary["minifier_s"] < 300 and "not reduced" not in done.stdout
+    assert summary["rerun"]["status"] == "failed" and summary["recurred"], summary
+    assert (repro / "minifier_launcher_does_not_fail.py").exists() and not (repro / "minifier_launcher.py").exists()
+    assert done.stdout == (
+        f"unreduced repro: {repro / 'repro.py'}: the minifier's graph did not fail alone (\"Input graph did not fail the "
+        f"tester\", after {summary['minifier_s']:.0f} s; its launcher kept as minifier_launcher_does_not_fail.py; the "
+        f"rerun that wrote it took {summary['rerun']['wall_s']:.0f} s): the failure needs the run around the graph "
+        f"(what earlier steps left); the rerun failed with {summary['recurred']}; repro.py reruns the configuration "
+        f"on the workload: {summary['script_lines']} lines; run it with python to see the failure (the trial's spec "
+        "rebuilt from the study: its folder was gone)\n")
+    script = (repro / "repro.py").read_text()
+    assert "(study 's', trial 1), found by autocompile." in script  # the snippet the rerun rendered, the trial's header
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "repro.py").write_text(script)
+    ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert ran.returncode == 1 and "step 1 done\n" in ran.stdout, ran.stdout + ran.stderr[-2000:]
+    assert "failed, as the trial did: RuntimeError: " in ran.stderr and "index out of bounds" in ran.stderr
+    # A failure raised outside every compiled graph (CUDA graphs' "accessing tensor output of CUDAGraphs
+    # that has been overwritten by a subsequent run", in loss.backward(), H100) leaves no launcher at
+    # all: the same script, and a line that says so (this rerun's verdict, from the same folder).
+    from autocompile.outputs.repro import _unminified
+
+    line = _unminified(str(folder), str(repro), {"rerun": summary["rerun"]}, record)["line"]
+    assert line == (f"unreduced repro: {repro / 'repro.py'}: the failure happens at run time, outside what the "
+                    f"minifier watches (it left no launcher; the rerun failed with {summary['recurred']}); repro.py "
+                    f"reruns the configuration on the workload: {summary['script_lines']} lines; run it with python "
+                    "to see the failure")
+    assert (repro / "repro.py").read_text() == script
+
+
+def test_the_minifiers_own_words_say_its_graph_did_not_fail_alone(tmp_path):
+    """The minifier's log and the summary from the H200 run of issue 31 (autocompile repro
+    --trial-dir .../trial-captioner-nontree-cudagraphs --timeout 300, torch 2.11.0+cu130,
+    2026-11-26; copied from that run's repro/minifier-log.txt and repro/summary.json): the
+    minifier stopped after 22 s, exit status 1, with the 300 s limit far off."""
+    from autocompile.outputs.repro import _earlier_launcher, last_error, minifier_outcome
+
+    log = (DATA / "gpu-minifier-log-did-not-fail.txt").read_text()
+    assert minifier_outcome(log, 1) == "did not fail"
+    assert last_error(log) == "RuntimeError: Input graph did not fail the tester"
+    stopped = log.replace("Input graph did not fail the tester", "Uh oh, something went wrong :( Final graph is not failing")
+    assert minifier_outcome(stopped, 1) == "stopped"
+    assert minifier_outcome("Started off with 83 nodes\n", None) == "timed out"
+    assert minifier_outcome("Made 12 queries\n", 0) == "minified"
+    # `repro` again on that trial (its summary written before this fix): the launcher is minified
+    # again, and the rerun that wrote it is carried, for the line once the graph passes alone.
+    earlier = json.loads((DATA / "gpu-repro-summary-did-not-fail.json").read_text())
+    launcher = tmp_path / "debug" / "torch_compile_debug" / "run_1" / "minifier" / "minifier_launcher.py"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text("")
+    (tmp_path / "summary.json").write_text(json.dumps(earlier))
+    summary = {key: earlier[key] for key in ("after", "level", "module")}
+    assert _earlier_launcher(str(tmp_path), summary) == str(launcher)
+    assert summary["rerun_before"] == {"status": "failed", "reason": "AssertionError:", "wall_s": earlier["rerun"]["wall_s"]}
+    (tmp_path / "summary.json").write_text(json.dumps({**earlier, "minifier": "did not fail"}))  # this fix's verdict
+    assert _earlier_launcher(str(tmp_path), dict(summary)) is None  # nothing more to minify: the trial is rerun

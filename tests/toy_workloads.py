@@ -290,27 +290,6 @@ def _compiled(model) -> bool:
         getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
 
 
-def toy_runtime_fail() -> Workload:
-    """Compiled, its second step's backward raises, from a hook the workload puts on the model's
-    output: run by the autograd engine outside any compiled graph, where no minifier looks, as
-    CUDA graphs' "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent
-    run" is (H100, torch 2.11). Eager trains."""
-    compiled_steps = [0]
-
-    def fail(grad):
-        raise RuntimeError("toy-runtime-fail: the backward of step 2 of a compiled model read an output "
-                           "overwritten by step 1 (on purpose, at run time)")
-
-    def hook(model, logits):
-        if logits.requires_grad and _compiled(model):
-            compiled_steps[0] += 1
-            if compiled_steps[0] == 2:
-                logits.register_hook(fail)
-        return logits
-
-    return _workload("toy-runtime-fail", lengths=(MAX_LEN, MAX_LEN), output_hook=hook)
-
-
 def _on_rank_1(action):
     """`action` in rank 1 of a trial of several ranks only: the others run as usual, and wait for it."""
     return lambda: action() if os.environ.get("RANK") == "1" else None
@@ -326,3 +305,47 @@ def toy_rank1_hang() -> Workload:
 
 def toy_rank1_oom() -> Workload:
     return _workload("toy-rank1-oom", loss_hook=_on_rank_1(lambda: torch.empty(2**44)))
+
+
+class ShiftedToy(Toy):
+    """The toy whose compiled forward adds its `shift` buffer (0 at first) to the token ids."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("shift", torch.zeros((), dtype=torch.long))
+
+    def forward(self, input_ids):
+        if torch.compiler.is_compiling():
+            input_ids = input_ids + self.shift
+        return super().forward(input_ids)
+
+
+def toy_runtime_fail_in_graph() -> Workload:
+    """Compiled, its second step's forward raises inside the compiled graph (Inductor's bounds check
+    of the embedding: the token ids are shifted past the vocabulary by a buffer the first compiled
+    step sets): a failure at run time that depends on state from the step before, as CUDA graphs'
+    non-tree AssertionError (`dst.data_ptr() == src.data_ptr()`, H200, torch 2.11) does. The
+    minifier (level 2) writes a launcher when it is raised, but its graph, run alone on the inputs
+    it makes up (zeros for the ids and the shift), does not fail: "Input graph did not fail the
+    tester". Eager never shifts, and trains."""
+    compiled_steps = [0]
+
+    def hook(model, logits):
+        if logits.requires_grad and _compiled(model):
+            compiled_steps[0] += 1
+            if compiled_steps[0] == 1:
+                with torch.no_grad():
+                    model.shift.fill_(VOCAB)  # the next compiled forward indexes past the embedding
+        return logits
+
+    def build(options: WorkloadOptions):
+        # One thread: Inductor then emits no OpenMP region, and its bounds check raises a
+        # RuntimeError (thrown inside a parallel region it ends the process: SIGABRT, seen here).
+        torch.set_num_threads(1)
+        torch.manual_seed(options.seed)
+        model = ShiftedToy().to(options.device)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    workload = _workload("toy-runtime-fail-in-graph", lengths=(MAX_LEN, MAX_LEN), output_hook=hook)
+    workload.build = build
+    return workload

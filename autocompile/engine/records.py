@@ -59,6 +59,11 @@ def concise(record: dict) -> dict:
     return {key: value if key in WHOLE else shortened(value) for key, value in record.items()}
 
 
+def snippet_header(model: str, study: str, number: int) -> str:
+    """The first line of a study's trial's snippet (its apply_compilation.py)."""
+    return f"Compile settings for {model} (study {study!r}, trial {number}), found by autocompile."
+
+
 def trial_folder(study_dir: str, number: int) -> str:
     return os.path.join(study_dir, "trials", f"{number:04d}")
 

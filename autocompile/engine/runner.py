@@ -17,7 +17,7 @@ import optuna
 
 from autocompile.apply import describe_config
 from autocompile.engine.records import (baseline_value, best_trial, carried, concise, eager_record, full_record,
-                                       save_record, speedup, trial_folder)
+                                        save_record, snippet_header, speedup, trial_folder)
 from autocompile.engine.prediction import Predictor
 from autocompile.engine.scoring import (_judged_by_an_older_guard, best_score, judge, numerics_tolerance,
                                         optimistic_score, score, violation)
@@ -63,7 +63,7 @@ class Progress:
 
 
 def _header(settings: SearchSettings, number: int) -> str:
-    return f"Compile settings for {settings.model} (study {settings.study!r}, trial {number}), found by autocompile."
+    return snippet_header(settings.model, settings.study, number)
 
 
 def _ran_its_course(attrs: dict, limit_s: float) -> bool:

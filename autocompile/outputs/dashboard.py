@@ -36,6 +36,7 @@ TRIAL_FILES = ("apply_compilation.py", "log.txt", "events.jsonl", "result.json",
 # `autocompile repro`'s minified repro (outputs/repro.py), each in a folder of the trial's.
 LATER_FILES = (("divergence-log.txt", "divergence/log.txt"), ("divergence-result.json", "divergence/result.json"),
                ("repro.py", "repro/repro.py"), ("minifier_launcher.py", "repro/minifier_launcher.py"),
+               ("minifier_launcher_does_not_fail.py", "repro/minifier_launcher_does_not_fail.py"),
                ("minifier-log.txt", "repro/minifier-log.txt"), ("repro-summary.json", "repro/summary.json"),
                ("repro-rerun-log.txt", "repro/run/log.txt"))
 TRACE_DIR, REPORT_DIR = "trace", "tlparse"  # in a trial's folder: TORCH_TRACE's logs, tlparse's report

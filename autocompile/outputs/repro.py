@@ -19,7 +19,13 @@ rerun compiles that module alone on the inputs it got in an eager pass (the work
 raised at run time outside the graphs the minifier wraps (CUDA graphs' "accessing tensor output
 of CUDAGraphs that has been overwritten by a subsequent run", inside loss.backward()) leaves no
 launcher: where the rerun failed as the trial did, repro.py is then unreduced, the trial's snippet
-on its workload in a plain training loop (autocompile.outputs.standalone).
+on its workload in a plain training loop (autocompile.outputs.standalone). So is it where a failure
+raised inside a compiled graph depends on what earlier steps left (Inductor's non-tree CUDA-graph
+AssertionError, H200, torch 2.11): the launcher's graph, run alone, passes, and the minifier says
+so in its log ("Input graph did not fail the tester") within seconds; the launcher is kept as
+minifier_launcher_does_not_fail.py, and only a minifier the limit stopped is "not reduced within
+the limit". A study's trial whose folder is gone (a committed study keeps study.db only) is rerun
+from a spec.json rebuilt from the study's storage (autocompile.outputs.rebuilt).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import time
 
 from autocompile.engine.records import trial_folder
 from autocompile.errors import UserError
-from autocompile.outputs import standalone
+from autocompile.outputs import rebuilt, standalone
 from autocompile.trial import TrialRequest, run_trial
 from autocompile.trial.process import TRIAGE_MEASURE
 
@@ -47,6 +53,14 @@ CRASHES = ("failed", "compile_error", "crashed")
 # for a 33-node toy graph: 4.8 min against 8 s in one process. In one process unless the trial's
 # process died (a segfault would end the minifier too).
 ISOLATE_WHEN = ("crashed",)
+# The minifier's own words where the graph it was given does not fail when run alone (its first
+# check, before cutting anything): torch/_functorch/fx_minifier.py's `minifier` (used by both
+# after_aot and after_dynamo) raises the first; after_dynamo's accuracy backend logs the second
+# and exits 0. Seen on an H200 (torch 2.11): Inductor's non-tree CUDA-graph AssertionError, raised
+# inside a compiled graph at the trial's second step, gave a launcher whose graph alone passed.
+DID_NOT_FAIL = ("Input graph did not fail the tester", "Input graph does not fail accuracy testing")
+KEPT_LAUNCHER = "minifier_launcher.py"  # in repro/: the launcher the minifier ran
+PASSING_LAUNCHER = "minifier_launcher_does_not_fail.py"  # in repro/: one whose graph did not fail alone
 
 
 def minifier_setting(record: dict, accuracy: bool) -> tuple[str | None, int, str]:
@@ -115,9 +129,9 @@ def _whole(path: str) -> bool:
     return graph_lines(path) > 0
 
 
-def _minify(launcher: str, out: str, limit_s: float, isolate: bool) -> tuple[bool, float]:
+def _minify(launcher: str, out: str, limit_s: float, isolate: bool) -> tuple[int | None, float]:
     """Run the launcher in its folder (it writes repro.py there), its output to minifier-log.txt;
-    (finished in time, seconds)."""
+    (its exit status, None where the limit stopped it; seconds)."""
     started = time.time()
     with open(os.path.join(out, "minifier-log.txt"), "w") as log:
         process = subprocess.Popen([sys.executable, launcher, "minify", "--isolate" if isolate else "--no-isolate"],
@@ -126,11 +140,33 @@ def _minify(launcher: str, out: str, limit_s: float, isolate: bool) -> tuple[boo
                                    start_new_session=True)
         try:
             process.wait(timeout=max(1.0, limit_s))
-            return process.returncode == 0, time.time() - started
+            return process.returncode, time.time() - started
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, 9)
             process.wait()
-            return False, time.time() - started
+            return None, time.time() - started
+
+
+def minifier_outcome(log: str, status: int | None) -> str:
+    """How a minifier run ended, from its log and exit status (None: the time limit stopped it):
+    "did not fail" (its input graph passed alone: nothing to cut), "minified", "timed out", or
+    "stopped" (it raised something else)."""
+    if said_did_not_fail(log):
+        return "did not fail"
+    if status is None:
+        return "timed out"
+    return "minified" if status == 0 else "stopped"
+
+
+def said_did_not_fail(log: str) -> str | None:
+    """The minifier's words saying its input graph did not fail alone, if its log has them."""
+    return next((words for words in DID_NOT_FAIL if words in log), None)
+
+
+def last_error(log: str) -> str:
+    """The minifier's last exception line (`Type: message`), for a line that says why it stopped."""
+    found = re.findall(r"^(\w[\w.]*(?:Error|Exception)\b.*)$", log, re.MULTILINE)
+    return found[-1][:200] if found else "no exception in its log"
 
 
 def _runnable(text: str) -> str:
@@ -147,11 +183,13 @@ def make_repro(folder: str, number: int | str, record: dict, limit_s: float = 60
     after, level, why = minifier_setting(record, accuracy)
     out = os.path.join(folder, REPRO_DIR)
     summary = {"trial": number, "after": after, "level": level, "why": why, "limit_s": limit_s,
-               "module": accuracy_module(record) if accuracy else None}
+               "module": accuracy_module(record) if accuracy else None, "rebuilt_from": _spec(folder).get("rebuilt_from")}
     launcher = _earlier_launcher(out, summary)
     _clear(out, keep_debug=launcher is not None)
     if after is None:
-        return _finish(out, summary, None, f"no minifier reaches it ({why}); the trial's apply_compilation.py "
+        snippet = "apply_compilation.py" if os.path.exists(os.path.join(folder, "apply_compilation.py")) else \
+            "configuration (its folder is gone: spec.json was rebuilt from the study)"
+        return _finish(out, summary, None, f"no minifier reaches it ({why}); the trial's {snippet} "
                                             "with its model is the repro")
     if launcher:
         summary["rerun"] = "skipped: the minifier launcher an earlier `repro` of this trial left was minified again"
@@ -163,20 +201,59 @@ def make_repro(folder: str, number: int | str, record: dict, limit_s: float = 60
                        "backend (in what Dynamo traced; diverges_at says where)")
     if launcher is None:
         return _unminified(folder, out, summary, record)
-    shutil.copy(launcher, os.path.join(out, "minifier_launcher.py"))
+    shutil.copy(launcher, os.path.join(out, KEPT_LAUNCHER))
     summary["graph_lines_before"] = graph_lines(launcher)
-    done, summary["minifier_s"] = _minify(launcher, out, limit_s, summary.get("isolate", False))
+    status, summary["minifier_s"] = _minify(launcher, out, limit_s, summary.get("isolate", False))
+    with open(os.path.join(out, "minifier-log.txt"), errors="replace") as f:
+        summary["minifier"] = outcome = minifier_outcome(f.read(), status)
     minified = os.path.join(os.path.dirname(launcher), "repro.py")
-    if done and os.path.exists(minified):
+    if outcome == "minified" and os.path.exists(minified):
         return _finish(out, summary, minified, "minified")
+    if outcome == "did not fail" and accuracy:
+        return _finish(out, summary, None, f"the minifier's graph{' of ' + summary['module'] if summary['module'] else ''} "
+                       f"agreed with its eager run alone ({summary['minifier_s']:.0f} s): the difference needs the "
+                       "run around it")
+    if outcome == "did not fail":
+        return _passes_alone(folder, out, summary, record)
+    return _cut_short(out, summary, launcher, limit_s)
+
+
+def _cut_short(out: str, summary: dict, launcher: str, limit_s: float) -> dict:
+    """The minifier stopped before the end, at the limit or by an error of its own: the smallest
+    failing graph it reached, else the unreduced graph, and a line that says which stop it was."""
+    if summary["minifier"] == "timed out":
+        stop = f"not reduced to the end within the {limit_s:g} s limit"
+    else:
+        with open(os.path.join(out, "minifier-log.txt"), errors="replace") as f:
+            stop = f"the minifier stopped after {summary['minifier_s']:.0f} s ({last_error(f.read())})"
     checkpoint = _smallest_checkpoint(os.path.join(out, "debug"))
     if checkpoint:
-        return _finish(out, summary, checkpoint, f"not reduced to the end within the {limit_s:g} s limit: "
-                                                 "the smallest failing graph it reached")
+        return _finish(out, summary, checkpoint, f"{stop}: the smallest failing graph it reached")
     with open(os.path.join(out, "repro.py"), "w") as f, open(launcher) as source:
         f.write(_runnable(source.read()))
-    return _finish(out, summary, os.path.join(out, "repro.py"), f"not reduced within the {limit_s:g} s limit: "
-                   "the unreduced graph (a longer --timeout minifies it further, without rerunning the trial)")
+    more = " (a longer --timeout minifies it further, without rerunning the trial)" \
+        if summary["minifier"] == "timed out" else ""
+    return _finish(out, summary, os.path.join(out, "repro.py"), f"{stop.replace(' to the end', '')}: "
+                   f"the unreduced graph{more}")
+
+
+def _passes_alone(folder: str, out: str, summary: dict, record: dict) -> dict:
+    """The minifier's launcher ran its graph alone and it did not fail (its log says so): the failure
+    needs the run around the graph (state an earlier step left, as CUDA graphs' buffers), which the
+    minifier cannot take. The launcher is kept under a name that says so, and repro.py is the
+    unreduced training script, as for a failure that leaves no launcher."""
+    os.replace(os.path.join(out, KEPT_LAUNCHER), os.path.join(out, PASSING_LAUNCHER))
+    if not isinstance(summary["rerun"], dict):  # the launcher was an earlier repro's: how its rerun failed
+        if not summary.get("rerun_before"):
+            _rerun(folder, out, summary, summary["after"], summary["level"])
+        else:
+            summary["rerun"] = {**summary.pop("rerun_before"), "by": "the earlier repro that wrote the launcher"}
+    with open(os.path.join(out, "minifier-log.txt"), errors="replace") as f:
+        said = said_did_not_fail(f.read())
+    outside = (f"the minifier's graph did not fail alone (\"{said}\", after {summary['minifier_s']:.0f} s; its "
+               f"launcher kept as {PASSING_LAUNCHER}; the rerun that wrote it took {summary['rerun']['wall_s']:.0f} s): "
+               "the failure needs the run around the graph (what earlier steps left)")
+    return _unminified(folder, out, summary, record, outside)
 
 
 def recurred(record: dict, rerun: dict) -> str | None:
@@ -191,25 +268,31 @@ def recurred(record: dict, rerun: dict) -> str | None:
     return f"the same exception type ({kind})" if kind and kind == again.split(":", 1)[0] else None
 
 
-def _unminified(folder: str, out: str, summary: dict, record: dict) -> dict:
-    """No launcher from the rerun: where it failed as the trial did, the failure is outside what the
-    minifier watches, and an unreduced repro.py (autocompile.outputs.standalone) reruns the
-    configuration on the workload; where it did not fail so, no repro, and the line says which."""
+def _unminified(folder: str, out: str, summary: dict, record: dict, outside: str | None = None) -> dict:
+    """No launcher from the rerun (or, with `outside`, one whose graph did not fail alone): where
+    it failed as the trial did, the failure is outside what the minifier can take, and an unreduced
+    repro.py (autocompile.outputs.standalone) reruns the configuration on the workload; where it
+    did not fail so, no repro, and the line says which."""
     rerun = summary["rerun"]
     summary["recurred"] = same = recurred(record, rerun)
     if same is None and rerun["status"] in ("ok", "infeasible"):
         return _finish(out, summary, None, f"the rerun did not fail ({rerun['status']}): the failure did not recur, "
                                            "so it is flaky or depends on the machine or its load")
     if same is None:
+        left = "a minifier launcher whose graph did not fail alone" if outside else "no minifier launcher"
         return _finish(out, summary, None, f"the rerun failed otherwise ({rerun['status']}: {rerun['reason'][:160]}), "
-                                           "not as the trial did, and left no minifier launcher")
-    outside = f"the failure happens {'at run time, ' if rerun['status'] == 'failed' else ''}outside what the " \
-              f"minifier watches (it left no launcher; the rerun failed with {same})"
+                                           f"not as the trial did, and left {left}")
+    outside = (f"{outside}; the rerun failed with {same}" if outside else
+               f"the failure happens {'at run time, ' if rerun['status'] == 'failed' else ''}outside what the "
+               f"minifier watches (it left no launcher; the rerun failed with {same})")
     spec = _spec(folder)
     if spec.get("parallel", "none") != "none":
         return _finish(out, summary, None, f"{outside}; the trial ran {spec.get('nproc')} ranks under "
                                            f"{spec['parallel']}: its apply_compilation.py under torchrun is the repro")
-    script = standalone.write_script(folder, out, record)
+    snippet = os.path.join(folder, "apply_compilation.py")
+    if not os.path.exists(snippet):  # a folder rebuilt from the study (outputs/rebuilt.py): the rerun rendered it
+        snippet = os.path.join(out, "run", "apply_compilation.py")
+    script = standalone.write_script(folder, out, record, snippet)
     summary.update(repro=script, script_lines=standalone.script_lines(script))
     summary["how"] = f"{outside}; repro.py reruns the configuration on the workload: {summary['script_lines']} lines"
     summary["line"] = f"unreduced repro: {script}: {summary['how']}; run it with python to see the failure"
@@ -225,6 +308,10 @@ def _check(folder: str, number: int, record: dict, accuracy: bool) -> None:
     """A one-line error unless the trial ran and failed the way asked about."""
     if not os.path.exists(os.path.join(folder, "spec.json")):
         raise UserError(f"trial {number} has no files in {folder}: it never ran")
+    _check_failed(number, record, accuracy)
+
+
+def _check_failed(number: int | str, record: dict, accuracy: bool) -> None:
     numerics = bool(record.get("numerics", {}).get("differs"))
     if accuracy and not numerics:
         raise UserError(f"trial {number} is {record.get('status')!r}, not a numerics failure: --accuracy has nothing to find")
@@ -244,7 +331,12 @@ def _earlier_launcher(out: str, summary: dict) -> str | None:
     keys = ("after", "level", "module")
     if [earlier.get(key) for key in keys] != [summary[key] for key in keys]:
         return None
+    if earlier.get("minifier") == "did not fail":  # nothing to minify further: rerun, for a fresh verdict
+        return None
     summary["isolate"] = earlier.get("isolate", False)
+    rerun = earlier.get("rerun") if isinstance(earlier.get("rerun"), dict) else earlier.get("rerun_before")
+    if rerun:  # how the configuration failed when it wrote the launcher, for a graph that then passes alone
+        summary["rerun_before"] = rerun
     return _launcher(os.path.join(out, "debug"))
 
 
@@ -293,6 +385,8 @@ def _finish(out: str, summary: dict, repro: str | None, how: str) -> dict:
 
 
 def _write_summary(out: str, summary: dict) -> dict:
+    if summary.get("rebuilt_from"):
+        summary["line"] += " (the trial's spec rebuilt from the study: its folder was gone)"
     with open(os.path.join(out, SUMMARY), "w") as f:
         json.dump(summary, f, indent=1)
     return summary
@@ -316,8 +410,13 @@ def repro_trial(study, study_dir: str, number: int, limit_s: float = 600.0, accu
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     if number not in trials:
         raise UserError(f"study {study.study_name!r} has no trial {number} (it has 0 to {len(trials) - 1})")
-    trial = trials[number]
-    return make_repro(trial_folder(study_dir, number), number, full_record(trial, study_dir), limit_s, accuracy)
+    trial, folder = trials[number], trial_folder(study_dir, number)
+    record = full_record(trial, study_dir)
+    if not rebuilt.has_spec(folder):  # a committed study leaves the trials' folders out: the storage has the rest
+        rebuilt.check_ran(trial, record)
+        _check_failed(number, record, accuracy)  # before a file is written for a trial with nothing to reproduce
+        rebuilt.rebuild(study, trial, folder, record)
+    return make_repro(folder, number, record, limit_s, accuracy)
 
 
 def repro_folder(folder: str, limit_s: float = 600.0, accuracy: bool = False) -> dict:

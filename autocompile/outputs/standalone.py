@@ -3,7 +3,9 @@
 For a failure torch's minifier cannot take (autocompile.outputs.repro): one raised at run time,
 outside the compiled graphs it wraps, as CUDA graphs' "accessing tensor output of CUDAGraphs that
 has been overwritten by a subsequent run" is, inside loss.backward() (H100, torch 2.11): the
-minifier then writes no launcher. 002_86f4e0ea9600b3b4.txt: minifiers are of limited reliability;
+minifier then writes no launcher; or one raised inside a compiled graph by what earlier steps left
+(Inductor's non-tree CUDA-graph AssertionError, H200, torch 2.11), whose launcher's graph passes
+alone. 002_86f4e0ea9600b3b4.txt: minifiers are of limited reliability;
 where possible, build a small self-contained repro script. `write_script` writes one: the very
 text of the trial's apply_compilation.py first (as a user pastes it), then the workload built by
 name through autocompile's registry as the worker built it (model, seed, batch size, device from
@@ -25,7 +27,7 @@ HEADER = '''\
 # Unreduced repro of the trial in {folder}, written by `autocompile repro`; it failed with
 #   {reason}
 # while {phase}, outside the compiled graphs torch's minifier watches: there is no minified graph.
-# Below: the trial's apply_compilation.py as it ran (pasted as is), then its workload ({model!r})
+# Below: the trial's apply_compilation.py {ran} (pasted as is), then its workload ({model!r})
 # in a plain training loop. Run it with `python repro.py` where autocompile (and the workload's
 # module) imports: it exits 1 with the exception when the failure recurs. The trial compiled cold
 # (empty caches): `TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python repro.py` does too.
@@ -95,15 +97,20 @@ if __name__ == "__main__":
 '''
 
 
-def write_script(folder: str, out: str, record: dict) -> str:
+def write_script(folder: str, out: str, record: dict, snippet_path: str | None = None) -> str:
     """repro.py in `out` for the failed trial in `folder` (its spec.json and apply_compilation.py,
-    its record's reason and failed_phase); its path."""
+    or `snippet_path` where the folder was rebuilt from the study and the rerun rendered the
+    snippet; its record's reason and failed_phase); its path."""
     with open(os.path.join(folder, "spec.json")) as f:
         spec = json.load(f)
-    with open(os.path.join(folder, "apply_compilation.py")) as f:
+    snippet_path = snippet_path or os.path.join(folder, "apply_compilation.py")
+    with open(snippet_path) as f:
         snippet = f.read()
     fields = _fields(spec, record.get("reason", ""), record.get("failed_phase") or "running")
-    text = HEADER.format(folder=os.path.abspath(folder), **fields) + snippet.rstrip("\n") + "\n" + LOOP.format(**fields)
+    ran = "as it ran" if os.path.dirname(os.path.abspath(snippet_path)) == os.path.abspath(folder) else \
+        "as the rerun rendered it from the trial's configuration (the folder was rebuilt from the study)"
+    text = HEADER.format(folder=os.path.abspath(folder), ran=ran, **fields) + snippet.rstrip("\n") + "\n" + \
+        LOOP.format(**fields)
     path = os.path.join(out, SCRIPT)
     with open(path, "w") as f:
         f.write(text)
