@@ -300,13 +300,11 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
     limit = rerun_limit_s(_cold_run_s(first), runner.settings.trial_timeout_s)
     record = runner.run(trial, dict(first.user_attrs["config"]), "finalist", prunable=False, limit_s=limit,
                         keep_s=-limit, first=first, cold=True)
-    check = {"trial": trial.number, "of": first.number, "status": record["status"],
-             "reconstructed_warmup_s": row["warmup_s"]}
+    check = _check(first, {**record, "trial": trial.number})
     if record["status"] != "ok":
         progress.line(f"finalist round: the cold run of trial {first.number} ended {record['status']}: "
                       f"its warm-up stays reconstructed")
         return verdict, check
-    check.update(cold_warmup_s=record["warmup_s"], agreement=row["warmup_s"] / record["warmup_s"] - 1)
     rows = [r if r is not row else {**row, "warmup_s": record["warmup_s"], "reconstructed_warmup_s": row["warmup_s"],
                                     "score": record["score"], "reruns": [*row["reruns"], trial.number]}
             for r in verdict["candidates"]]
