@@ -61,15 +61,23 @@ def numerics_of_plain_compile(tmp_path, workload: str, seed: int, triage: bool =
     import subprocess
     import sys
 
-    from autocompile.engine.study import load_study
-
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy(workload), "--device", "cpu",
                            "--trials", "2", "--finalists", "0", "--seed", str(seed), "--study", "s",
                            "--dir", str(tmp_path)] + ([] if triage else ["--no-triage"]),
                           capture_output=True, text=True, env=env)
     assert done.returncode in (0, 1), done.stderr
+    record = plain_compile_record(tmp_path)
+    assert record["study_trials"] == 2
+    return record
+
+
+def plain_compile_record(tmp_path) -> dict:
+    """Plain torch.compile's record (trial 1) in study 's' under `tmp_path`, with the eager baseline's
+    first losses beside it and the number of trials the study holds."""
+    from autocompile.engine.study import load_study
+
     study = load_study("s", "sqlite:///" + str(tmp_path / "s" / "study.db"))
-    eager, compiled = (t.user_attrs for t in study.trials)
+    eager, compiled = (t.user_attrs for t in study.trials[:2])
     assert eager["role"] == "eager" and compiled["role"] == "compile-defaults"
-    return {**compiled, "eager_losses": eager["losses"]}
+    return {**compiled, "eager_losses": eager["losses"], "study_trials": len(study.trials)}

@@ -11,14 +11,36 @@ import json
 import pytest
 
 from autocompile.engine.scoring import compare_losses
-from conftest import numerics_of_plain_compile
+from conftest import ROOT, numerics_of_plain_compile, plain_compile_record, toy
 
-SEEDS = range(3)  # each seed a search of its own (about 30 s on 2 cores)
+SEEDS = range(3)  # each seed a search of its own (about 30 s on 2 cores); seed 0's has a finalist round
+
+
+@pytest.fixture(scope="module")
+def with_a_round(tmp_path_factory):
+    """`autocompile search --trials 2 --finalists 1` on the dropout toy under seed 0 (eager, plain
+    torch.compile, then the round: eager and plain torch.compile again); its folder and the command's
+    outcome. Plain torch.compile's first run is seed 0's measurement of the test below."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("round")
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy("toy_dropout"), "--device", "cpu",
+                           "--trials", "2", "--finalists", "1", "--seed", "0", "--study", "s", "--dir", str(folder)],
+                          capture_output=True, text=True, env=env)
+    return folder, done
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_correct_compile_of_a_model_with_dropout_passes_under_every_seed(tmp_path, seed):
-    record = numerics_of_plain_compile(tmp_path, "toy_dropout", seed)
+def test_a_correct_compile_of_a_model_with_dropout_passes_under_every_seed(tmp_path, seed, request):
+    if seed == 0:  # the round's search: its trial 1 is plain torch.compile's first run, measured as in any search
+        folder, done = request.getfixturevalue("with_a_round")
+        assert done.returncode == 0, done.stderr
+        record = plain_compile_record(folder)
+    else:
+        record = numerics_of_plain_compile(tmp_path, "toy_dropout", seed)
     assert record["rng_dependent"] is True
     assert record["status"] == "ok", record["reason"]
     numerics = record["numerics"]
@@ -29,25 +51,19 @@ def test_a_correct_compile_of_a_model_with_dropout_passes_under_every_seed(tmp_p
     assert compare_losses(record["losses"], record["eager_losses"], "cpu")["differs"]
 
 
-def test_a_finalists_rerun_starts_from_its_first_runs_code_and_carries_its_replay(tmp_path):
+def test_a_finalists_rerun_starts_from_its_first_runs_code_and_carries_its_replay(with_a_round):
     """The finalist round measures speed again, not compile: plain torch.compile's rerun loads the code
     its first run compiled (cache hits where the first run missed), carries that run's cold warm-up
     and its numerics replay (a replay of its own is not run), and is judged by them."""
     import os
-    import subprocess
-    import sys
 
     from autocompile.engine.records import full_record
     from autocompile.engine.study import load_study
-    from conftest import ROOT, toy
 
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy("toy_dropout"), "--device", "cpu",
-                           "--trials", "2", "--finalists", "1", "--study", "s", "--dir", str(tmp_path)],
-                          capture_output=True, text=True, env=env)
+    folder, done = with_a_round
     assert done.returncode == 0, done.stderr
     assert "each starts from the code its first run compiled" in done.stderr
-    study_dir = str(tmp_path / "s")
+    study_dir = str(folder / "s")
     study = load_study("s", "sqlite:///" + os.path.join(study_dir, "study.db"))
     (rerun,) = [t for t in study.trials if t.user_attrs.get("remeasure_of") == 1]
     first, again = full_record(study.trials[1], study_dir), full_record(rerun, study_dir)

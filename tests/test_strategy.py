@@ -34,11 +34,15 @@ def test_a_doomed_configuration_is_refused_with_its_reason():
     assert space.rejection({**DEFAULTS, "padding": "longest"}) is None  # automatic dynamic shapes
 
 
+def _neighbours_settings(directory: str) -> SearchSettings:
+    return SearchSettings(model=toy(), device="cpu", study="n", directory=directory, trials=3, trial_timeout_s=300,
+                          measure=FAST, horizon=100_000, finalists=0, prune=False, fixed=PINS)
+
+
 @pytest.fixture(scope="module")
 def neighbours(tmp_path_factory):
-    settings = SearchSettings(model=toy(), device="cpu", study="n", directory=str(tmp_path_factory.mktemp("n")),
-                              trials=4, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=0,
-                              prune=False, fixed=PINS)
+    """Eager, plain torch.compile (the whole model: PINS has scope "full") and one neighbour."""
+    settings = _neighbours_settings(str(tmp_path_factory.mktemp("n")))
     return {**run_search(settings), "directory": settings.directory}
 
 
@@ -76,20 +80,24 @@ def test_an_effect_measured_on_another_machine_than_its_parent_says_so(neighbour
     assert row["other_machine"] and "different machines" in format_effects([row])
 
 
-def test_a_configuration_whose_scope_did_not_warm_up_within_the_trial_limit_is_not_launched(tmp_path):
+def test_a_configuration_whose_scope_did_not_warm_up_within_the_trial_limit_is_not_launched(neighbours, tmp_path):
     # plain torch.compile (whole model) takes seconds to warm up on the CPU under its generous
     # baseline limit; resumed under a trial limit of a third of that warm-up (whatever this
     # machine's speed), every whole-model configuration is expected not to fit, and is refused at
-    # no cost instead of spending the limit to find out.
-    settings = SearchSettings(model=toy(), device="cpu", study="slow", directory=str(tmp_path), trials=2,
-                              trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=0, prune=False,
-                              fixed={"scope": "full"})
-    rows = run_search(settings)["rows"]
-    assert [r["role"] for r in rows] == ["eager", "compile-defaults"] and rows[1]["status"] == "ok"
+    # no cost instead of spending the limit to find out. The neighbours' search, whose dimensions
+    # pin the whole model, resumed from a copy (so the tests above read it as it ran).
+    import shutil
+
+    rows = neighbours["rows"]
+    assert [r["role"] for r in rows[:2]] == ["eager", "compile-defaults"] and rows[1]["status"] == "ok"
+    assert rows[1]["config"].startswith("full")
+    shutil.copytree(neighbours["directory"], tmp_path / "n-copy")
     limit = rows[1]["warmup_s"] / 3
-    resumed = dataclasses.replace(settings, trials=2, trial_timeout_s=limit, baseline_timeout_s=300)  # 2 more
-    refused = run_search(resumed)["rows"][2:]
+    resumed = dataclasses.replace(_neighbours_settings(str(tmp_path / "n-copy")), trials=2, trial_timeout_s=limit,
+                                  baseline_timeout_s=300)  # 2 more
+    refused = run_search(resumed)["rows"][len(rows):]
     assert len(refused) == 2 and all(r["status"] == "infeasible" and r["wall_s"] == 0 for r in refused)
+    assert all(r["config"].startswith("full") for r in refused)
     said = f"expected not to fit the {limit:.0f} s trial limit: trial 1 (full, default) took"
     assert all(said in r["reason"] for r in refused), refused
 
