@@ -34,15 +34,34 @@ RERUN_LIMIT = 1.5
 # studies/runs/2026-11-25-captioner-warm-finalists.log). A third, for what a host adds.
 WARM_SHARE = 1 / 3
 
+# The round measures in windows of at least this many seconds (the search's: 0.5 s). On a shared
+# 2-core host a 0.5 s window falls inside another process's compile burst or between two: the CPU
+# quickstart's eager ran 138 steps/s in the search and 169 in its rerun, plain torch.compile 214
+# then 181, which handed eager the win (2026-11-25); the round is what decides, so it measures
+# long enough to average such bursts. A GPU model's windows are whole passes over its pool, longer
+# already (llama-8b's: about 16 s), so there it changes nothing.
+ROUND_MEASURE = {"min_window_s": 2.0}
+
+
+def round_measure_extra_s(attrs: dict) -> float:
+    """How much longer a run measures in the round than in its first run (ROUND_MEASURE): as many
+    windows as it took then, each at least ROUND_MEASURE's length."""
+    rate, steps, window = attrs.get("steps_per_s"), attrs.get("measured_steps"), attrs.get("window_steps")
+    if not rate or not steps or not window:
+        return 0.0
+    window_s = window / rate
+    return (steps / window) * max(0.0, ROUND_MEASURE["min_window_s"] - window_s)
+
 
 def rerun_estimate_s(trial) -> float:
     """What a finalist's rerun is expected to take: its first run, less the part of its warm-up
-    that loading its compiled code saves (WARM_SHARE). The reserve and the round's plan count this."""
+    that loading its compiled code saves (WARM_SHARE), and more the longer windows of the round
+    (ROUND_MEASURE). The reserve and the round's plan count this."""
     a = trial.user_attrs
     if not a.get("config", {}).get("compile"):
-        return a.get("wall_s", 0)
+        return a.get("wall_s", 0) + round_measure_extra_s(a)
     measured = a.get("warmup_measured_s") or a.get("warmup_s") or 0
-    return max(a.get("wall_s", 0) - (1 - WARM_SHARE) * measured, 0.0)
+    return max(a.get("wall_s", 0) - (1 - WARM_SHARE) * measured, 0.0) + round_measure_extra_s(a)
 
 
 def cold_check_s(study, k: int, limit_s: float | None = None) -> float:
@@ -95,7 +114,8 @@ def finalist_reserve(study, k: int, limit_s: float | None = None) -> float:
         return 0.0
     eager = eager_record(study) or {}
     reruns = sum(rerun_estimate_s(t) for t in contenders(study, k, limit_s))
-    return 1.1 * (reruns + eager.get("wall_s", 0) + cold_check_s(study, k, limit_s))
+    eager_s = eager.get("wall_s", 0) + round_measure_extra_s(eager)
+    return 1.1 * (reruns + eager_s + cold_check_s(study, k, limit_s))
 
 
 def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None = None) -> str | None:
@@ -198,7 +218,7 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
             limit = rerun_limit_s(original.user_attrs["wall_s"], trial_limit)
             keep = -overrun if remaining is None else min(-overrun, remaining - limit)
             record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
-                                limit_s=limit, keep_s=keep, first=original)
+                                limit_s=limit, keep_s=keep, first=original, measure=ROUND_MEASURE)
             runs[original.number].append({**record, "trial": trial.number})
     eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"] if eager is not None else []
     eager_pace = statistics.mean([x["steps_per_s"] for x in eager_runs]) if eager_runs else None
@@ -275,7 +295,7 @@ def _plan(runner: Runner, eager, candidates: list, rounds: int) -> tuple[list, f
     """The finalists whose reruns fit what is left of --timeout, best first, and by how much the
     round may run past it (when none fits, the best is measured all the same)."""
     finalists, remaining, overrun = [], runner.remaining(), 0.0
-    eager_s = eager.user_attrs["wall_s"] if eager is not None else 0.0
+    eager_s = rerun_estimate_s(eager) if eager is not None else 0.0
     budget = None if remaining is None else (remaining - cold_check_s(runner.study, len(candidates))) / rounds - eager_s
     for t in candidates:
         if budget is not None and rerun_estimate_s(t) > budget:
