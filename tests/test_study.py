@@ -318,6 +318,17 @@ def test_the_finalist_round_measures_in_longer_windows_and_keeps_the_time_they_t
     llama = {"config": {"compile": False}, "wall_s": 200.0, "steps_per_s": 1.0, "window_steps": 16, "measured_steps": 48}
     assert round_measure_extra_s(llama) == 0 and rerun_estimate_s(SimpleNamespace(user_attrs=llama)) == 200.0
     assert round_measure_extra_s({"status": "timeout", "wall_s": 60.0}) == 0  # nothing measured: nothing to add
+    # Without a compiled contender the round does not run, and keeps nothing: on a loaded host the
+    # quickstart kept 72 s of its 180 for eager's rerun alone, and plain torch.compile got 41 s (2026-11-26).
+    import optuna
+
+    from autocompile.engine.finalists import finalist_reserve
+
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=1.17, user_attrs={**eager, "role": "eager", "status": "ok"}))
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
+        "role": "compile-defaults", "status": "timeout", "config": {"compile": True}, "wall_s": 41.0}))
+    assert finalist_reserve(study, 1) == 0.0
 
 
 def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_rows(tmp_path, capsys):

@@ -109,11 +109,15 @@ def finalist_reserve(study, k: int, limit_s: float | None = None) -> float:
     took in their own runs, which the round repeats. Kept from the start (a resumed study knows
     it at once) and updated as trials finish, so the round always runs. A tenth more for runs that
     take longer the second time (llama-8b's round kept 331 s, had 330 s and left out its third
-    finalist, 45 s long, H200, 2026-11-23)."""
-    if k <= 0:
+    finalist, 45 s long, H200, 2026-11-23). Nothing while no compiled trial is a contender: the
+    round measures contenders against eager, and without one it does not run (the CPU quickstart
+    on a loaded host kept 72 s of its 180 for eager's rerun alone, so plain torch.compile got 41 s
+    and no recipe ran, 2026-11-26)."""
+    finalists = contenders(study, k, limit_s) if k > 0 else []
+    if not finalists:
         return 0.0
     eager = eager_record(study) or {}
-    reruns = sum(rerun_estimate_s(t) for t in contenders(study, k, limit_s))
+    reruns = sum(rerun_estimate_s(t) for t in finalists)
     eager_s = eager.get("wall_s", 0) + round_measure_extra_s(eager)
     return 1.1 * (reruns + eager_s + cold_check_s(study, k, limit_s))
 
