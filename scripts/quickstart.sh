@@ -11,10 +11,16 @@ if python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)
   # get 600 s where every other trial gets 300.
   autocompile search --model llama-8b --trials 12 --timeout 1800 --trial-timeout 300 --baseline-timeout 600 "$@"
 else
-  # About 3 minutes on 2 CPU cores: eager and plain torch.compile (given 60 s), the recipe, a
-  # neighbour of the best, then the finalist round against eager. studies/quickstart-cpu.toml
-  # keeps the space to what pays off on 2 cores and fits that time; the horizon is a run of
-  # 100000 steps (10 minutes of this toy), over which a warm-up of 15-40 s must pay for itself (docs/scoring.md). A run of it: studies/runs/2026-11-23-cpu-quickstart.log.
-  autocompile search --model tiny-llama --trials 5 --finalists 1 --timeout 180 --baseline-timeout 60 \
+  # About 3 minutes on 2 CPU cores: eager and plain torch.compile, the recipe, a neighbour of the
+  # best, then the finalist round against eager. studies/quickstart-cpu.toml keeps the space to
+  # what pays off on 2 cores and fits that time; the horizon is a run of 100000 steps (10 minutes
+  # of this toy), over which a warm-up of 15-50 s must pay for itself (docs/scoring.md).
+  # Plain torch.compile warmed up in 33-49 s on 2 cores (its trial 66 s with another process
+  # compiling beside it, and 60 s cut it once, 2026-11-25), so its baseline gets 90 s; the search
+  # still gives it no more than half the time left. A step of this toy is about 7 ms of small ops
+  # (dispatch-bound), of which compiling saves a third or more, and eager's two threads stall when
+  # another process takes a core: one short measurement decides nothing, so the finalist round
+  # measures in windows of 2 s or more. A run of it: studies/runs/2026-11-26-cpu-quickstart.log.
+  autocompile search --model tiny-llama --trials 5 --finalists 1 --timeout 180 --baseline-timeout 90 \
     --horizon-steps 100000 --space studies/quickstart-cpu.toml "$@"
 fi

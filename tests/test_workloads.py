@@ -128,7 +128,7 @@ def test_builtins_split_their_loss_and_the_llamas_follow_an_lr_schedule():
 def test_the_cpu_quickstart_space_and_preset():
     """scripts/quickstart.sh's CPU search: tiny-llama as sized for 2 cores, and the space file that
     leaves one recipe, so that its 3 minutes hold the baselines, the recipe, a neighbour and the
-    finalist round (its measured run: studies/runs/2026-11-23-cpu-quickstart.log)."""
+    finalist round (its measured runs: studies/runs/2026-11-23- and 2026-11-26-cpu-quickstart.log)."""
     import os
 
     from autocompile.engine.study import build_space

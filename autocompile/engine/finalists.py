@@ -34,15 +34,34 @@ RERUN_LIMIT = 1.5
 # studies/runs/2026-11-25-captioner-warm-finalists.log). A third, for what a host adds.
 WARM_SHARE = 1 / 3
 
+# The round measures in windows of at least this many seconds (the search's: 0.5 s). On a shared
+# 2-core host a 0.5 s window falls inside another process's compile burst or between two: the CPU
+# quickstart's eager ran 138 steps/s in the search and 169 in its rerun, plain torch.compile 214
+# then 181, which handed eager the win (2026-11-25); the round is what decides, so it measures
+# long enough to average such bursts. A GPU model's windows are whole passes over its pool, longer
+# already (llama-8b's: about 16 s), so there it changes nothing.
+ROUND_MEASURE = {"min_window_s": 2.0}
+
+
+def round_measure_extra_s(attrs: dict) -> float:
+    """How much longer a run measures in the round than in its first run (ROUND_MEASURE): as many
+    windows as it took then, each at least ROUND_MEASURE's length."""
+    rate, steps, window = attrs.get("steps_per_s"), attrs.get("measured_steps"), attrs.get("window_steps")
+    if not rate or not steps or not window:
+        return 0.0
+    window_s = window / rate
+    return (steps / window) * max(0.0, ROUND_MEASURE["min_window_s"] - window_s)
+
 
 def rerun_estimate_s(trial) -> float:
     """What a finalist's rerun is expected to take: its first run, less the part of its warm-up
-    that loading its compiled code saves (WARM_SHARE). The reserve and the round's plan count this."""
+    that loading its compiled code saves (WARM_SHARE), and more the longer windows of the round
+    (ROUND_MEASURE). The reserve and the round's plan count this."""
     a = trial.user_attrs
     if not a.get("config", {}).get("compile"):
-        return a.get("wall_s", 0)
+        return a.get("wall_s", 0) + round_measure_extra_s(a)
     measured = a.get("warmup_measured_s") or a.get("warmup_s") or 0
-    return max(a.get("wall_s", 0) - (1 - WARM_SHARE) * measured, 0.0)
+    return max(a.get("wall_s", 0) - (1 - WARM_SHARE) * measured, 0.0) + round_measure_extra_s(a)
 
 
 def cold_check_s(study, k: int, limit_s: float | None = None) -> float:
@@ -60,9 +79,10 @@ def _reconstructed(trial) -> bool:
 
 
 def _cold_run_s(trial) -> float:
-    """What a run of `trial` from empty caches takes: its run with the compile time its cache hits saved."""
+    """What a run of `trial` from empty caches takes in the round: its run with the compile time its
+    cache hits saved, and the round's longer windows."""
     a = trial.user_attrs
-    return a.get("wall_s", 0) + (a.get("reconstruction") or {}).get("added_s", 0)
+    return a.get("wall_s", 0) + (a.get("reconstruction") or {}).get("added_s", 0) + round_measure_extra_s(a)
 
 
 def rerun_limit_s(first_wall_s: float, trial_timeout_s: float) -> float:
@@ -100,12 +120,17 @@ def finalist_reserve(study, k: int, limit_s: float | None = None) -> float:
     took in their own runs, which the round repeats. Kept from the start (a resumed study knows
     it at once) and updated as trials finish, so the round always runs. A tenth more for runs that
     take longer the second time (llama-8b's round kept 331 s, had 330 s and left out its third
-    finalist, 45 s long, H200, 2026-11-23)."""
-    if k <= 0:
+    finalist, 45 s long, H200, 2026-11-23). Nothing while no compiled trial is a contender: the
+    round measures contenders against eager, and without one it does not run (the CPU quickstart
+    on a loaded host kept 72 s of its 180 for eager's rerun alone, so plain torch.compile got 41 s
+    and no recipe ran, 2026-11-26)."""
+    finalists = contenders(study, k, limit_s) if k > 0 else []
+    if not finalists:
         return 0.0
     eager = eager_record(study) or {}
-    reruns = sum(rerun_estimate_s(t) for t in contenders(study, k, limit_s))
-    return 1.1 * (reruns + eager.get("wall_s", 0) + cold_check_s(study, k, limit_s))
+    reruns = sum(rerun_estimate_s(t) for t in finalists)
+    eager_s = eager.get("wall_s", 0) + round_measure_extra_s(eager)
+    return 1.1 * (reruns + eager_s + cold_check_s(study, k, limit_s))
 
 
 def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None = None) -> str | None:
@@ -242,7 +267,7 @@ def _rerun(runner: Runner, original, r: int, overrun: float, cold: bool) -> dict
     remaining = runner.remaining()
     keep = -overrun if remaining is None else min(-overrun, remaining - limit)
     record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
-                        limit_s=limit, keep_s=keep, first=original, cold=cold)
+                        limit_s=limit, keep_s=keep, first=original, cold=cold, measure=ROUND_MEASURE)
     return {**record, "trial": trial.number, "cold": cold}
 
 
@@ -299,7 +324,7 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
     trial.set_user_attr("cold_check", True)
     limit = rerun_limit_s(_cold_run_s(first), runner.settings.trial_timeout_s)
     record = runner.run(trial, dict(first.user_attrs["config"]), "finalist", prunable=False, limit_s=limit,
-                        keep_s=-limit, first=first, cold=True)
+                        keep_s=-limit, first=first, cold=True, measure=ROUND_MEASURE)
     check = _check(first, {**record, "trial": trial.number})
     if record["status"] != "ok":
         progress.line(f"finalist round: the cold run of trial {first.number} ended {record['status']}: "
@@ -320,7 +345,7 @@ def _plan(runner: Runner, eager, candidates: list, rounds: int) -> tuple[list, f
     """The finalists whose reruns fit what is left of --timeout, best first, and by how much the
     round may run past it (when none fits, the best is measured all the same)."""
     finalists, remaining, overrun = [], runner.remaining(), 0.0
-    eager_s = eager.user_attrs["wall_s"] if eager is not None else 0.0
+    eager_s = rerun_estimate_s(eager) if eager is not None else 0.0
     budget = None if remaining is None else (remaining - cold_check_s(runner.study, len(candidates))) / rounds - eager_s
     for t in candidates:
         if budget is not None and rerun_estimate_s(t) > budget:

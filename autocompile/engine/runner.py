@@ -176,22 +176,23 @@ class Runner:
         return True
 
     def run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None = None,
-            keep_s: float = 0.0, first=None, cold: bool = False) -> dict:
+            keep_s: float = 0.0, first=None, cold: bool = False, measure: dict | None = None) -> dict:
         """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
         of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record.
         A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`);
         `cold`, from empty caches, its warm-up its own and `first`'s numerics carried.
+        `measure`: how it measures, where the search's own settings.measure leaves it unsaid.
         Ctrl-C at any point of it (its launch, or the bookkeeping before it) fails the trial as
         interrupted: none is left running in the study (a 2-worker test on a loaded machine caught
         one between its claim and its launch)."""
         try:
-            return self._run(trial, config, role, prunable, limit_s, keep_s, first, cold)
+            return self._run(trial, config, role, prunable, limit_s, keep_s, first, cold, measure or {})
         except KeyboardInterrupt:
             self.abandon(trial)
             raise
 
     def _run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None, keep_s: float,
-             first, cold: bool) -> dict:
+             first, cold: bool, measure: dict) -> dict:
         settings = self.settings
         limit_s = limit_s or settings.trial_timeout_s
         trial.set_user_attr("role", role)
@@ -213,7 +214,7 @@ class Runner:
             batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
             timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining)),
             header=_header(settings, trial.number), trace=settings.trace,
-            measure={**(settings.measure or {}), **({"numerics_replay": False} if warm or cold else {})},
+            measure={**measure, **(settings.measure or {}), **({"numerics_replay": False} if warm or cold else {})},
             cache_dir=warm or (caches.shared(settings.study_dir) if shared else None),
             keep_cache=bool(config["compile"]) and first is None and role != "finalist",
             ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
