@@ -162,15 +162,12 @@ def carried(record: dict, first: dict, number: int, warm_up: bool = True) -> dic
     caches, its warm-up cold already), the numerics alone."""
     if record.get("status") != "ok":
         return record
-    if not warm_up:
-        if first.get("replay") and not record.get("replay"):
-            record.update(replay=first["replay"], replay_carried_from=number)
-        return record
-    record["warm_warmup_s"] = record.get("warmup_measured_s", record.get("warmup_s"))
-    for key in ("warmup_measured_s", "reconstruction"):
-        record.pop(key, None)
-    record.update(warmup_s=first.get("warmup_s"), warmup_steps=first.get("warmup_steps"), warmup_carried_from=number,
-                  warmup_kind=first.get("warmup_kind", "cold"))
+    if warm_up:
+        record["warm_warmup_s"] = record.get("warmup_measured_s", record.get("warmup_s"))
+        for key in ("warmup_measured_s", "reconstruction"):
+            record.pop(key, None)
+        record.update(warmup_s=first.get("warmup_s"), warmup_steps=first.get("warmup_steps"),
+                      warmup_carried_from=number, warmup_kind=first.get("warmup_kind", "cold"))
     if first.get("replay") and not record.get("replay"):
         record.update(replay=first["replay"], replay_carried_from=number)
     return record
