@@ -312,9 +312,11 @@ def next_neighbour(space, study, tried, cost=None) -> dict | None:
     ran 20.8 steps/s after 31-34 s with the eager fused AdamW and the loss compiled apart: score
     19.4-19.5 against the incumbent recipe's 17.0 at 10000 steps; H200, 2026-11-23,
     studies/runs/2026-11-23-captioner-probe.log.)"""
+    fit = fitting_move(space, study, tried)
     best, base = incumbent(space, study)
-    if best is None:
-        return None
+    if best is None or (fit and study.trials[fit["parent"]].user_attrs["steps_per_s"]
+                        > (best.user_attrs.get("steps_per_s") or 0)):
+        return fit  # a configuration faster than any that fits, made to fit, goes first
     top, fast = fastest(space, study)
     heavy = warmup_share(study, best) >= WARMUP_SHARE
     parents = [(best, base, fast, functools.partial(_rank, heavy=heavy))]
@@ -331,6 +333,36 @@ def next_neighbour(space, study, tried, cost=None) -> dict | None:
         found = _neighbour(space, study, tried, parent, own, borrow, rank, cost)
         if found:
             return found
+    return fit
+
+
+BUDGET = "activation_memory_budget"
+
+
+def fitting_move(space, study, tried) -> dict | None:
+    """The move that may make a configuration fit the memory limit: the fastest trial that ran but
+    needed more memory than --max-memory-gb, with a lower activation memory budget (the lowest
+    first: fitting is what matters; a neighbour may raise it again once it fits). None where the
+    space offers no budget or every such move was tried. llama-8b-60gb's recipes all ran over 60 GB
+    (64.1-75.2 GB) and left the search no configuration to start a neighbour from (H200, 2026-11-26)."""
+    dim = next((d for d in space.dimensions if d.name == BUDGET), None)
+    if dim is None:
+        return None
+    over = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("over_memory_gb") and t.user_attrs.get("config", {}).get("compile")
+            and t.user_attrs.get("role") != "finalist" and (t.params or t.user_attrs.get("role") == "compile-defaults")]
+    for t in sorted(over, key=lambda t: -(t.user_attrs.get("steps_per_s") or 0)):
+        base = dict(t.params) if t.params else space.params_for({})
+        current = base.get(BUDGET) or 1.0
+        for value in sorted(v for v in dim.choices if v is not None and v < current):
+            params = space.params_for({**base, BUDGET: value})
+            if not params or params.get(BUDGET) != value:
+                continue
+            config = space.suggest(optuna.trial.FixedTrial(params))
+            if tried(config, params) or space.rejection(config):
+                continue
+            changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
+            return {"params": params, "changed": changed, "parent": t.number, "parent_params": base, "config": config}
     return None
 
 
