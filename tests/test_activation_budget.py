@@ -4,6 +4,7 @@ dimension only where memory is the constraint, searched and emitted like any oth
 import os
 
 from autocompile.api import run_search
+from autocompile.engine.records import baseline_value
 from autocompile.engine.study import SearchSettings, build_space, load_study, memory_bound
 from conftest import FAST, PLAIN_GRAPHS, toy
 
@@ -46,3 +47,6 @@ def test_a_configuration_over_the_memory_limit_is_measured_again_with_a_lower_bu
     assert "ACTIVATION_MEMORY_BUDGET = 0.5" in snippet
     assert "torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET" in snippet
     assert "foreach_map_step(optimizer)" in snippet
+    # eager ran over the limit too: its measured speed is still the ratios' reference
+    eager = next(e for e in study.trials if e.user_attrs.get("role") == "eager")
+    assert eager.number in over and baseline_value(study, "eager", "steps_per_s") == eager.user_attrs["steps_per_s"]

@@ -6,7 +6,7 @@ import json
 import os
 
 from autocompile.apply import describe_config
-from autocompile.engine.records import baseline_trial, baseline_value, best_trial, full_record, speedup
+from autocompile.engine.records import baseline_trial, baseline_value, best_trial, full_record, over_memory_baseline, speedup
 from autocompile.engine.strategy import effects
 
 
@@ -90,6 +90,10 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
         "warmup_kind": a.get("warmup_kind"),
     }
     verdict = summary["finalists"]
+    over = [(name, t.user_attrs["peak_mem_gb"]) for role, name in (("eager", "eager"), ("compile-defaults", "plain torch.compile"))
+            if not baseline_trial(study, role) and (t := over_memory_baseline(study, role))]
+    if over:  # measured, over the limit: still the references of the ratios
+        summary["best"]["references_over_memory"] = " and ".join(f"{n} peaked at {gb:.2f} GB" for n, gb in over)
     if eager_sps is None:  # eager did not run cleanly (a model eager cannot fit): say what the ratios are against
         eager = next((t.user_attrs for t in study.trials if t.user_attrs.get("role") == "eager"), {})
         summary["best"]["no_eager"] = (f"eager ended {eager.get('status', 'unmeasured')}"
@@ -237,7 +241,9 @@ def format_best(best: dict) -> str:
                f"still warming up when stopped" if best.get("score_vs_default_at_least") else "")
             + (f"; not confirmed: {best['unconfirmed']}" if best.get("unconfirmed") else "")
             + (f"; no eager reference: {best['no_eager']}, so the ratios are against plain torch.compile"
-               if best.get("no_eager") else ""))
+               if best.get("no_eager") else "")
+            + (f"; {best['references_over_memory']}, above the memory limit: the ratios are still against their speeds"
+               if best.get("references_over_memory") else ""))
 
 
 FAILED = ("compile_error", "failed", "crashed", "oom")
