@@ -512,3 +512,26 @@ def test_tpe_proposals_get_no_more_time_than_the_neighbours():
     assert neighbours_turn(after, 1)  # 240 s of TPE against 63 s of neighbours: a neighbour again
     neighbour = next_neighbour(build_space("captioner", "cuda"), after, lambda config, params: False)
     assert neighbour and neighbour["parent"] in (8, 10)  # the incumbent, or the fastest taking its turn
+
+
+def test_the_last_neighbour_before_the_round_is_costed_by_its_twins_without_compiled_autograd():
+    """captioner-fresh-5 stopped exploring with 70 s left before its round: the next neighbour
+    (trial 10 with another AdamW) was costed at 241 s, the time of trial 11, whose compiled autograd
+    compiled the whole backward again; its twins without it, trials 8 and 10, took 30 and 33 s."""
+    from autocompile.engine.claims import neighbour_cost
+    from autocompile.engine.prediction import Predictor
+    from autocompile.engine.runner import expected_trial_s
+    from autocompile.engine.study import load_study
+    from autocompile.engine.strategy import twin_time
+    from conftest import ROOT
+
+    folder = f"{ROOT}/studies/history/captioner-fresh-5"
+    committed = load_study("captioner-fresh-5", f"sqlite:///{folder}/study.db")
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([t for t in committed.trials if t.number <= 13])  # the search before its round
+    measured = [t.user_attrs.get("config") for t in study.trials]
+    tried = lambda config, params: config in measured
+    cost = neighbour_cost(build_space("captioner", "cuda"), study, Predictor(study, folder), tried)
+    assert cost is not None and cost < 40 < expected_trial_s(study), cost  # it fits the 70 s left
+    autograd = committed.trials[11].user_attrs["config"]
+    assert autograd["compiled_autograd"] and 11 not in twin_time(study, {**autograd, "compiled_autograd": False})[1]

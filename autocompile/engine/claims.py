@@ -130,7 +130,7 @@ def neighbour_cost(space, study, predictor, tried) -> float | None:
     neighbour = next_neighbour(space, study, tried, predictor.predict)
     if not neighbour:
         return None
-    need, _ = twin_time(study, neighbour["config"])
+    need, _ = twin_time(study, neighbour["config"], exact=True)  # a lighter twin would say too little
     if need is not None:
         return need
     warmup = predictor.predict(neighbour["config"])

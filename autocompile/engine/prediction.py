@@ -58,7 +58,7 @@ class Predictor:
             if a.get("status") != "ok" or not a.get("config", {}).get("compile") or "remeasure_of" in a:
                 continue
             graphs = full_record(t, study_dir).get("graphs")
-            if graphs:
+            if isinstance(graphs, list) and graphs:  # not the shortened attribute of a trial whose folder is elsewhere
                 self._learn(a["config"], graphs, cold, a)
 
     def _learn(self, config: dict, graphs: list[dict], cold: dict, attrs: dict) -> None:

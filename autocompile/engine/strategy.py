@@ -151,7 +151,7 @@ def _order(space, study) -> list:
 # kernels alike (CUDA graphs or not); reduce-overhead records graphs in steps that cost as much as
 # default's (llama-8b trials 13 and 15: 92 and 89 s of warm-up, H200, 2026-11-23).
 MODE_WEIGHT = {"default": 0, "reduce-overhead": 0, "max-autotune-no-cudagraphs": 1, "max-autotune": 1}
-_EXTRAS = ("compile_optimizer", "foreach_map_optimizer", "compile_loss")  # graphs compiled besides the model's
+_EXTRAS = ("compile_optimizer", "foreach_map_optimizer", "compile_loss", "compiled_autograd")  # graphs compiled besides the model's (compiled autograd: the whole backward again, per length)
 # A max-autotune mode benchmarks kernel candidates on top of what a lighter mode compiles: it took
 # more than twice a lighter twin's warm-up wherever measured (the captioner's regional reduce-overhead
 # step warmed up in 130 s, its max-autotune twin was still compiling at 240 s; llama-8b's regional
@@ -209,12 +209,13 @@ def _no_more_graphs(seen: dict, config: dict) -> bool:
     return not any(seen.get(x) and not config.get(x) for x in _EXTRAS)
 
 
-def twin_time(study, config: dict) -> tuple[float | None, list[int]]:
+def twin_time(study, config: dict, exact: bool = False) -> tuple[float | None, list[int]]:
     """How long `config` is expected to take from its twins measured so far, and which they are:
     the longest wall time of the finished trials (finalist reruns included) that compile the same
-    graphs in the same scope, mode and shapes, and no graph it does not (too_slow's evidence).
-    (None, []) without a twin. The captioner's trial 11, a CUDA-graph configuration whose twin
-    (trial 5) took 218 s, was started with 119 s left and cut (H200, 2026-11-23)."""
+    graphs in the same scope, mode and shapes, and no graph it does not (too_slow's evidence: at
+    least that long); with `exact`, every graph it does too (as long). (None, []) without a twin.
+    The captioner's trial 11, a CUDA-graph configuration whose twin (trial 5) took 218 s, was
+    started with 119 s left and cut (H200, 2026-11-23)."""
     if not config.get("compile"):
         return None, []
     walls = {}
@@ -223,7 +224,7 @@ def twin_time(study, config: dict) -> tuple[float | None, list[int]]:
         seen = a.get("config", {})
         if a.get("wall_s") and a.get("status") in ("ok", "pruned", "timeout") and seen.get("compile") \
                 and all(seen.get(x) == config.get(x) for x in ("scope", "mode", *_SHAPES)) \
-                and _no_more_graphs(seen, config):
+                and _no_more_graphs(seen, config) and (not exact or _no_more_graphs(config, seen)):
             walls[t.number] = a["wall_s"]
     return (max(walls.values()), sorted(walls)) if walls else (None, [])
 
