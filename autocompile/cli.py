@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_search(args) -> int:
     from autocompile.outputs.dashboard import tlparse_command
     from autocompile.api import run
-    from autocompile.outputs.table import format_summary
+    from autocompile.outputs.table import format_summary, no_winner_line
     from autocompile.engine.scoring import DEFAULT_HORIZON
     from autocompile.engine.settings import SearchSettings
 
@@ -327,7 +327,7 @@ def cmd_search(args) -> int:
     summary = run(settings, args.verbosity, gpus=args.gpus).summary
     print(format_summary(summary))
     if summary["best"] is None:
-        print("no trial ran cleanly yet: see the reasons above and the logs in " + os.path.join(settings.study_dir, "trials"))
+        print(no_winner_line(summary["rows"], os.path.join(settings.study_dir, "trials"), settings.max_memory_gb))
         return 1
     print(f"snippet written to {os.path.join(settings.study_dir, 'apply_compilation.py')}:")
     print()

@@ -50,3 +50,19 @@ def test_a_configuration_over_the_memory_limit_is_measured_again_with_a_lower_bu
     # eager ran over the limit too: its measured speed is still the ratios' reference
     eager = next(e for e in study.trials if e.user_attrs.get("role") == "eager")
     assert eager.number in over and baseline_value(study, "eager", "steps_per_s") == eager.user_attrs["steps_per_s"]
+
+
+def test_a_search_where_nothing_fits_says_the_least_memory_any_configuration_needed():
+    """llama-8b-60gb's first run (H200, 2026-11-26): its 12 trials ran at 64-75 GB against a 60 GB
+    limit, and it ended with "no trial ran cleanly yet"; the line now says what would fit."""
+    import optuna
+
+    from autocompile.outputs.table import no_winner_line, trial_rows
+    from conftest import ROOT
+
+    committed = load_study("llama-8b-60gb", f"sqlite:///{ROOT}/studies/history/llama-8b-60gb/study.db")
+    first_run = optuna.create_study(direction="maximize")
+    first_run.add_trials([t for t in committed.trials if t.number <= 11])
+    line = no_winner_line(trial_rows(first_run), "trials", 60.0)
+    assert line.startswith("no configuration fit --max-memory-gb 60: the least any needed was 64.07 GB (trial 3, ")
+    assert no_winner_line(trial_rows(first_run), "trials", None).startswith("no trial ran cleanly yet")

@@ -48,6 +48,19 @@ def trial_rows(study) -> list[dict]:
     return rows
 
 
+def no_winner_line(rows: list[dict], trials_dir: str, max_memory_gb: float | None) -> str:
+    """Why a search ended without a winner, in one line: every configuration that ran needed more
+    memory than allowed (say the least any needed), or see the reasons and logs."""
+    compiled = [r for r in rows if r["status"] != "ok" and r.get("peak_mem_gb") and r["role"] != "eager"]
+    over = [r for r in compiled if max_memory_gb is not None and r["peak_mem_gb"] > max_memory_gb]
+    if over and len(over) == len(compiled):
+        least = min(over, key=lambda r: r["peak_mem_gb"])
+        return (f"no configuration fit --max-memory-gb {max_memory_gb:g}: the least any needed was "
+                f"{least['peak_mem_gb']:.2f} GB (trial {least['number']}, {least['config']}); raise the limit, or "
+                f"lower the batch size or the sequence length (--batch-size, --seq-len)")
+    return "no trial ran cleanly yet: see the reasons above and the logs in " + trials_dir
+
+
 def add_repros(rows: list[dict], study_dir: str) -> None:
     """The repro `autocompile repro` made of a failed trial, as its row's `repro` (the file) and `repro_line`."""
     from autocompile.outputs.repro import summary_of
