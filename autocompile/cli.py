@@ -324,6 +324,10 @@ def cmd_search(args) -> int:
         memory_path=args.failure_memory, screen=args.screen, shared_cache=args.shared_cache,
         nproc=args.nproc, parallel=args.parallel,
     )
+    if args.trials == 0:  # only the finalist round: of a study that has trials
+        existing, _ = _existing_study(argparse.Namespace(storage=args.storage, dir=args.dir, study=settings.study))
+        if not existing.trials:
+            raise UserError(f"study {settings.study!r} has no trials: --trials 0 runs only the finalist round of a study that has some")
     summary = run(settings, args.verbosity, gpus=args.gpus).summary
     print(format_summary(summary))
     if summary["best"] is None:

@@ -182,6 +182,7 @@ def test_numerics_of_a_faithful_compile_pass_and_memory_limits_bind(searched):
     (["search", "--model", "tiny-llama", "--device", "cuda"], "no CUDA GPU"),
     (["search", "--model", "llama-8b", "--device", "cpu"], "needs a GPU"),
     (["search", "--model", "tiny-llama", "--trials", "-1"], "must be at least 0"),
+    (["search", "--model", "tiny-llama", "--device", "cpu", "--trials", "0"], "no study 'tiny-llama'"),
     (["search", "--model", "tiny-llama", "--device", "cpu", "--set", "mode=fast"], "mode=\"fast\" is not offered"),
     (["search", "--model", "tiny-llama", "--device", "cpu", "--storage", "sqlite:////no/such/dir/x.db"], "cannot open storage"),
     (["search", "--model", "tiny-llama", "--device", "cpu", "--storage", "postgresql://u@127.0.0.1:1/db"], "cannot open storage"),
