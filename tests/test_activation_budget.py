@@ -47,6 +47,15 @@ def test_a_configuration_over_the_memory_limit_is_measured_again_with_a_lower_bu
     assert "ACTIVATION_MEMORY_BUDGET = 0.5" in snippet
     assert "torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET" in snippet
     assert "foreach_map_step(optimizer)" in snippet
+    from autocompile.engine.strategy import effects
+    from autocompile.outputs.table import format_effects
+
+    [effect] = [e for e in effects(study) if e["trial"] == t.number]
+    assert effect["over_limit"] and effect["peak_mem_gb"] == (study.trials[effect["parent"]].user_attrs["peak_mem_gb"],
+                                                             t.user_attrs["peak_mem_gb"])
+    # (its parent: the recipe, or plain torch.compile where that ran faster on this machine)
+    assert "activation_memory_budget null -> 0.5" in format_effects([effect])
+    assert ": still over the memory limit, peak " in format_effects([effect])
     # eager ran over the limit too: its measured speed is still the ratios' reference
     eager = next(e for e in study.trials if e.user_attrs.get("role") == "eager")
     assert eager.number in over and baseline_value(study, "eager", "steps_per_s") == eager.user_attrs["steps_per_s"]

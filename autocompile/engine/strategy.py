@@ -131,6 +131,11 @@ def effects(study) -> list[dict]:
             row["effect"] = means[t.number] / means[parent.number] - 1
         else:
             row["reason"] = a.get("reason", "")
+        peaks = (parent.user_attrs.get("peak_mem_gb"), a.get("peak_mem_gb"))
+        if all(peaks) and ("activation_memory_budget" in changes or a.get("over_memory_gb")
+                           or parent.user_attrs.get("over_memory_gb")):
+            row["peak_mem_gb"] = peaks  # a move made for memory: what it did to the peak
+            row["over_limit"] = bool(a.get("over_memory_gb"))
         rows.append(row)
     return rows
 

@@ -333,8 +333,14 @@ def format_effects(rows: list[dict]) -> str:
         if not row.get("single", True):
             change = f"a move of {len(row['changed'])} dimensions ({change})"
         reason = row.get("reason", "")
-        outcome = (f"{row['effect']:+.1%} score" if "effect" in row
-                   else reason[:90] if reason.startswith(row["status"]) else f"{row['status']}: {reason[:90]}")
+        if "effect" in row:
+            outcome = f"{row['effect']:+.1%} score"
+        elif row.get("peak_mem_gb"):  # a move made for memory: whether it fits now
+            outcome = "still over the memory limit" if row["over_limit"] else "fits" if row["status"] == "ok" else row["status"]
+        else:
+            outcome = reason[:90] if reason.startswith(row["status"]) else f"{row['status']}: {reason[:90]}"
+        if row.get("peak_mem_gb"):
+            outcome += ", peak {:.2f} -> {:.2f} GB".format(*row["peak_mem_gb"])
         if row.get("other_machine"):
             outcome += " (the two ran on different machines: not a like-for-like comparison)"
         lines.append(f"  trial {row['trial']} (from {row['parent']}): {change}: {outcome}")
