@@ -81,3 +81,12 @@ def plain_compile_record(tmp_path) -> dict:
     eager, compiled = (t.user_attrs for t in study.trials[:2])
     assert eager["role"] == "eager" and compiled["role"] == "compile-defaults"
     return {**compiled, "eager_losses": eager["losses"], "study_trials": len(study.trials)}
+
+
+def drawn_image(path) -> tuple:
+    """A drawn PNG's size, its number of colours and the share of its most common one (the background)."""
+    from PIL import Image
+
+    image = Image.open(path).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 20)
+    return image.size, len(colours), max(n for n, _ in colours) / (image.size[0] * image.size[1])
