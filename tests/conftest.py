@@ -55,18 +55,15 @@ def toolchain_dir():
 
 
 def numerics_of_plain_compile(tmp_path, workload: str, seed: int, triage: bool = False) -> dict:
-    """`autocompile search --trials 2` (eager, then plain torch.compile) on a toy workload; the
-    compiled trial's record, with the eager baseline's first losses beside it. Without `triage`
-    (--no-triage), a numerics failure is not compared with eager module by module (diverges_at)."""
-    import subprocess
-    import sys
+    """A search of two trials (eager, then plain torch.compile) on a toy workload, from Python as a
+    user runs it (autocompile.search, which `autocompile search` calls); the compiled trial's record,
+    with the eager baseline's first losses beside it. FAST windows: the numerics are under test, not
+    the speed (the command's default windows and its own torch import cost ~10 s a search). Without
+    `triage` (--no-triage), a numerics failure is not compared with eager module by module (diverges_at)."""
+    import autocompile
 
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy(workload), "--device", "cpu",
-                           "--trials", "2", "--finalists", "0", "--seed", str(seed), "--study", "s",
-                           "--dir", str(tmp_path)] + ([] if triage else ["--no-triage"]),
-                          capture_output=True, text=True, env=env)
-    assert done.returncode in (0, 1), done.stderr
+    autocompile.search(toy(workload), trials=2, device="cpu", study="s", directory=str(tmp_path), verbosity=0,
+                       finalists=0, seed=seed, triage=triage, measure=FAST)
     record = plain_compile_record(tmp_path)
     assert record["study_trials"] == 2
     return record
