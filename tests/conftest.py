@@ -36,6 +36,27 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="autocompile-toolchain-"))
 
 
+# The test files that take longest, longest first (CI, 2 cores, --dist loadfile, 2026-11-26): they
+# start first, and the short ones fill in beside them at the end. xdist's own order (most tests
+# first) started test_shared_cache.py, test_repro.py and test_numerics_*.py, 100-240 s each but of
+# few tests, last: one worker ran them on alone while the other had nothing left. A file not listed
+# keeps its place after these.
+SLOWEST_FIRST = ["test_study.py", "test_trial.py", "test_parallel.py", "test_shared_cache.py", "test_repro.py",
+                 "test_strategy.py", "test_scale.py", "test_numerics_dropout.py", "test_dashboard.py", "test_memory.py",
+                 "test_numerics_scaled.py", "test_screening.py", "test_activation_budget.py", "test_divergence.py",
+                 "test_workloads.py", "test_optimizer_step.py"]
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # xdist's reordering by number of tests: off, for the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
+
 @pytest.fixture(scope="module", autouse=True)
 def failure_memory(tmp_path_factory):
     """Each test module has a failure memory of its own (never the user's): what one module's
