@@ -38,9 +38,9 @@ os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="au
 
 # The test files that take longest, longest first (CI, 2 cores, --dist loadfile, 2026-11-26): they
 # start first, and the short ones fill in beside them at the end. xdist's own order (most tests
-# first) started test_shared_cache.py, test_repro.py and test_numerics_*.py, 100-240 s each but of
-# few tests, last: one worker ran them on alone while the other had nothing left. A file not listed
-# keeps its place after these.
+# first) puts test_shared_cache.py, test_repro.py and test_numerics_*.py, 50-270 s each but of few
+# tests, near the end, where one of them can leave a worker running alone. A file not listed keeps
+# its place after these.
 SLOWEST_FIRST = ["test_study.py", "test_trial.py", "test_parallel.py", "test_shared_cache.py", "test_repro.py",
                  "test_strategy.py", "test_scale.py", "test_numerics_dropout.py", "test_dashboard.py", "test_memory.py",
                  "test_numerics_scaled.py", "test_screening.py", "test_activation_budget.py", "test_divergence.py",
