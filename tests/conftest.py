@@ -36,6 +36,27 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="autocompile-toolchain-"))
 
 
+# The test files that take longest, longest first (CI, 2 cores, --dist loadfile, 2026-11-26): they
+# start first, and the short ones fill in beside them at the end. xdist's own order (most tests
+# first) puts test_shared_cache.py, test_repro.py and test_numerics_*.py, 50-270 s each but of few
+# tests, near the end, where one of them can leave a worker running alone. A file not listed keeps
+# its place after these.
+SLOWEST_FIRST = ["test_study.py", "test_trial.py", "test_parallel.py", "test_shared_cache.py", "test_repro.py",
+                 "test_strategy.py", "test_scale.py", "test_numerics_dropout.py", "test_dashboard.py", "test_memory.py",
+                 "test_numerics_scaled.py", "test_screening.py", "test_activation_budget.py", "test_divergence.py",
+                 "test_workloads.py", "test_optimizer_step.py"]
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # xdist's reordering by number of tests: off, for the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
+
 @pytest.fixture(scope="module", autouse=True)
 def failure_memory(tmp_path_factory):
     """Each test module has a failure memory of its own (never the user's): what one module's
@@ -55,18 +76,15 @@ def toolchain_dir():
 
 
 def numerics_of_plain_compile(tmp_path, workload: str, seed: int, triage: bool = False) -> dict:
-    """`autocompile search --trials 2` (eager, then plain torch.compile) on a toy workload; the
-    compiled trial's record, with the eager baseline's first losses beside it. Without `triage`
-    (--no-triage), a numerics failure is not compared with eager module by module (diverges_at)."""
-    import subprocess
-    import sys
+    """A search of two trials (eager, then plain torch.compile) on a toy workload, from Python as a
+    user runs it (autocompile.search, which `autocompile search` calls); the compiled trial's record,
+    with the eager baseline's first losses beside it. FAST windows: the numerics are under test, not
+    the speed (the command's default windows and its own torch import cost ~10 s a search). Without
+    `triage` (--no-triage), a numerics failure is not compared with eager module by module (diverges_at)."""
+    import autocompile
 
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy(workload), "--device", "cpu",
-                           "--trials", "2", "--finalists", "0", "--seed", str(seed), "--study", "s",
-                           "--dir", str(tmp_path)] + ([] if triage else ["--no-triage"]),
-                          capture_output=True, text=True, env=env)
-    assert done.returncode in (0, 1), done.stderr
+    autocompile.search(toy(workload), trials=2, device="cpu", study="s", directory=str(tmp_path), verbosity=0,
+                       finalists=0, seed=seed, triage=triage, measure=FAST)
     record = plain_compile_record(tmp_path)
     assert record["study_trials"] == 2
     return record
@@ -81,3 +99,12 @@ def plain_compile_record(tmp_path) -> dict:
     eager, compiled = (t.user_attrs for t in study.trials[:2])
     assert eager["role"] == "eager" and compiled["role"] == "compile-defaults"
     return {**compiled, "eager_losses": eager["losses"], "study_trials": len(study.trials)}
+
+
+def drawn_image(path) -> tuple:
+    """A drawn PNG's size, its number of colours and the share of its most common one (the background)."""
+    from PIL import Image
+
+    image = Image.open(path).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 20)
+    return image.size, len(colours), max(n for n, _ in colours) / (image.size[0] * image.size[1])

@@ -1,4 +1,4 @@
-"""The numerics guard on a model with dropout p = 0.3, through `autocompile search` as a user runs it.
+"""The numerics guard on a model with dropout p = 0.3, through a search as a user runs it (autocompile.search).
 
 Two draws of dropout's masks move this model's loss by more than a 3% error in its output does,
 so comparing first losses of runs whose masks differ decides by chance. The guard replays the
@@ -11,33 +11,35 @@ import json
 import pytest
 
 from autocompile.engine.scoring import compare_losses
-from conftest import ROOT, numerics_of_plain_compile, plain_compile_record, toy
+from conftest import FAST, numerics_of_plain_compile, plain_compile_record, toy
 
 SEEDS = range(3)  # each seed a search of its own (about 30 s on 2 cores); seed 0's has a finalist round
 
 
 @pytest.fixture(scope="module")
 def with_a_round(tmp_path_factory):
-    """`autocompile search --trials 2 --finalists 1` on the dropout toy under seed 0 (eager, plain
-    torch.compile, then the round: eager and plain torch.compile again); its folder and the command's
-    outcome. Plain torch.compile's first run is seed 0's measurement of the test below."""
-    import os
-    import subprocess
-    import sys
+    """A search of two trials and a round (`--trials 2 --finalists 1`) from Python, as a user runs it,
+    on the dropout toy under seed 0 (eager, plain torch.compile, then the round: eager and plain
+    torch.compile again); its folder and its progress. Plain torch.compile's first run is seed 0's
+    measurement of the test below. FAST windows, the round's too: its 2-s windows (finalists.
+    ROUND_MEASURE) measure speed, which is not under test here."""
+    import contextlib
+    import io
+
+    import autocompile
 
     folder = tmp_path_factory.mktemp("round")
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy("toy_dropout"), "--device", "cpu",
-                           "--trials", "2", "--finalists", "1", "--seed", "0", "--study", "s", "--dir", str(folder)],
-                          capture_output=True, text=True, env=env)
-    return folder, done
+    progress = io.StringIO()
+    with contextlib.redirect_stderr(progress):
+        autocompile.search(toy("toy_dropout"), trials=2, device="cpu", study="s", directory=str(folder),
+                           finalists=1, seed=0, measure=FAST)
+    return folder, progress.getvalue()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_correct_compile_of_a_model_with_dropout_passes_under_every_seed(tmp_path, seed, request):
     if seed == 0:  # the round's search: its trial 1 is plain torch.compile's first run, measured as in any search
-        folder, done = request.getfixturevalue("with_a_round")
-        assert done.returncode == 0, done.stderr
+        folder, _ = request.getfixturevalue("with_a_round")
         record = plain_compile_record(folder)
     else:
         record = numerics_of_plain_compile(tmp_path, "toy_dropout", seed)
@@ -60,9 +62,8 @@ def test_a_finalists_rerun_starts_from_its_first_runs_code_and_carries_its_repla
     from autocompile.engine.records import full_record
     from autocompile.engine.study import load_study
 
-    folder, done = with_a_round
-    assert done.returncode == 0, done.stderr
-    assert "each starts from the code its first run compiled" in done.stderr
+    folder, progress = with_a_round
+    assert "each starts from the code its first run compiled" in progress, progress
     study_dir = str(folder / "s")
     study = load_study("s", "sqlite:///" + os.path.join(study_dir, "study.db"))
     (rerun,) = [t for t in study.trials if t.user_attrs.get("remeasure_of") == 1]
@@ -89,7 +90,6 @@ def test_the_replay_loads_the_optimizer_step_the_measured_run_compiled(tmp_path)
 
     from autocompile.space import DEFAULTS
     from autocompile.trial import TrialRequest, run_trial
-    from conftest import FAST, toy
 
     config = copy.deepcopy(DEFAULTS)
     config["compile_optimizer"] = True

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, numerics_of_plain_compile, toy
+from conftest import FAST, ROOT, numerics_of_plain_compile, toy
 
 DATA = pathlib.Path(__file__).parent / "data"
 
@@ -18,10 +18,18 @@ def _run(*args, cwd=None):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd)
 
 
+def _search(tmp_path, workload: str) -> None:
+    """Eager, then plain torch.compile of a toy that fails compiled, as study 's' (`autocompile search
+    --trials 2 --finalists 0 --no-trace --no-triage`, from Python: FAST windows, no torch import of
+    a command of its own; what is under test is `repro` of its failed trial)."""
+    import autocompile
+
+    autocompile.search(toy(workload), trials=2, device="cpu", study="s", directory=str(tmp_path), verbosity=0,
+                       finalists=0, trace=False, triage=False, measure=FAST)
+
+
 def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
-    done = _run("-m", "autocompile", "search", "--model", toy("toy_inductor_crash"), "--device", "cpu", "--trials", "2",
-                "--finalists", "0", "--study", "s", "--dir", str(tmp_path), "--no-trace", "--no-triage")
-    assert done.returncode in (0, 1), done.stderr
+    _search(tmp_path, "toy_inductor_crash")
     # No triage, to save its three reruns (tests/test_trial.py has it name Inductor for this model):
     # a compile error without a layer is taken for Inductor's (test_the_minifier_is_set_for_the_layer_triage_found).
     record = json.loads((tmp_path / "s" / "trials" / "0001" / "result.json").read_text())
@@ -182,9 +190,7 @@ def test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_fro
     step 2 (a buffer step 1 set): Inductor's bounds check raises inside the graph, and the
     launcher's graph, on the zeros it makes up for the ids, passes. And the study keeps only its
     study.db, as a committed one does: the trial's spec is rebuilt from the storage."""
-    done = _run("-m", "autocompile", "search", "--model", toy("toy_runtime_fail_in_graph"), "--device", "cpu",
-                "--trials", "2", "--finalists", "0", "--study", "s", "--dir", str(tmp_path), "--no-trace", "--no-triage")
-    assert done.returncode in (0, 1), done.stderr
+    _search(tmp_path, "toy_runtime_fail_in_graph")
     folder = tmp_path / "s" / "trials" / "0001"
     record = json.loads((folder / "result.json").read_text())
     assert record["status"] == "failed" and "index out of bounds" in record["reason"], record["reason"]

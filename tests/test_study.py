@@ -1,7 +1,9 @@
-"""A whole search: baselines, recipes, the sampler, storage, resume, outputs and the command line."""
+"""A whole search: baselines, recipes, the sampler, storage, resume, outputs (the search from Python,
+results.db, the report) and the command line."""
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -9,13 +11,13 @@ import pytest
 
 from autocompile.apply import load_snippet
 from autocompile.errors import UserError
-from autocompile.engine.records import best_trial
+from autocompile.engine.records import best_trial, full_record
 from autocompile.engine.scoring import score
 from autocompile.api import run_search
 from autocompile.outputs.table import format_summary
 from autocompile.engine.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
-from conftest import FAST, ROOT, toy
+from conftest import FAST, ROOT, drawn_image, toy
 
 
 def cli(*args, cwd=None):
@@ -33,13 +35,32 @@ def test_score_amortises_warmup_and_penalises_recompiles():
     assert score({"status": "timeout"}) == 0.0
 
 
+SEARCHED = dict(trials=3, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1,
+                prune=False)  # pruning has a test of its own
+
+
 @pytest.fixture(scope="module")
-def searched(tmp_path_factory):
+def from_python(tmp_path_factory):
+    """One real search from Python (autocompile.search, as a user calls it; verbose, so its progress
+    shows every event) on the toy: its settings, its result and its progress. The tests of this file
+    and those of what a user sees of it (test_outputs.py's, moved here) read this one search."""
+    import contextlib
+    import io
+
+    import autocompile
+
     directory = str(tmp_path_factory.mktemp("studies"))
-    settings = SearchSettings(model=toy(), device="cpu", study="toy", directory=directory, trials=3,
-                              trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1,
-                              prune=False)  # pruning has a test of its own
-    return settings, run_search(settings)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        result = autocompile.search(toy(), device="cpu", study="toy", directory=directory, verbosity=2, **SEARCHED)
+    settings = SearchSettings(model=toy(), device="cpu", study="toy", directory=directory, **SEARCHED)
+    return settings, result, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def searched(from_python):
+    settings, result, _ = from_python
+    return settings, result.summary
 
 
 def test_search_measures_baselines_then_recipes(searched):
@@ -113,8 +134,12 @@ def test_the_winning_snippet_runs_on_a_fresh_model(searched):
     optimizer.step()
 
 
-def test_running_again_resumes_the_study(searched, capsys):
+def test_running_again_resumes_the_study(searched, capsys, tmp_path):
     settings, _ = searched
+    import shutil  # a copy of the study: the fixture's stays as its search left it, for the other tests
+
+    shutil.copytree(settings.directory, tmp_path / "studies")
+    settings = SearchSettings(**{**settings.__dict__, "directory": str(tmp_path / "studies")})
     again = SearchSettings(**{**settings.__dict__, "trials": 1, "finalists": 0})
     summary = run_search(again)
     assert "resuming study 'toy': 5 trials already finished" in capsys.readouterr().err
@@ -477,3 +502,120 @@ def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_rat
     assert judged["method"] == "first loss" and not judged["differs"] and judged["max_rel_diff"] < 1e-3
     text = format_summary(summary)
     assert "no eager reference: eager ended oom" in text and "ratios are against plain torch.compile" in text
+
+
+# What a user sees of the search (from test_outputs.py, which reads committed studies only now).
+
+
+def test_the_search_from_python_gives_the_winner_its_snippet_and_the_study(from_python):
+    settings, result, progress = from_python
+    study_dir = settings.study_dir
+    assert result.winner["number"] == result.summary["best"]["number"]
+    assert {"config", "steps_per_s", "warmup_s", "score", "horizon"} <= set(result.winner)
+    assert "snippet" not in result.winner and "def apply_compilation(model, optimizer):" in result.snippet
+    with open(os.path.join(study_dir, "apply_compilation.py")) as f:
+        assert f.read() == result.snippet
+    finished = [t.number for t in result.study.trials if t.state.is_finished()]
+    assert finished == [row["number"] for row in result.summary["rows"]]
+    assert "(window 1, steps_per_s" in progress  # -v: every event of each trial
+
+
+def test_the_results_table_matches_the_study(from_python):
+    """Written by the search's callback as trials finished: one row per trial, the same figures."""
+    settings, result, _ = from_python
+    study_dir = settings.study_dir
+    db = sqlite3.connect(os.path.join(study_dir, "results.db"))
+    db.row_factory = sqlite3.Row
+    rows = {r["number"]: r for r in db.execute("select * from trials")}
+    trials = [t for t in result.study.trials if t.state.is_finished()]  # not the recipes still queued
+    assert sorted(rows) == [t.number for t in trials]
+    for t in trials:
+        row, a = rows[t.number], t.user_attrs
+        assert (row["status"], row["role"], row["state"]) == (a["status"], a["role"], t.state.name)
+        assert row["compile"] == a["config"]["compile"] and row["scope"] == a["config"]["scope"]
+        assert row["steps_per_s"] == pytest.approx(a["steps_per_s"]) and row["warmup_s"] == pytest.approx(a["warmup_s"])
+        assert row["score"] == pytest.approx(t.value)
+        recompiles = db.execute("select sum(count) from recompile_reasons where trial = ?", [t.number]).fetchone()[0]
+        assert (recompiles or 0) == len(full_record(t, study_dir).get("recompile_reasons") or [])
+    # Columns a user can select by name, as `autocompile space` names the dimensions.
+    columns = {c[1] for c in db.execute("pragma table_info(trials)")}
+    assert {"mode", "dynamic", "padding", "cv", "peak_mem_gb", "recompiles_after_warmup", "reason"} <= columns
+
+
+def test_trials_carry_concise_user_attrs(from_python):
+    """The study (and the dashboard showing it) holds each trial's figures in short user attributes;
+    the whole record (window rates, losses, reasons, the snippet) stays in the trial's result.json."""
+    from autocompile.engine.records import ATTR_CHARS, WHOLE, full_record
+
+    settings, result, _ = from_python
+    study_dir = settings.study_dir
+    finished = [t for t in result.study.trials if t.state.is_finished()]
+    for t in finished:
+        for key, value in t.user_attrs.items():
+            if key not in WHOLE:  # the configuration itself stays whole: the search reads it back
+                assert len(json.dumps(value, default=str)) <= ATTR_CHARS, (t.number, key, value)
+    measured = [t for t in finished if t.user_attrs.get("status") == "ok"]
+    assert measured
+    for t in measured:
+        record = full_record(t, study_dir)
+        assert isinstance(record["window_rates"], list) and len(record["window_rates"]) >= 1
+        assert all(isinstance(rate, float) for rate in record["window_rates"])
+        assert isinstance(record["losses"], list) and isinstance(record["recompile_reasons"], list)
+        assert "def apply_compilation(model, optimizer):" in record["snippet"]
+        assert t.user_attrs["snippet"].endswith("…") and record["snippet"].startswith(t.user_attrs["snippet"][:40])
+        assert record["steps_per_s"] == t.user_attrs["steps_per_s"] and record["score"] == pytest.approx(t.value)
+
+
+def test_the_report_draws_the_study_s_trials(from_python, tmp_path):
+    from autocompile.outputs import plots
+
+    settings, result, _ = from_python
+    study_dir = settings.study_dir
+    with open(os.path.join(study_dir, "results.json")) as f:
+        before = json.load(f)
+    os.remove(os.path.join(study_dir, "trials.txt"))
+    out = cli("report", "--study", "toy", "--dir", os.path.dirname(study_dir))
+    assert out.returncode == 0, out.stderr
+    # trials.txt and results.json written again from the study, the search's harness figures kept
+    with open(os.path.join(study_dir, "results.json")) as f:
+        after = json.load(f)
+    assert after["harness"] == before["harness"] and after["best"]["number"] == before["best"]["number"]
+    with open(os.path.join(study_dir, "trials.txt")) as f:
+        assert f"winner for {result.study.user_attrs['horizon']} steps: trial {before['best']['number']}" in f.read()
+    report = os.path.join(study_dir, "report")
+    with open(os.path.join(report, "report.md")) as f:
+        text = f.read()
+    for name in ("scores", "pareto", "effects", "timeline"):
+        assert f"({name}.png)" in text
+        size, colours, background = drawn_image(os.path.join(report, f"{name}.png"))
+        assert size[0] >= 800 and size[1] >= 300 and colours > 20 and background < 0.95, (name, size, colours)
+    # What is drawn is the study's trials: every finished one scored, every one that ran placed.
+    study = result.study
+    finished = [t.number for t in study.trials if t.state.is_finished()]
+    drawn = plots.plot_scores(study, str(tmp_path / "scores.png"))
+    assert sorted(drawn["ran"] + drawn["pruned"] + drawn["failed"]) == finished
+    assert drawn["winner"] == result.winner["number"]
+    ran = [t.number for t in study.trials if t.user_attrs.get("status") == "ok"]
+    assert plots.plot_pareto(study, str(tmp_path / "pareto.png"))["ran"] == ran
+    timeline = plots.plot_timeline(study, study_dir, str(tmp_path / "timeline.png"))
+    assert sorted(timeline) == finished
+    for number, phases in timeline.items():  # from events.jsonl: build, warm-up, measurement, in order
+        assert [name for name, _, _ in phases] == ["build", "compile / warm-up", "measurement"]
+        warmup, attrs = phases[1][2], study.trials[number].user_attrs
+        # the time the trial spent: a finalist's rerun loaded its code (warm_warmup_s) and carries its cold warm-up
+        assert warmup >= attrs.get("warm_warmup_s", attrs["warmup_s"]) * 0.99
+
+
+def test_a_report_of_too_few_trials_says_so(from_python, tmp_path):
+    """One trial (the fixture's eager, copied into a new study): no comparisons, no importances."""
+    import optuna
+
+    from autocompile.outputs.plots import write_report
+
+    _, result, _ = from_python
+    study = optuna.create_study(study_name="one", direction="maximize")
+    study.add_trial(result.study.trials[0])
+    path = write_report(study, str(tmp_path))
+    with open(path) as f:
+        assert "No two measured configurations are one change apart." in f.read()
+    assert drawn_image(str(tmp_path / "report" / "effects.png"))[1] > 2
