@@ -20,7 +20,8 @@ else
   # still gives it no more than half the time left. A step of this toy is about 7 ms of small ops
   # (dispatch-bound), of which compiling saves a third or more, and eager's two threads stall when
   # another process takes a core: one short measurement decides nothing, so the finalist round
-  # measures in windows of 2 s or more. A run of it: studies/runs/2026-11-26-cpu-quickstart.log.
+  # measures in windows of 2 s or more and judges each configuration, eager too, by all its runs
+  # (docs/measurement.md, Finalists). A run of it: studies/runs/2026-11-26-cpu-quickstart.log.
   autocompile search --model tiny-llama --trials 5 --finalists 1 --timeout 180 --baseline-timeout 90 \
     --horizon-steps 100000 --space studies/quickstart-cpu.toml "$@"
 fi

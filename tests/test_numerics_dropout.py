@@ -66,7 +66,8 @@ def test_a_finalists_rerun_starts_from_its_first_runs_code_and_carries_its_repla
     assert "each starts from the code its first run compiled" in progress, progress
     study_dir = str(folder / "s")
     study = load_study("s", "sqlite:///" + os.path.join(study_dir, "study.db"))
-    (rerun,) = [t for t in study.trials if t.user_attrs.get("remeasure_of") == 1]
+    rerun, *third = [t for t in study.trials if t.user_attrs.get("remeasure_of") == 1]
+    assert len(third) <= 1  # measured a third time where its two runs disagreed far (finalists.far_apart)
     first, again = full_record(study.trials[1], study_dir), full_record(rerun, study_dir)
     assert first["replay"]["version"] and again["status"] == "ok"
     assert again["warmup_carried_from"] == 1 and again["warmup_s"] == first["warmup_s"] and "warm_warmup_s" in again

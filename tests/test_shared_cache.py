@@ -99,7 +99,8 @@ def test_the_winner_whose_warm_up_was_reconstructed_is_measured_cold(shared_sear
     assert row["warmup_s"] == pytest.approx(cold.user_attrs["warmup_s"])
     if leader.number == verdict["finalists"][0]:  # the round's leader: its round run was the cold one, no warm rerun
         assert cold.number in row["reruns"] and cold.user_attrs["finalist_round"] == 0
-        assert [t.number for t in study.trials if t.user_attrs.get("remeasure_of") == leader.number] == [cold.number]
+        assert [t.number for t in study.trials if t.user_attrs.get("remeasure_of") == leader.number
+                and t.user_attrs.get("finalist_round") == 0] == [cold.number]  # a third run, if any, is round 1
     assert row["reconstructed_warmup_s"] == pytest.approx(check["reconstructed_warmup_s"])
     if winner.number != leader.number:  # its cold warm-up put another finalist ahead, one measured cold
         assert winner.user_attrs.get("warmup_kind") != "reconstructed"
@@ -146,8 +147,13 @@ def test_a_leader_with_a_reconstructed_warm_up_is_measured_cold_by_its_round_run
     assert a["warmup_kind"] == "cold" and "warmup_carried_from" not in a  # its own warm-up, from empty caches
     assert a["warmup_s"] > first.user_attrs["warmup_measured_s"]  # it compiled what the shared cache had
     assert not os.path.exists(os.path.join(settings.study_dir, "trials", f"{rerun.number:04d}", "cache"))
-    row = _row(first, [record], None)
-    assert row["warmup_s"] == pytest.approx(a["warmup_s"]) and row["score"] == pytest.approx(record["score"])
+    row = _row(first, [record], None, settings.horizon)
+    # its score from both its runs (finalists.pooled), each at the warm-up measured cold
+    from autocompile.engine.scoring import score
+
+    at_cold = score({**first.user_attrs, "status": "ok", "warmup_s": a["warmup_s"]}, settings.horizon)
+    assert row["warmup_s"] == pytest.approx(a["warmup_s"])
+    assert row["score"] == pytest.approx((at_cold + record["score"]) / 2)
     assert row["reconstructed_warmup_s"] == pytest.approx(first.user_attrs["warmup_s"])
     check = _check(first, record)
     assert check["of"] == first.number and check["cold_warmup_s"] == pytest.approx(a["warmup_s"])

@@ -8,10 +8,24 @@ import statistics
 from autocompile.trial.protocol import REPLAY_VERSION
 from autocompile.engine.records import baseline_trial, eager_record, search_candidates
 from autocompile.engine.runner import Runner, new_trial
+from autocompile.engine.scoring import score
 
 # choose_winner's rule; a stored verdict of an older rule is chosen again from its own rows (rechoose).
 # 2: a runner-up's disagreement between its two runs no longer counts as noise against the leader.
-WINNER_RULE = 2
+# 3: each configuration's speed and score in the verdict, eager's alike, are the median of all its
+#    measurements (its run in the search and its runs in the round; of two, their mean), not its
+#    round's alone (`pooled`): the CPU quickstart's recipe ran 210 steps/s, then 127 in a rerun whose
+#    windows spread 12.7%, and eager's one rerun (154, against 134 in the search) took the win from
+#    a configuration 1.56x eager (2-core host, 2026-11-26).
+WINNER_RULE = 3
+
+# A finalist whose measurements disagree by more than FAR_SPREADS times the larger window spread
+# among them, and by more than FAR_FLOOR, is measured once more, eager beside it, where the time
+# left under --timeout holds both (`_measure_again`): a third measurement of each makes the median
+# the middle one, so one disturbed run no longer moves the verdict. The CPU quickstart's quiet
+# reruns disagree by 0-18% with their first runs; that recipe's 210 then 127 by 49%, its windows 12.7%.
+FAR_SPREADS = 3
+FAR_FLOOR = 0.2
 
 # How far behind the leader's score a configuration may be and still be measured again: no further
 # than the largest disagreement seen between two runs of one configuration (the captioner's trial 3,
@@ -235,19 +249,55 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
                 runs[original.number].append(record)
                 record = _rerun(runner, original, r, overrun, cold=False)
             runs[original.number].append(record)
-    eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"] if eager is not None else []
-    eager_pace = statistics.mean([x["steps_per_s"] for x in eager_runs]) if eager_runs else None
-    rows = [_row(t, runs[t.number], eager_pace) for t in finalists]
-    eager_score = statistics.mean(x["score"] for x in eager_runs) if eager_runs else 0.0
-    verdict = {"finalists": numbers, "rounds": rounds, "eager_steps_per_s": eager_pace, "eager_score": eager_score,
-               "candidates": rows, "numerics_guard": REPLAY_VERSION, "winner_rule": WINNER_RULE,
-               **choose_winner(rows, eager.number if eager else None, eager_score, runner.settings.horizon)}
+    verdict = _verdict(runner, eager, finalists, runs, rounds)
+    if _measure_again(runner, eager, finalists, runs, verdict["candidates"], rounds):
+        verdict = _verdict(runner, eager, finalists, runs, rounds)
     if verdict["winner"] is not None:
         progress.line("finalists: " + verdict["why"])
         verdict = cold_check(runner, verdict, [_check(study.trials[n], x) for n, xs in runs.items()
                                                for x in xs if x.get("cold")])
     study.set_user_attr("finalists", verdict)
     return verdict
+
+
+def _verdict(runner: Runner, eager, finalists: list, runs: dict[int, list[dict]], rounds: int) -> dict:
+    """The round's verdict from its runs: each finalist's row and eager's speed and score, each from
+    all its measurements (`pooled`: its run in the search and its runs in the round), and the winner."""
+    horizon = runner.settings.horizon
+    eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"] if eager is not None else []
+    eager_measured = [eager.user_attrs, *eager_runs] if eager_runs else []
+    eager_pace, eager_score = pooled(eager_measured, horizon) if eager_measured else (None, 0.0)
+    rows = [_row(t, runs[t.number], eager_pace, horizon) for t in finalists]
+    return {"finalists": [t.number for t in finalists], "rounds": rounds, "eager_steps_per_s": eager_pace,
+            "eager_paces": [m["steps_per_s"] for m in eager_measured], "eager_score": eager_score,
+            "candidates": rows, "numerics_guard": REPLAY_VERSION, "winner_rule": WINNER_RULE,
+            **choose_winner(rows, eager.number if eager else None, eager_score, horizon)}
+
+
+def _measure_again(runner: Runner, eager, finalists: list, runs: dict[int, list[dict]], rows: list[dict],
+                   rounds: int) -> bool:
+    """Each finalist whose measurements disagree far beyond their noise (`far_apart`) measured once
+    more, eager before it, where what is left of --timeout holds both reruns (no time is taken from
+    the search for it); whether any ran. Its line says which, or why not."""
+    progress, ran = runner.progress, False
+    for t, row in zip(finalists, rows):
+        if not far_apart(row):
+            continue
+        pair = [x for x in (eager, t) if x is not None]
+        need, remaining = sum(rerun_estimate_s(x) for x in pair), runner.remaining()
+        paces = " then ".join(f"{p:.3g}" for p in row["paces"])
+        if remaining is not None and remaining < need:
+            progress.line(f"finalist round: trial {t.number} ran {paces} steps/s ({row['agreement']:.0%} apart, its "
+                          f"windows within {row['spread']:.0%}), not measured a third time: {max(remaining, 0):.0f} s "
+                          f"left, a rerun of it{' and eager' if eager else ''} takes about {need:.0f} s")
+            continue
+        progress.line(f"finalist round: trial {t.number} ran {paces} steps/s ({row['agreement']:.0%} apart, its "
+                      f"windows within {row['spread']:.0%}): measured a third time{', eager beside it' if eager else ''}")
+        progress.total += len(pair)
+        for x in pair:
+            runs[x.number].append(_rerun(runner, x, rounds, 0.0, cold=False))
+        ran = True
+    return ran
 
 
 def _rerun(runner: Runner, original, r: int, overrun: float, cold: bool) -> dict:
@@ -330,9 +380,10 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
         progress.line(f"finalist round: the cold run of trial {first.number} ended {record['status']}: "
                       f"its warm-up stays reconstructed")
         return verdict, check
-    rows = [r if r is not row else {**row, "warmup_s": record["warmup_s"], "reconstructed_warmup_s": row["warmup_s"],
-                                    "score": record["score"], "reruns": [*row["reruns"], trial.number]}
-            for r in verdict["candidates"]]
+    cold_row = {**row, "warmup_s": record["warmup_s"], "reconstructed_warmup_s": row["warmup_s"],
+                "reruns": [*row["reruns"], trial.number]}
+    cold_row = _pool_row(cold_row, _measurements(study, cold_row), verdict["eager_steps_per_s"], runner.settings.horizon)
+    rows = [r if r is not row else cold_row for r in verdict["candidates"]]
     eager = baseline_trial(study, "eager")
     again = {**verdict, "candidates": rows,
              **choose_winner(rows, eager.number if eager else None, verdict["eager_score"], runner.settings.horizon)}
@@ -365,8 +416,19 @@ def _plan(runner: Runner, eager, candidates: list, rounds: int) -> tuple[list, f
     return finalists, overrun
 
 
-def _row(t, runs: list[dict], eager_pace: float | None) -> dict:
-    """A finalist's row in the verdict: its measurements in the search and in the round, and their noise."""
+def pooled(measurements: list[dict], horizon: int, warmup_s: float | None = None) -> tuple[float, float]:
+    """A configuration's steady speed and score from all its measurements (its run in the search and
+    its runs in the round, records or trial attributes): the median of each, the mean of two. Each
+    score is taken at `warmup_s` (a finalist's carried or cold warm-up), else at its own (eager's)."""
+    paces = [m["steps_per_s"] for m in measurements]
+    scores = [score({**m, "status": "ok", **({} if warmup_s is None else {"warmup_s": warmup_s})}, horizon)
+              for m in measurements]
+    return statistics.median(paces), statistics.median(scores)
+
+
+def _row(t, runs: list[dict], eager_pace: float | None, horizon: int) -> dict:
+    """A finalist's row in the verdict: its measurements in the search and in the round, their noise,
+    and its speed and score from all of them (`pooled`)."""
     ok = [x for x in runs if x["status"] == "ok"]
     if not runs:
         return {"trial": t.number, "config": t.user_attrs["config"], "status": "not run",
@@ -374,42 +436,60 @@ def _row(t, runs: list[dict], eager_pace: float | None) -> dict:
     if not ok:
         return {"trial": t.number, "config": t.user_attrs["config"], "status": "failed again",
                 "reason": "; ".join(x.get("reason", "") for x in runs)}
-    paces = [t.user_attrs["steps_per_s"]] + [x["steps_per_s"] for x in ok]
-    agreement = (max(paces) - min(paces)) / statistics.mean(paces)
-    spread = max([x.get("cv", 0) for x in ok] + [t.user_attrs.get("cv", 0)])
-    steady = statistics.mean(x["steps_per_s"] for x in ok)
     cold = [x for x in ok if x.get("cold")]  # its warm-up measured cold in the round: that one stands
-    row = {
-        "trial": t.number, "config": t.user_attrs["config"], "status": "ok", "reruns": [x["trial"] for x in ok],
-        "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value, "steps_per_s": steady,
-        "warmup_s": statistics.mean(x["warmup_s"] for x in cold or ok),
-        "score": statistics.mean(x["score"] for x in cold or ok),
-        "vs_eager": steady / eager_pace if eager_pace else None,
-        "agreement": agreement, "spread": spread, "noise": max(agreement, spread),
-    }
+    warmup_s = statistics.mean(x["warmup_s"] for x in cold or ok)
+    row = {"trial": t.number, "config": t.user_attrs["config"], "status": "ok", "reruns": [x["trial"] for x in ok],
+           "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value, "warmup_s": warmup_s}
     if cold:
         row["reconstructed_warmup_s"] = t.user_attrs["warmup_s"]
-    return row
+    return _pool_row(row, [t.user_attrs, *ok], eager_pace, horizon)
+
+
+def _pool_row(row: dict, measurements: list[dict], eager_pace: float | None, horizon: int) -> dict:
+    """`row` with its speed, score and noise from `measurements` (its first run's, then its reruns')."""
+    paces = [m["steps_per_s"] for m in measurements]
+    steady, pooled_score = pooled(measurements, horizon, row["warmup_s"])
+    agreement = (max(paces) - min(paces)) / statistics.mean(paces)
+    spread = max(m.get("cv", 0) for m in measurements)
+    return {**row, "paces": paces, "steps_per_s": steady, "score": pooled_score,
+            "vs_eager": steady / eager_pace if eager_pace else None,
+            "agreement": agreement, "spread": spread, "noise": max(agreement, spread)}
+
+
+def far_apart(row: dict) -> bool:
+    """Whether a finalist's measurements disagree far beyond their windows' spread (FAR_SPREADS, FAR_FLOOR)."""
+    return row["status"] == "ok" and row["agreement"] > max(FAR_SPREADS * row["spread"], FAR_FLOOR)
+
+
+def _measurements(study, row: dict) -> list[dict]:
+    """A finalist's measurements as its trials hold them: its first run's, then its reruns'."""
+    return [study.trials[row["trial"]].user_attrs, *(study.trials[n].user_attrs for n in row["reruns"])]
 
 
 def rechoose(study, horizon: int, say=print) -> dict | None:
-    """The study's finalist verdict chosen again under the current rule from the round's own rows,
-    without measuring: each candidate's window spread read back from its trials where an older round
-    did not keep it, eager's score in the round from its rerun. Stored, and said when the winner changes."""
+    """The study's finalist verdict chosen again under the current rule from the round's own runs,
+    without measuring: each candidate's speed, score and noise from its trials (`pooled`), eager's
+    from its run in the search and its speed and score in the round (an older round kept eager's
+    score only as its rerun's, found by that speed). Stored, and said when the winner changes."""
     verdict = study.user_attrs.get("finalists")
     eager = baseline_trial(study, "eager")
     if not verdict or verdict.get("winner_rule") == WINNER_RULE or eager is None:
         return verdict
-    rows = [row if row["status"] != "ok" or "spread" in row else
-            {**row, "spread": max(study.trials[n].user_attrs.get("cv", 0) for n in [row["trial"], *row["reruns"]])}
-            for row in verdict["candidates"]]
     eager_score = verdict.get("eager_score")
     if eager_score is None:  # an older round kept eager's speed only: its rerun's score, found by that speed
         reruns = [t.value for t in study.trials if t.user_attrs.get("remeasure_of") == eager.number
                   and t.user_attrs.get("steps_per_s") == verdict.get("eager_steps_per_s")]
         eager_score = reruns[-1] if reruns else verdict.get("eager_steps_per_s") or 0.0
+    eager_measured = [eager.user_attrs]
+    if verdict.get("eager_steps_per_s"):  # the round's eager, its warm-up eager's first
+        eager_measured.append({**eager.user_attrs, "steps_per_s": verdict["eager_steps_per_s"]})
+    eager_pace, _ = pooled(eager_measured, horizon)
+    eager_score = statistics.median([eager.value, eager_score]) if verdict.get("eager_steps_per_s") else eager.value
+    rows = [row if row["status"] != "ok" else _pool_row(row, _measurements(study, row), eager_pace, horizon)
+            for row in verdict["candidates"]]
     kept = {k: v for k, v in verdict.items() if k not in ("margin", "noise", "within_noise", "winner", "why")}
-    again = {**kept, "candidates": rows, "eager_score": eager_score, "winner_rule": WINNER_RULE,
+    again = {**kept, "candidates": rows, "eager_steps_per_s": eager_pace, "eager_score": eager_score,
+             "eager_paces": [m["steps_per_s"] for m in eager_measured], "winner_rule": WINNER_RULE,
              **choose_winner(rows, eager.number, eager_score, horizon)}
     if again["winner"] != verdict.get("winner"):
         say(f"finalist round of trials {', '.join(map(str, verdict['finalists']))} chosen again under the current "

@@ -305,22 +305,31 @@ def format_finalists(verdict: dict | None) -> str:
     """The finalist round: each finalist's two measurements, how well they agree, the choice."""
     if not verdict:
         return ""
-    lines = [f"finalist round (eager {verdict['eager_steps_per_s']:.3g} steps/s in the round):"
-             if verdict.get("eager_steps_per_s") else "finalist round:"]
+    eager = verdict.get("eager_steps_per_s")
+    if eager and len(verdict.get("eager_paces", [])) > 1:  # WINNER_RULE 3: its run in the search and in the round
+        lines = [f"finalist round (eager {_then(verdict['eager_paces'])} steps/s in the search and the round, "
+                 f"taken as {eager:.3g}):"]
+    else:
+        lines = [f"finalist round (eager {eager:.3g} steps/s in the round):" if eager else "finalist round:"]
     for row in verdict["candidates"]:
         if row["status"] != "ok":
             lines.append(f"  trial {row['trial']}: {row['status']} - {row['reason'][:100]}")
             continue
         vs = f"{row['vs_eager']:.2f}x eager, " if row.get("vs_eager") else ""
+        paces = (f"{_then(row['paces'])} steps/s, taken as {row['steps_per_s']:.3g}" if "paces" in row
+                 else f"{row['search_steps_per_s']:.3g} then {row['steps_per_s']:.3g} steps/s")
         lines.append(f"  trial {row['trial']} (rerun as {', '.join(map(str, row['reruns']))}): "
-                     f"{row['search_steps_per_s']:.3g} then {row['steps_per_s']:.3g} steps/s "
-                     f"(agree within {row['agreement']:.1%}), {vs}warm-up {row['warmup_s']:.1f} s"
+                     f"{paces} (agree within {row['agreement']:.1%}), {vs}warm-up {row['warmup_s']:.1f} s"
                      + (f" cold (reconstructed {row['reconstructed_warmup_s']:.1f} s)" if "reconstructed_warmup_s" in row
                         else "") + ", "
                      f"score {row['score']:.3g}  {describe_config(row['config'])}")
     if verdict.get("why"):
         lines.append("  " + verdict["why"])
     return "\n".join(lines)
+
+
+def _then(paces: list[float]) -> str:
+    return " then ".join(f"{p:.3g}" for p in paces)
 
 
 def format_effects(rows: list[dict]) -> str:
