@@ -33,6 +33,9 @@ def test_eager_and_compiled_trials_measure_and_keep_their_files(tmp_path, toolch
         assert record["steps_per_s"] > 0 and record["items_per_s"] > record["steps_per_s"]
         assert record["warmup_steps"] >= 4 and record["peak_mem_gb"] > 0
         assert 1 <= len(record["losses"]) <= 5
+        # where a trial's first seconds went, before anything compiles (15 s of each llama-8b trial on an H200)
+        assert set(record["build_s"]) == {"import_torch", "prepare", "workload", "batches", "model_and_optimizer"}
+        assert all(s >= 0 for s in record["build_s"].values()) and record["build_s"]["import_torch"] > 0
     # Cold caches: a compiled warm-up is far longer than an eager one.
     assert regional["compiles"] >= 1 and regional["warmup_s"] > 3 * eager["warmup_s"]
     # The same seed gives the same first loss, compiled or not.

@@ -213,14 +213,18 @@ class Setup:
 def run(spec: dict, events: Events, result: dict) -> None:
     """One trial, step by step: build, apply, warm up, measure, replay; all it finds goes into `result`."""
     events.emit(phase="building")
+    start = time.perf_counter()
     import torch
 
+    result["build_s"] = {"import_torch": time.perf_counter() - start}  # where a trial's first seconds go
     if spec.get("parallel", "none") != "none":
         from autocompile.parallel import init_ranks
 
         _, world, spec["device"] = init_ranks(spec["device"])
         result["ranks_launched"] = world
+    mark = time.perf_counter()
     watcher, ledger = _prepare(torch, spec, result)
+    result["build_s"]["prepare"] = time.perf_counter() - mark
     setup, built = _build(spec, result)
     _write_snippet(spec, result, setup)
     if spec.get("minifier_rerun"):  # `autocompile repro`'s (its paths absolute): torch's accuracy mode copies a
@@ -300,6 +304,7 @@ def _wait_compile_pool(result: dict) -> None:
 
 def _build(spec: dict, result: dict) -> tuple[Setup, tuple]:
     """The workload (screened if asked), its batches, and a fresh model and optimizer."""
+    mark = time.perf_counter()
     from autocompile.workloads import WorkloadOptions, get_workload
 
     workload = get_workload(spec["model"])
@@ -311,9 +316,13 @@ def _build(spec: dict, result: dict) -> tuple[Setup, tuple]:
     options = WorkloadOptions(device=spec["device"], batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"),
                               seed=spec.get("seed", 0))
     pool = spec.get("batch_pool") or workload.batch_pool
+    parts = result.setdefault("build_s", {})
+    parts["workload"], mark = time.perf_counter() - mark, time.perf_counter()
     batches = workload.batches(options, pool)
     counts = [workload.count(b) for b in batches]
+    parts["batches"], mark = time.perf_counter() - mark, time.perf_counter()
     model, optimizer = workload.build(options)
+    parts["model_and_optimizer"] = time.perf_counter() - mark
     info = _model_info(workload, options, model, result, spec.get("parallel", "none"))
     return Setup(workload, options, pool, batches, counts, info), (model, optimizer)
 
