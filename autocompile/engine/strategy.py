@@ -156,7 +156,8 @@ def _order(space, study) -> list:
 # kernels alike (CUDA graphs or not); reduce-overhead records graphs in steps that cost as much as
 # default's (llama-8b trials 13 and 15: 92 and 89 s of warm-up, H200, 2026-11-23).
 MODE_WEIGHT = {"default": 0, "reduce-overhead": 0, "max-autotune-no-cudagraphs": 1, "max-autotune": 1}
-_EXTRAS = ("compile_optimizer", "foreach_map_optimizer", "compile_loss", "compiled_autograd")  # graphs compiled besides the model's (compiled autograd: the whole backward again, per length)
+# Graphs compiled besides the model's (compiled autograd: the whole backward again, per length).
+_EXTRAS = ("compile_optimizer", "foreach_map_optimizer", "compile_loss", "compiled_autograd")
 # A max-autotune mode benchmarks kernel candidates on top of what a lighter mode compiles: it took
 # more than twice a lighter twin's warm-up wherever measured (the captioner's regional reduce-overhead
 # step warmed up in 130 s, its max-autotune twin was still compiling at 240 s; llama-8b's regional
