@@ -285,14 +285,13 @@ def _measure_again(runner: Runner, eager, finalists: list, runs: dict[int, list[
             continue
         pair = [x for x in (eager, t) if x is not None]
         need, remaining = sum(rerun_estimate_s(x) for x in pair), runner.remaining()
-        paces = " then ".join(f"{p:.3g}" for p in row["paces"])
+        ran_as = (f"finalist round: trial {t.number} ran {' then '.join(f'{p:.3g}' for p in row['paces'])} steps/s "
+                  f"({row['agreement']:.0%} apart, its windows within {row['spread']:.0%})")
         if remaining is not None and remaining < need:
-            progress.line(f"finalist round: trial {t.number} ran {paces} steps/s ({row['agreement']:.0%} apart, its "
-                          f"windows within {row['spread']:.0%}), not measured a third time: {max(remaining, 0):.0f} s "
-                          f"left, a rerun of it{' and eager' if eager else ''} takes about {need:.0f} s")
+            progress.line(f"{ran_as}, not measured a third time: {max(remaining, 0):.0f} s left, a rerun of "
+                          f"it{' and eager' if eager else ''} takes about {need:.0f} s")
             continue
-        progress.line(f"finalist round: trial {t.number} ran {paces} steps/s ({row['agreement']:.0%} apart, its "
-                      f"windows within {row['spread']:.0%}): measured a third time{', eager beside it' if eager else ''}")
+        progress.line(f"{ran_as}: measured a third time{', eager beside it' if eager else ''}")
         progress.total += len(pair)
         for x in pair:
             runs[x.number].append(_rerun(runner, x, rounds, 0.0, cold=False))

@@ -321,7 +321,7 @@ def next_neighbour(space, study, tried, cost=None) -> dict | None:
     studies/runs/2026-11-23-captioner-probe.log.)"""
     fit = fitting_move(space, study, tried)
     best, base = incumbent(space, study)
-    if best is None or (fit and study.trials[fit["parent"]].user_attrs["steps_per_s"]
+    if best is None or (fit and study.get_trials(deepcopy=False)[fit["parent"]].user_attrs["steps_per_s"]
                         > (best.user_attrs.get("steps_per_s") or 0)):
         return fit  # a configuration faster than any that fits, made to fit, goes first
     top, fast = fastest(space, study)
