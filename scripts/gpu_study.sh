@@ -21,6 +21,23 @@ mkdir -p "$RUNS"
 export AUTOCOMPILE_CACHE="$RUNS/memory"
 mkdir -p "$AUTOCOMPILE_CACHE"
 [ -f "$AUTOCOMPILE_CACHE/failures.db" ] || [ ! -f studies/gpu-failures.db ] || cp studies/gpu-failures.db "$AUTOCOMPILE_CACHE/failures.db"
+# Collect: each queue's log, the failure memory, and one archive of every study and trial folder
+# (their compile caches left out; at most 8 files come back from a call). `watch` collects every
+# COLLECT_S seconds and when it is stopped, so that a call cut by the device's limit (its time or
+# the session's device time running out) still brings back what had finished.
+collect() {
+  [ -n "${OUT:-}" ] || return 0
+  cp "$RUNS"/search-*.log "$RUNS/device.txt" "$OUT/" 2>/dev/null
+  [ -f "$AUTOCOMPILE_CACHE/failures.db" ] && cp "$AUTOCOMPILE_CACHE/failures.db" "$OUT/gpu-failures.db"
+  folders=()
+  for d in "$RUNS"/*/; do
+    s=$(basename "$d")
+    [ -f "$d/study.db" ] || [ -f "$d/journal.log" ] || [ -f "$d/spec.json" ] || [ -f "$d/cache-check.json" ] && folders+=("$s")
+  done
+  [ ${#folders[@]} -gt 0 ] && tar -czf "$OUT/runs.tar.gz.part" -C "$RUNS" --exclude='cache' "${folders[@]}" \
+    && mv "$OUT/runs.tar.gz.part" "$OUT/runs.tar.gz"
+  return 0
+}
 queue=${GPU:+gpu${GPU//,/-}}; queue=${queue:-all}  # GPU=0,1: one queue on two GPUs (gpu0-1)
 case "$1" in
   start)
@@ -46,9 +63,11 @@ case "$1" in
     echo "started queue $queue${GPU:+ (GPU $GPU)}: $(wc -l < "$RUNS/commands-$queue.txt") jobs, log $RUNS/search-$queue.log"
     ;;
   watch)
-    end=$((SECONDS + ${2:-500}))
+    end=$((SECONDS + ${2:-500})); next=$((SECONDS + ${COLLECT_S:-120}))
+    trap 'collect; exit 143' TERM INT
     while [ $SECONDS -lt $end ]; do
-      sleep 20
+      sleep 20 & wait $!  # (a TERM is trapped at once, not after the sleep)
+      [ $SECONDS -ge $next ] && { collect; next=$((SECONDS + ${COLLECT_S:-120})); }
       busy=0
       for c in "$RUNS"/commands-*.txt; do
         log="$RUNS/search-$(basename "$c" .txt | sed 's/^commands-//').log"
@@ -58,18 +77,7 @@ case "$1" in
     done
     ;;
 esac
-# Collect: each queue's log, the failure memory, and one archive of every study and trial folder
-# (their compile caches left out; at most 8 files come back from a call).
-if [ -n "${OUT:-}" ]; then
-  cp "$RUNS"/search-*.log "$RUNS/device.txt" "$OUT/" 2>/dev/null
-  [ -f "$AUTOCOMPILE_CACHE/failures.db" ] && cp "$AUTOCOMPILE_CACHE/failures.db" "$OUT/gpu-failures.db"
-  folders=()
-  for d in "$RUNS"/*/; do
-    s=$(basename "$d")
-    [ -f "$d/study.db" ] || [ -f "$d/journal.log" ] || [ -f "$d/spec.json" ] || [ -f "$d/cache-check.json" ] && folders+=("$s")
-  done
-  [ ${#folders[@]} -gt 0 ] && tar -czf "$OUT/runs.tar.gz" -C "$RUNS" --exclude='cache' "${folders[@]}"
-fi
+collect
 for log in "$RUNS"/search-*.log; do
   echo "== $(basename "$log")"; grep -v "^  \[" "$log" | tail -${TAIL:-25}
 done

@@ -169,7 +169,7 @@ def test_neighbours_borrow_from_the_fastest_trial_first_and_give_up_a_promising_
     assert _rank("padding", "buckets", base, fastest) == 0  # the fastest had it
     assert _rank("mode", "reduce-overhead", base, fastest) == 1  # promising, not yet seen
     assert _rank("padding", "max", base, fastest) == 2
-    assert _rank("compile_loss", False, base, fastest) == 3  # away from a promising value, though the fastest did so
+    assert _rank("compile_loss", False, base, fastest) == 4  # away from a promising value, though the fastest did so
 
 
 def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path, capsys):
@@ -535,3 +535,64 @@ def test_the_last_neighbour_before_the_round_is_costed_by_its_twins_without_comp
     assert cost is not None and cost < 40 < expected_trial_s(study), cost  # it fits the 70 s left
     autograd = committed.trials[11].user_attrs["config"]
     assert autograd["compiled_autograd"] and 11 not in twin_time(study, {**autograd, "compiled_autograd": False})[1]
+
+
+def test_moves_that_multiply_the_compile_come_after_the_others():
+    """captioner-fresh-6 (H200, 2026-11-26): after trial 10, the neighbours of trial 8 (regional
+    reduce-overhead, buckets, 28 s of cold warm-up) were max-autotune (trial 12) and coordinate
+    descent (trial 14); each ran out of its 240 s limit while compiling. Moves that tune kernels or
+    compile the backward again now come after every other move but those away from a promising value."""
+    from autocompile.engine.strategy import COMPILE_HEAVY, _rank, next_neighbour
+    from autocompile.engine.study import load_study
+    from conftest import ROOT
+
+    committed = load_study("captioner-fresh-6", f"sqlite:///{ROOT}/studies/history/captioner-fresh-6/study.db")
+    for n in (12, 14):
+        a = committed.trials[n].user_attrs
+        assert a["role"] == "neighbour" and a["status"] == "timeout" and a["parent"] == 8, (n, a)
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([t for t in committed.trials if t.number <= 11])
+    measured = [t.user_attrs.get("config") for t in study.trials]
+    neighbour = next_neighbour(build_space("captioner", "cuda"), study, lambda config, params: config in measured)
+    assert neighbour and neighbour["parent"] in (8, 10), neighbour
+    moved = {name: neighbour["params"].get(name) for name in neighbour["changed"]}
+    assert not any(any(v == heavy for heavy in COMPILE_HEAVY.get(name, ())) for name, v in moved.items()), moved
+    base = {"mode": "default", "compile_loss": True}
+    assert _rank("inductor.epilogue_fusion", False, base, {}) == 2 < _rank("mode", "max-autotune", base, {}) == 3
+    assert _rank("compiled_autograd", True, base, {}) == 3 < _rank("compile_loss", False, base, {}) == 4
+    assert _rank("mode", "max-autotune", base, {"mode": "max-autotune"}) == 0  # the fastest trial had it
+
+
+def test_coordinate_descent_cut_at_the_limit_is_evidence_against_a_max_autotune_mode_not_the_reverse():
+    """A max-autotune mode turns coordinate descent on too: a trial cut with coordinate descent alone
+    compiled less than a max-autotune one of the same graphs would."""
+    from autocompile.engine.strategy import too_slow
+    tuned = {"compile": True, "scope": "regional", "mode": "reduce-overhead", "padding": "buckets",
+             "inductor": {"coordinate_descent_tuning": True}}
+    cut = {"status": "timeout", "wall_s": 243.5, "reason": "no result within the 240 s limit (while compiling)"}
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={"config": tuned, **cut}))
+    autotune = {**tuned, "mode": "max-autotune", "inductor": {}}
+    assert "trial 0 (regional, reduce-overhead) was still compiling after 244 s" in too_slow(study, autotune, 240)
+    reverse = optuna.create_study(direction="maximize")
+    reverse.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={"config": autotune, **cut}))
+    assert too_slow(reverse, tuned, 240) is None
+
+
+def test_compiled_autograd_is_expected_to_take_five_times_a_configuration_without_it():
+    """llama-8b-fresh-7 (H200, 2026-11-26): TPE's trial 19 (compiled autograd) was cut after 152 s while
+    compiling, by the search's timeout, where trial 4 without it had warmed up in 73 s; compiled
+    autograd took 5.4x and 17x the warm-up without it on llama-8b and the captioner."""
+    from autocompile.engine.strategy import too_slow
+    from autocompile.engine.study import load_study
+    from conftest import ROOT
+
+    committed = load_study("llama-8b-fresh-7", f"sqlite:///{ROOT}/studies/history/llama-8b-fresh-7/study.db")
+    cut = committed.trials[19].user_attrs
+    assert cut["role"] == "search" and cut["status"] == "timeout" and cut["config"]["compiled_autograd"]
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([t for t in committed.trials if t.number <= 18])
+    why = too_slow(study, cut["config"], 240)
+    assert why and "trial 4 (regional, default) took 73 s" in why and "compiled autograd takes over 5x" in why, why
+    assert too_slow(study, cut["config"], 400) is None  # five times 73 s fits 400 s
+    assert too_slow(study, {**cut["config"], "compiled_autograd": False}, 240) is None

@@ -345,6 +345,16 @@ def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
     unsteady = {**row(8, 12.2, 0.31, 33.6), "spread": 0.05}
     steady = choose_winner([{**row(9, 15.4, 0.026, 137.1), "spread": 0.026}, unsteady], 0, 10.6, 10000)
     assert steady["winner"] == 9 and not steady["within_noise"] and steady["noise"] == pytest.approx(0.076)
+    # captioner-fresh-6's round (H200, 2026-11-26): trial 8 measured cold at 27.9 s (reconstructed 19.2 s)
+    # and trial 10, within noise, with 22.2 s reconstructed: on the footing of trial 8's cold run (+45%)
+    # trial 10 needs 32.3 s, so trial 8 keeps the win and trial 10 needs no cold run of its own
+    cold = {**row(8, 19.6, 0.012, 27.9), "spread": 0.002, "reconstructed_warmup_s": 19.2}
+    hits = {**row(10, 19.5, 0.027, 22.2), "spread": 0.014, "warmup_reconstructed": True}
+    footing = choose_winner([cold, hits], 0, 12.6, 10000)
+    assert footing["winner"] == 8 and footing["within_noise"], footing
+    assert "trial 10's 22.2 s reconstructed is 32.3 s as the round's cold runs measured" in footing["why"]
+    assert choose_winner([cold, {**hits, "warmup_s": 15.0}], 0, 12.6, 10000)["winner"] == 10  # 21.8 s: shorter
+    assert choose_winner([cold, {**hits, "warmup_reconstructed": False}], 0, 12.6, 10000)["winner"] == 10
     assert choose_winner([row(3, 10.0, 0.02, 90.0)], 0, 12.0, 1000)["winner"] == 0  # eager above all
     assert choose_winner([{"trial": 3, "status": "failed again"}], 0, 12.0, 1000) == {"winner": None}
 

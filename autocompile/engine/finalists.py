@@ -3,6 +3,7 @@ eager, and the verdict chosen from that round; the time the round keeps under --
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 from autocompile.trial.protocol import REPLAY_VERSION
@@ -17,7 +18,12 @@ from autocompile.engine.scoring import score
 #    round's alone (`pooled`): the CPU quickstart's recipe ran 210 steps/s, then 127 in a rerun whose
 #    windows spread 12.7%, and eager's one rerun (154, against 134 in the search) took the win from
 #    a configuration 1.56x eager (2-core host, 2026-11-26).
-WINNER_RULE = 3
+# 4: two finalists within noise compare warm-ups on one footing: a warm-up reconstructed from cache
+#    hits, against one measured cold, is scaled by what the round's cold runs showed of the
+#    reconstruction (`_expected_cold`). captioner-fresh-6's trial 10 (22.2 s reconstructed) took the
+#    win from trial 8 (27.9 s cold, reconstructed 19.2 s) and its own cold run (29.1 s) gave it back:
+#    49 s of a 178 s round (H200, 2026-11-26).
+WINNER_RULE = 4
 
 # A finalist whose measurements disagree by more than FAR_SPREADS times the larger window spread
 # among them, and by more than FAR_FLOOR, is measured once more, eager beside it, where the time
@@ -180,9 +186,13 @@ def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horiz
         noise = winner["noise"] + second.get("spread", second["noise"])
         verdict.update(margin=margin, noise=noise, within_noise=margin <= noise)
         if margin <= noise:
-            quicker = min(winner, second, key=lambda row: row["warmup_s"])
+            cold = functools.partial(_expected_cold, ratio=_cold_ratio(rows))
+            quicker = min(winner, second, key=cold)
             why = (f"trials {winner['trial']} and {second['trial']} are within noise ({margin:.1%} apart, "
                    f"noise {noise:.1%}): trial {quicker['trial']} wins with the shorter warm-up")
+            scaled = [row for row in (winner, second) if cold(row) != row["warmup_s"]]
+            why += "".join(f" (trial {row['trial']}'s {row['warmup_s']:.1f} s reconstructed is {cold(row):.1f} s "
+                           f"as the round's cold runs measured the reconstruction)" for row in scaled)
             winner = quicker
         else:
             why += f", {margin:.1%} ahead of trial {second['trial']} (noise {noise:.1%})"
@@ -191,6 +201,18 @@ def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horiz
                f"{winner['score']:.3g}: at horizon {horizon} no compiled setting pays for its warm-up")
         winner = {"trial": eager_number}
     return {**verdict, "winner": winner["trial"], "why": why}
+
+
+def _cold_ratio(rows: list[dict]) -> float | None:
+    """Cold over reconstructed warm-up, as the round's cold runs measured them (their median), or None."""
+    ratios = [row["warmup_s"] / row["reconstructed_warmup_s"] for row in rows
+              if row.get("status") == "ok" and row.get("reconstructed_warmup_s")]
+    return statistics.median(ratios) if ratios else None
+
+
+def _expected_cold(row: dict, ratio: float | None) -> float:
+    """A finalist's warm-up as a cold run would measure it: a reconstructed one scaled by `ratio`."""
+    return row["warmup_s"] * ratio if ratio and row.get("warmup_reconstructed") else row["warmup_s"]
 
 
 def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
@@ -380,7 +402,7 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
                       f"its warm-up stays reconstructed")
         return verdict, check
     cold_row = {**row, "warmup_s": record["warmup_s"], "reconstructed_warmup_s": row["warmup_s"],
-                "reruns": [*row["reruns"], trial.number]}
+                "warmup_reconstructed": False, "reruns": [*row["reruns"], trial.number]}
     cold_row = _pool_row(cold_row, _measurements(study, cold_row), verdict["eager_steps_per_s"], runner.settings.horizon)
     rows = [r if r is not row else cold_row for r in verdict["candidates"]]
     eager = baseline_trial(study, "eager")
@@ -441,6 +463,8 @@ def _row(t, runs: list[dict], eager_pace: float | None, horizon: int) -> dict:
            "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value, "warmup_s": warmup_s}
     if cold:
         row["reconstructed_warmup_s"] = t.user_attrs["warmup_s"]
+    else:
+        row["warmup_reconstructed"] = _reconstructed(t)
     return _pool_row(row, [t.user_attrs, *ok], eager_pace, horizon)
 
 
@@ -484,8 +508,9 @@ def rechoose(study, horizon: int, say=print) -> dict | None:
         eager_measured.append({**eager.user_attrs, "steps_per_s": verdict["eager_steps_per_s"]})
     eager_pace, _ = pooled(eager_measured, horizon)
     eager_score = statistics.median([eager.value, eager_score]) if verdict.get("eager_steps_per_s") else eager.value
-    rows = [row if row["status"] != "ok" else _pool_row(row, _measurements(study, row), eager_pace, horizon)
-            for row in verdict["candidates"]]
+    rows = [row if row["status"] != "ok" else _pool_row(
+        {"warmup_reconstructed": not row.get("reconstructed_warmup_s") and _reconstructed(study.trials[row["trial"]]),
+         **row}, _measurements(study, row), eager_pace, horizon) for row in verdict["candidates"]]
     kept = {k: v for k, v in verdict.items() if k not in ("margin", "noise", "within_noise", "winner", "why")}
     again = {**kept, "candidates": rows, "eager_steps_per_s": eager_pace, "eager_score": eager_score,
              "eager_paces": [m["steps_per_s"] for m in eager_measured], "winner_rule": WINNER_RULE,

@@ -49,7 +49,7 @@ PROMISE = (
                           "compiling at 300 and 270 s, a whole backward per padded length; given 500 s on an "
                           "H200, the captioner's warmed up in 419 s to run 20.2 against 20.5-20.8 steps/s "
                           "(studies/README.md)"),
-    ("inductor.coordinate_descent_tuning", "tunes Triton kernel configs"),
+    ("inductor.coordinate_descent_tuning", "tunes Triton kernel configs (COMPILE_HEAVY)"),
     ("inductor.shape_padding", "pads matrix dimensions for faster kernels (001)"),
     ("inductor.epilogue_fusion", "fuses pointwise epilogues into matrix kernels"),
     ("inductor.aggressive_fusion", "fuses more, at the risk of register pressure"),
@@ -63,10 +63,20 @@ PROMISE = (
 # The values those changes are worth making towards (a change away from one is proposed last).
 PROMISING = {
     "compile_loss": {True}, "fused_optimizer": {True}, "compile_optimizer": {True}, "lr_tensor": {True},
-    "mode": {"reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"},
-    "inductor.coordinate_descent_tuning": {True}, "inductor.shape_padding": {True},
+    "mode": {"reduce-overhead"}, "inductor.shape_padding": {True},
     "activation_memory_budget": {0.8, 0.5},
 }
+# Moves that multiply what a compile does: Inductor benchmarking kernel candidates (the max-autotune
+# modes turn coordinate descent on too), or the whole backward compiled again as one graph per length
+# (compiled autograd). Proposed after every other move but those away from a promising value:
+# nowhere measured did one pay for its compile. llama-8b's coordinate descent ran 5.30 against 5.30
+# and 5.42 against 5.34 steps/s for 30 s more of warm-up (score -1.4% and -0.5%); on the captioner
+# (regional reduce-overhead, buckets, 28 s of cold warm-up) max-autotune and coordinate descent each
+# ran out of their 240 s limit while compiling, 480 s of a 1560 s search (H200, torch 2.11,
+# llama-8b-fresh-7 and captioner-fresh-6, 2026-11-26); compiled autograd warmed up in 419 and 422 s
+# against 24 and 78 s without it, for no speed (H200, 2026-11-26, studies/README.md).
+COMPILE_HEAVY = {"mode": {"max-autotune-no-cudagraphs", "max-autotune"}, "inductor.coordinate_descent_tuning": {True},
+                 "compiled_autograd": {True}}
 # The value a dimension takes when a move makes it apply and neither parent had it.
 _PROMISING_VALUE = {name: True for name, values in PROMISING.items() if values == {True}}
 
@@ -153,9 +163,13 @@ def _order(space, study) -> list:
 
 
 # How much compile work a mode adds on top of the scope's graphs: the max-autotune modes benchmark
-# kernels alike (CUDA graphs or not); reduce-overhead records graphs in steps that cost as much as
-# default's (llama-8b trials 13 and 15: 92 and 89 s of warm-up, H200, 2026-11-23).
-MODE_WEIGHT = {"default": 0, "reduce-overhead": 0, "max-autotune-no-cudagraphs": 1, "max-autotune": 1}
+# kernels alike (CUDA graphs or not), matrix kernels and, by coordinate descent, the others;
+# reduce-overhead records graphs in steps that cost as much as default's (llama-8b trials 13 and 15:
+# 92 and 89 s of warm-up, H200, 2026-11-23). Coordinate descent alone (TUNING_WEIGHT) is part of
+# what a max-autotune mode does: a trial cut with it is evidence against a max-autotune mode on the
+# same graphs, not the other way round.
+MODE_WEIGHT = {"default": 0, "reduce-overhead": 0, "max-autotune-no-cudagraphs": 2, "max-autotune": 2}
+TUNING_WEIGHT = 1
 # Graphs compiled besides the model's (compiled autograd: the whole backward again, per length).
 _EXTRAS = ("compile_optimizer", "foreach_map_optimizer", "compile_loss", "compiled_autograd")
 # A max-autotune mode benchmarks kernel candidates on top of what a lighter mode compiles: it took
@@ -163,6 +177,11 @@ _EXTRAS = ("compile_optimizer", "foreach_map_optimizer", "compile_loss", "compil
 # step warmed up in 130 s, its max-autotune twin was still compiling at 240 s; llama-8b's regional
 # default in 92 s, max-autotune still compiling at 300 s; H200, torch 2.11, 2026-11-23).
 AUTOTUNE_FACTOR = 2.0
+# Compiled autograd compiles the whole backward again, as one graph per length: 5.4x and 17x the
+# warm-up of the same configuration without it (llama-8b 421.7 against 78.4 s, the captioner 419.3
+# against 24.3 s; H200, torch 2.11, 2026-11-26). TPE's proposals with it were cut while compiling in
+# captioner-fresh-5 and -6 (240 s each) and llama-8b-fresh-7 (152 s, by the search's timeout).
+AUTOGRAD_FACTOR = 5.0
 _SHAPES = ("padding", "pad_multiple", "mark_dynamic", "dynamic")  # what sets the shapes a trial compiles
 
 
@@ -172,7 +191,8 @@ def too_slow(study, config: dict, limit_s: float, explained=lambda config: None)
     graph this one does not (optimizer step, loss), took the whole limit or more to warm up, or
     was cut by its limit while compiling (llama-8b's whole-model compile, 470 s against a 300 s
     limit; its regional max-autotune, still compiling after 300 s); or, for a max-autotune mode, a
-    lighter one with the same shapes took half the limit (AUTOTUNE_FACTOR). A modular configuration
+    lighter one with the same shapes took half the limit (AUTOTUNE_FACTOR); for compiled autograd,
+    a trial without it took a fifth (AUTOGRAD_FACTOR). A modular configuration
     compares with whole-model compiles (`_compile_work`). `explained(config)`
     gives a rule's reason for a trial whose time a rule explains (a float LR under a schedule
     compiles the step again and again): such a trial is no evidence about the others."""
@@ -187,16 +207,27 @@ def too_slow(study, config: dict, limit_s: float, explained=lambda config: None)
         seen_scope, seen_weight = _compile_work(seen)
         if seen_scope != scope or seen_weight > weight:
             continue
-        lighter = seen_weight < weight and all(seen.get(x) == config.get(x) for x in _SHAPES)
-        factor = AUTOTUNE_FACTOR if lighter else 1.0
+        factor, because = _factor(seen, config, seen_weight, weight)
         slow = (a.get("warmup_s") or 0) * factor >= limit_s
         cut = a.get("status") == "timeout" and "while compiling" in a.get("reason", "") and a.get("wall_s", 0) >= 0.9 * limit_s
         if (slow or cut) and not explained(seen):
             how = f"took {a['warmup_s']:.0f} s to warm up" if slow else f"was still compiling after {a['wall_s']:.0f} s"
-            if slow and lighter:
-                how += f", and a max-autotune mode takes over {AUTOTUNE_FACTOR:g}x a lighter mode's warm-up"
+            if slow and because:
+                how += because
             return f"expected not to fit the {limit_s:.0f} s trial limit: trial {t.number} ({seen['scope']}, {seen.get('mode')}) {how}"
     return None
+
+
+def _factor(seen: dict, config: dict, seen_weight: int, weight: int) -> tuple[float, str]:
+    """How many times a measured trial's (`seen`) warm-up `config` is expected to take at least, and why:
+    a max-autotune mode against a twin with the same shapes that tuned nothing (AUTOTUNE_FACTOR);
+    compiled autograd against a trial without it (AUTOGRAD_FACTOR); else 1."""
+    if config.get("compiled_autograd") and not seen.get("compiled_autograd"):
+        return AUTOGRAD_FACTOR, (f", and compiled autograd takes over {AUTOGRAD_FACTOR:g}x the warm-up of a "
+                                 f"configuration without it")
+    if seen_weight == 0 < MODE_WEIGHT["max-autotune"] <= weight and all(seen.get(x) == config.get(x) for x in _SHAPES):
+        return AUTOTUNE_FACTOR, f", and a max-autotune mode takes over {AUTOTUNE_FACTOR:g}x a lighter mode's warm-up"
+    return 1.0, ""
 
 
 def _compile_work(config: dict) -> tuple[str, int]:
@@ -205,9 +236,11 @@ def _compile_work(config: dict) -> tuple[str, int]:
     whole model in all, so it compares with a whole-model compile, at its heaviest part's mode (the
     captioner's modular max-autotune ran out of its 240 s limit while plain torch.compile had been
     still compiling after 300 s; H200, 2026-11-25)."""
+    tuning = TUNING_WEIGHT if (config.get("inductor") or {}).get("coordinate_descent_tuning") else 0
     if config.get("scope") == "modular":
-        return "full", max((MODE_WEIGHT.get(m, 0) for m in (config.get("part_modes") or {}).values()), default=0)
-    return config.get("scope"), MODE_WEIGHT.get(config.get("mode"), 0)
+        modes = (MODE_WEIGHT.get(m, 0) for m in (config.get("part_modes") or {}).values())
+        return "full", max([tuning, *modes])
+    return config.get("scope"), max(tuning, MODE_WEIGHT.get(config.get("mode"), 0))
 
 
 def _no_more_graphs(seen: dict, config: dict) -> bool:
@@ -268,15 +301,19 @@ def _drops_a_graph(name: str, value, base: dict) -> bool:
 def _rank(name: str, value, base: dict, borrow: dict, heavy: bool = False) -> int:
     """-1, for a parent `heavy` with warm-up (WARMUP_SHARE): a graph it compiles besides the model's
     dropped; 0: towards the fastest trial's value; 1: towards a promising value; 2: neither;
-    3: away from a promising value the incumbent has (even where the fastest trial did without it)."""
+    3: a move that multiplies the compile's work (COMPILE_HEAVY); 4: away from a promising value the
+    incumbent has (even where the fastest trial did without it)."""
     if heavy and _drops_a_graph(name, value, base):
         return -1
+    towards = name in borrow and _same(borrow[name], value)
     promising = PROMISING.get(name, ())
     if any(_same(value, p) for p in promising):
-        return 0 if name in borrow and _same(borrow[name], value) else 1
+        return 0 if towards else 1
     if any(_same(base.get(name), p) for p in promising):
-        return 3
-    return 0 if name in borrow and _same(borrow[name], value) else 2
+        return 4
+    if any(_same(value, p) for p in COMPILE_HEAVY.get(name, ())):
+        return 0 if towards else 3
+    return 0 if towards else 2
 
 
 def _rank_lighter(name: str, value, base: dict, borrow: dict) -> int:
