@@ -256,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--forget", metavar="DIM=VALUE", help="forget the failures with this value (e.g. fullgraph=true)")
     group.add_argument("--forget-all", action="store_true", help="forget everything remembered")
+    group.add_argument("--learn", metavar="STUDY", help="remember what a finished study's trials with compile-heavy "
+                                                       "values (max-autotune, coordinate descent, compiled autograd) "
+                                                       "took, or that they ran out of their limit while compiling")
+    p.add_argument("--dir", default="studies", help="where --learn's study lives: DIR/STUDY/ (default: studies)")
 
     p = sub.add_parser("rejudge", help="re-judge the numerics of trials measured under an older guard, and choose "
                                        "the finalist round's winner again under the current rule (nothing measured again)")
@@ -543,11 +547,17 @@ def _remembered(space, device: str, path: str | None) -> list[dict]:
 
 
 def cmd_failures(args) -> int:
-    from autocompile.engine.memory import forget, listing, store_path, why
+    from autocompile.engine import compile_memory
+    from autocompile.engine.memory import listing, store_path, why
 
     path = store_path(args.failure_memory)
+    if args.learn:
+        study, _ = _existing_study(argparse.Namespace(study=args.learn, dir=args.dir, storage=None))
+        held = compile_memory.learn(path, study)
+        print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy values remembered, in {path}")
+        return 0
     if args.forget or args.forget_all:
-        count = forget(path, None if args.forget_all else args.forget)
+        count = compile_memory.forget(path, None if args.forget_all else args.forget)
         print(f"forgot {count} remembered {'outcome' if count == 1 else 'outcomes'} in {path}")
         return 0
     entries, trials = listing(path)
@@ -555,6 +565,14 @@ def cmd_failures(args) -> int:
           f"{len(entries)} {'value' if len(entries) == 1 else 'values'} left out")
     for entry in entries:
         print(f"  {entry['item']}  [torch {entry['torch']}, {entry['device']}]  {why(entry)}")
+    cuts = compile_memory.listing(path) if os.path.exists(path) else []
+    if cuts:
+        print("ran out of the trial limit while compiling (for that model, a configuration with one is refused under a "
+              "trial limit where two such cuts took 90% of it or more):")
+    for cut in cuts:
+        warmed = f", warmed up in {cut['warmed_in_s']:.0f} s at most" if cut["warmed_in_s"] else ""
+        print(f"  {cut['item']}  [torch {cut['torch']}, {cut['device']}, {cut['model']}]  cut {cut['cuts']} times, "
+              f"after {cut['cut_after_s']} s{warmed}")
     return 0
 
 

@@ -77,6 +77,13 @@ PROMISING = {
 # against 24 and 78 s without it, for no speed (H200, 2026-11-26, studies/README.md).
 COMPILE_HEAVY = {"mode": {"max-autotune-no-cudagraphs", "max-autotune"}, "inductor.coordinate_descent_tuning": {True},
                  "compiled_autograd": {True}}
+
+
+def compile_heavy_values(config: dict) -> list[tuple[str, object]]:
+    """The COMPILE_HEAVY values a configuration holds, as (dimension, value)."""
+    values = {"mode": config.get("mode"), "compiled_autograd": config.get("compiled_autograd"),
+              "inductor.coordinate_descent_tuning": (config.get("inductor") or {}).get("coordinate_descent_tuning")}
+    return [(name, value) for name, value in values.items() if any(_same(value, v) for v in COMPILE_HEAVY[name])]
 # The value a dimension takes when a move makes it apply and neither parent had it.
 _PROMISING_VALUE = {name: True for name, values in PROMISING.items() if values == {True}}
 

@@ -30,6 +30,7 @@ import optuna
 
 from autocompile.errors import UserError
 from autocompile.engine.finalists import reserve_note, run_finalists
+from autocompile.engine.compile_memory import CompileMemory
 from autocompile.engine.memory import FailureMemory, store_path
 from autocompile.engine.memory import device_name as _device_name
 from autocompile.engine.runner import Progress, Runner
@@ -177,8 +178,10 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
         progress.line(f"resuming study {settings.study!r}: {len(finished)} trials already finished"
                       + (f", {stale} interrupted ones marked failed" if stale else ""))
     memory = FailureMemory(store_path(settings.memory_path), space, _device_name(settings.device), url)
-    runner = Runner(study, storage, url, settings, progress, callbacks=(memory, *callbacks), deadline=None)
-    runner.space, runner.memory, runner.started = space, memory, started
+    cuts = CompileMemory(store_path(settings.memory_path), space.caps.torch_version, _device_name(settings.device),
+                         settings.model)
+    runner = Runner(study, storage, url, settings, progress, callbacks=(memory, cuts, *callbacks), deadline=None)
+    runner.space, runner.memory, runner.compile_memory, runner.started = space, memory, cuts, started
     return runner
 
 

@@ -1,0 +1,72 @@
+"""Compile-heavy values cut while compiling, remembered across studies (engine/compile_memory.py), on
+the records of the committed GPU studies: the captioner's compiled autograd ran out of its 240 s
+limit in captioner-fresh-5 and captioner-fresh-6 (TPE's trial 11 in each, H200, 2026-11-26)."""
+
+from autocompile.cli import main
+from autocompile.engine.compile_memory import CompileMemory
+from autocompile.engine.study import SearchSettings, load_study, open_search
+from conftest import ROOT, toy
+
+HISTORY = f"{ROOT}/studies/history"
+H200 = ("2.11.0+cu130", "NVIDIA H200")
+
+
+def _learned(tmp_path, capsys) -> str:
+    path = str(tmp_path / "failures.db")
+    for name in ("captioner-fresh-5", "captioner-fresh-6"):
+        assert main(["failures", "--failure-memory", path, "--learn", name, "--dir", HISTORY]) == 0
+    assert "learned from study 'captioner-fresh-6': 3 trials with compile-heavy values remembered" in capsys.readouterr().out
+    return path
+
+
+def test_a_compile_heavy_value_cut_twice_at_the_limit_is_refused_in_the_next_study_of_that_model(tmp_path, capsys):
+    path = _learned(tmp_path, capsys)
+    autograd = load_study("captioner-fresh-6", f"sqlite:///{HISTORY}/captioner-fresh-6/study.db").trials[11]
+    config = autograd.user_attrs["config"]
+    assert config["compiled_autograd"] and autograd.user_attrs["status"] == "timeout"
+    memory = CompileMemory(path, *H200, "captioner")
+    why = memory.reason(config, 240)
+    assert why == ("expected not to fit the 240 s trial limit: compiled_autograd=true ran out of its limit while "
+                   "compiling 2 times here on captioner (study captioner-fresh-5 trial 11, study captioner-fresh-6 "
+                   "trial 11), and never warmed up within 240 s"), why
+    assert memory.reason(config, 500) is None  # cut at 241 s: nothing said of a longer limit
+    assert memory.reason({**config, "compiled_autograd": False}, 240) is None
+    assert CompileMemory(path, *H200, "llama-8b").reason(config, 240) is None  # another model
+    assert CompileMemory(path, "2.12.0", H200[1], "captioner").reason(config, 240) is None  # another torch
+    # max-autotune was cut once in these two studies (captioner-fresh-6's trial 12): not yet left out
+    assert memory.reason({**config, "compiled_autograd": False, "mode": "max-autotune"}, 240) is None
+    # a run that warmed up within the limit clears it
+    memory.remember({"status": "ok", "warmup_s": 200.0}, config, "another", 3)
+    assert memory.reason(config, 240) is None and memory.reason(config, 190) is not None
+
+
+def test_failures_lists_the_cuts_and_forgets_them(tmp_path, capsys):
+    path = _learned(tmp_path, capsys)
+    assert main(["failures", "--failure-memory", path]) == 0
+    assert "compiled_autograd=true  [torch 2.11.0+cu130, NVIDIA H200, captioner]  cut 2 times, after 241, 241 s" \
+        in capsys.readouterr().out
+    assert main(["failures", "--failure-memory", path, "--forget", "compiled_autograd=true"]) == 0
+    assert "forgot 2 remembered outcomes" in capsys.readouterr().out
+    config = {"compile": True, "mode": "reduce-overhead", "compiled_autograd": True}
+    assert CompileMemory(path, *H200, "captioner").reason(config, 240) is None
+    assert main(["failures", "--failure-memory", path, "--forget", "compiled_autograd=true"]) == 2
+    assert "no remembered failure with compiled_autograd=true" in capsys.readouterr().err
+    assert main(["failures", "--failure-memory", path, "--learn", "no-such-study", "--dir", HISTORY]) == 2
+    assert "no study 'no-such-study'" in capsys.readouterr().err
+
+
+def test_a_search_refuses_before_launch_what_the_memory_says_will_not_fit(tmp_path):
+    """The search's own refusal (Runner.refusal) asks the memory, keyed by the search's model, torch and device."""
+    import torch
+
+    model, path = toy("toy"), str(tmp_path / "failures.db")
+    settings = SearchSettings(model=model, device="cpu", study="s", directory=str(tmp_path), trials=1,
+                              trial_timeout_s=60, memory_path=path)
+    memory = CompileMemory(path, torch.__version__, "cpu", model)
+    config = {"compile": True, "scope": "full", "mode": "default", "compiled_autograd": True}
+    for study in ("a", "b"):
+        memory.remember({"status": "timeout", "reason": "no result within the 60 s limit (while compiling)",
+                         "wall_s": 60.4}, config, study, 2)
+    runner = open_search(settings)
+    assert "compiled_autograd=true ran out of its limit while compiling 2 times here on" in runner.refusal(config)
+    assert runner.refusal({**config, "compiled_autograd": False}) is None
