@@ -19,8 +19,8 @@ import os
 
 from autocompile.engine import memory
 from autocompile.engine.memory import TIMES, _open
-from autocompile.errors import UserError
 from autocompile.engine.strategy import compile_heavy_values
+from autocompile.errors import UserError
 
 TABLE = "compile_cuts"
 
@@ -84,25 +84,20 @@ def _items(config: dict) -> list[str]:
 
 
 def forget(path: str, what: str | None) -> int:
-    """`autocompile failures --forget DIM=VALUE` (or all, None): the remembered failures
-    (`memory.forget`) and the remembered cuts of that value; how many rows went."""
-    if not os.path.exists(path):
-        return memory.forget(path, what)  # its clear line: no memory there
+    """`autocompile failures --forget DIM=VALUE` (or all, None): the remembered cuts of that value
+    and its remembered failures (`memory.forget`, whose clear line says when neither holds it)."""
+    cuts = 0
+    if os.path.exists(path):
+        db = _open_table(path)
+        where = (None, None) if what is None else ("item = ?", ["{}={}".format(*memory._parse(what))])
+        cuts = db[TABLE].count_where(*where)
+        db[TABLE].delete_where(*where)
     try:
-        count = memory.forget(path, what)
+        return memory.forget(path, what) + cuts
     except UserError:
-        count = None  # no failure with it: it may have been remembered as a cut
-    db = _open_table(path)
-    if what is None:
-        cuts = db[TABLE].count
-        db[TABLE].delete_where()
-    else:
-        name, value = memory._parse(what)
-        cuts = db[TABLE].count_where("item = ?", [f"{name}={value}"])
-        db[TABLE].delete_where("item = ?", [f"{name}={value}"])
-    if count is None and not cuts:
-        memory.forget(path, what)  # its clear line: nothing remembered with that value
-    return (count or 0) + cuts
+        if cuts:  # remembered as cuts only
+            return cuts
+        raise
 
 
 def listing(path: str) -> list[dict]:
