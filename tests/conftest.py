@@ -75,6 +75,20 @@ def toolchain_dir():
     return os.environ["AUTOCOMPILE_TOOLCHAIN_CACHE"]
 
 
+def copy_study(directory, name: str, into, new_name: str) -> None:
+    """Study `name` in `directory` copied, its trial folders with it, as study `new_name` in `into`:
+    measurements a test's searches share (each baseline pair of a toy costs ~30 s on CI's 2 cores),
+    each resumed from its own copy. Trial numbers are kept (Optuna's copy_study adds the trials in order)."""
+    import shutil
+
+    import optuna
+
+    source, target = os.path.join(str(directory), name), os.path.join(str(into), new_name)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("study.db", "study.db-*", "results.db"))
+    optuna.copy_study(from_study_name=name, from_storage="sqlite:///" + os.path.join(source, "study.db"),
+                      to_storage="sqlite:///" + os.path.join(target, "study.db"), to_study_name=new_name)
+
+
 def numerics_of_plain_compile(tmp_path, workload: str, seed: int, triage: bool = False) -> dict:
     """A search of two trials (eager, then plain torch.compile) on a toy workload, from Python as a
     user runs it (autocompile.search, which `autocompile search` calls); the compiled trial's record,

@@ -11,7 +11,7 @@ from autocompile.engine.memory import FailureMemory, device_name, signature
 from autocompile.engine.strategy import next_neighbour
 from autocompile.api import run_search
 from autocompile.engine.study import SearchSettings, build_space, load_study
-from conftest import FAST, toy
+from conftest import FAST, copy_study, toy
 
 MODEL = toy("toy_graph_break")  # a real Dynamo graph break: fullgraph=True fails to compile
 # Every dimension pinned but fullgraph: plain torch.compile is the incumbent, and its one neighbour
@@ -22,7 +22,7 @@ PINS = {"scope": "full", "mode": "default", "dynamic": None, "compile_optimizer"
         "foreach_map_optimizer": False}
 
 
-def _search(directory, name: str, memory: str, trials: int = 3) -> None:
+def _search(directory, name: str, memory: str, trials: int) -> None:
     settings = SearchSettings(model=MODEL, device="cpu", study=name, directory=str(directory), trials=trials,
                               trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=0, prune=False,
                               triage=False, fixed=PINS, memory_path=memory)
@@ -35,10 +35,15 @@ def _fullgraph(trial) -> bool:
 
 @pytest.fixture(scope="module")
 def searches(tmp_path_factory):
+    """Studies a, b and c in turn, each one trial past the baselines (eager, plain torch.compile),
+    which are measured once, in a, and copied into b and c (what is remembered comes after them)."""
     directory = tmp_path_factory.mktemp("studies")
     memory = str(directory / "failures.db")
+    _search(directory, "a", memory, trials=2)
+    for name in ("b", "c"):
+        copy_study(directory, "a", directory, name)
     for name in ("a", "b", "c"):
-        _search(directory, name, memory)
+        _search(directory, name, memory, trials=1)
     studies = {name: load_study(name, "sqlite:///" + str(directory / name / "study.db")) for name in "abc"}
     return {"dir": directory, "memory": memory, **studies}
 
