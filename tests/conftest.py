@@ -31,6 +31,13 @@ def toy(name: str = "toy") -> str:
 # CI (4.5 steps/s against 200), which turned the tests' speed relations upside down.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Inductor checks that the CPU's vector instructions work (a dry compile, then a dlopen in a child
+# process, per instruction set) in every compiled trial's process, cached compile or not: 6.3 s of
+# a compiled trial's preparation against 3.3 s without it (test_trial.py's 11, 2 loaded cores,
+# 2026-11-26). Here the instruction sets /proc/cpuinfo lists are taken as working: the same one is
+# picked, and each compiled trial of the suite spends those seconds once less.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+
 # One CPU-probe cache for the whole test session, searches and commands included (the probe
 # takes ~20 s once).
 os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="autocompile-toolchain-"))
