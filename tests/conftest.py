@@ -85,7 +85,9 @@ def toolchain_dir():
 def copy_study(directory, name: str, into, new_name: str) -> None:
     """Study `name` in `directory` copied, its trial folders with it, as study `new_name` in `into`:
     measurements a test's searches share (each baseline pair of a toy costs ~30 s on CI's 2 cores),
-    each resumed from its own copy. Trial numbers are kept (Optuna's copy_study adds the trials in order)."""
+    each resumed from its own copy. Trial numbers are kept (Optuna's copy_study adds the trials in order).
+    The compile caches a search dropped at its end stay dropped: a finalist round of the copy compiles
+    its reruns cold (test_strategy.py's tight-timeout round from a copy took 150 s against 128 s)."""
     import shutil
 
     import optuna
