@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shared-cache", action=argparse.BooleanOptionalAction, default=False,
                    help="trials after the baselines share one compile cache, each graph compiled once in the study, "
                         "their cold warm-up reconstructed (off by default until validated: `autocompile cache-check`)")
+    p.add_argument("--prestart", action=argparse.BooleanOptionalAction, default=None,
+                   help="start each trial's process while the trial before it runs, its imports done ahead "
+                        "(default: on with a GPU, off on the CPU, whose cores the trial measured needs)")
     _gpus_arg(p)
     _parallel_args(p)
     _memory_args(p)
@@ -326,7 +329,7 @@ def cmd_search(args) -> int:
         prune=not args.no_prune, triage=not args.no_triage,
         trace=tlparse_command() is not None and not args.no_trace,  # tlparse reports in the dashboard
         memory_path=args.failure_memory, screen=args.screen, shared_cache=args.shared_cache,
-        nproc=args.nproc, parallel=args.parallel,
+        nproc=args.nproc, parallel=args.parallel, prestart=args.prestart,
     )
     if args.trials == 0:  # only the finalist round: of a study that has trials
         existing, _ = _existing_study(argparse.Namespace(storage=args.storage, dir=args.dir, study=settings.study))

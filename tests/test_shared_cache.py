@@ -60,7 +60,7 @@ def shared_search(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("studies"))
     settings = SearchSettings(model=toy(), device="cpu", study="shared", directory=directory, trials=5,
                               trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=2, prune=False,
-                              shared_cache=True)
+                              shared_cache=True, prestart=True)
     return settings, run_search(settings)
 
 
@@ -80,6 +80,25 @@ def test_trials_after_the_baselines_share_one_cache_and_carry_a_reconstructed_wa
         assert a["reconstruction"]["hits"] >= 1
     text = format_summary(summary)
     assert "r: a cold warm-up reconstructed" in text
+
+
+def test_each_trial_process_was_started_during_the_one_before(shared_search):
+    """With `prestart` (on by default with a GPU), every trial but the first ran in a process started
+    ahead: its imports done before its clock (build_s: torch imported in no time), its caches still
+    its own or the study's (the hits above, the cold check's empty caches), its log its own; and
+    none is left waiting once the search is over."""
+    from autocompile.trial import prestart
+
+    settings, _ = shared_search
+    study = _study(settings)
+    ran = sorted((t for t in study.trials if t.user_attrs.get("wall_s")), key=lambda t: t.number)
+    assert "prestarted" not in ran[0].user_attrs
+    for t in ran[1:]:
+        a = t.user_attrs
+        assert a.get("prestarted"), (t.number, a.get("notes"))
+        assert a["build_s"]["import_torch"] < 0.05  # imported ahead
+        assert "building" in open(os.path.join(settings.study_dir, "trials", f"{t.number:04d}", "events.jsonl")).read()
+    assert not prestart._waiting
 
 
 def test_the_winner_whose_warm_up_was_reconstructed_is_measured_cold(shared_search):

@@ -11,9 +11,15 @@ from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
 from conftest import FAST, toy
 
 
-def trial(tmp_path, toolchain_dir, model, config, timeout=300, **kw):
+def trial(tmp_path, toolchain_dir, model, config, timeout=300, ahead=False, **kw):
+    """One trial; `ahead`: in a process started ahead (autocompile.trial.prestart), as a GPU search's are."""
     request = TrialRequest(model=model, config={**DEFAULTS, **config}, device="cpu", trial_dir=str(tmp_path / "t"),
                            timeout_s=timeout, toolchain_dir=toolchain_dir, measure=FAST, **kw)
+    if ahead:
+        from autocompile.trial import prestart
+        from autocompile.trial.process import _child_env
+
+        prestart.start(_child_env(request))
     events = []
     record = run_trial(request, on_event=events.append)
     return record, events
@@ -109,15 +115,16 @@ def test_recompiles_on_every_length_hit_the_limit(tmp_path, toolchain_dir):
 
 
 def test_a_crash_is_recorded_with_its_signal_and_phase(tmp_path, toolchain_dir):
-    record, _ = trial(tmp_path, toolchain_dir, toy("toy_crash"), EAGER)
-    assert record["status"] == "crashed"
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_crash"), EAGER, ahead=True)
+    assert record["status"] == "crashed" and record["prestarted"]
     assert "SIGSEGV" in record["reason"] and record["failed_phase"] == "warming up"
 
 
 def test_a_hang_is_killed_at_the_time_limit(tmp_path, toolchain_dir):
     # 45 s: the process reaches the hanging loss (start, import torch, build) with time to spare when loaded
-    record, _ = trial(tmp_path, toolchain_dir, toy("toy_hang"), EAGER, timeout=45)
-    assert record["status"] == "timeout"
+    # in a process started ahead: its stacks go to its own log, its process group is killed
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_hang"), EAGER, timeout=45, ahead=True)
+    assert record["status"] == "timeout" and record["prestarted"]
     assert "45 s limit" in record["reason"] and record["wall_s"] < 60
     # asked for its stacks before the kill, it says where it was: in the toy's loss, asleep
     assert "toy_workloads.py" in record["stuck_in"] and record["stuck_in"].endswith("in <lambda>")

@@ -221,7 +221,7 @@ class Runner:
             cache_dir=warm or (caches.shared(settings.study_dir) if shared else None),
             keep_cache=bool(config["compile"]) and first is None and role != "finalist",
             ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
-            nproc=settings.nproc, parallel=settings.parallel,
+            nproc=settings.nproc, parallel=settings.parallel, prestart=settings.prestarts(),
         )
         record = self._launch(trial, request, label, prunable, remaining)
         if warm or cold:

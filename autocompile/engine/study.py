@@ -39,7 +39,7 @@ from autocompile.engine.settings import DEFAULT_FINALISTS, SearchSettings  # noq
 from autocompile.space import Capabilities, SearchSpace, WorkloadTraits
 from autocompile.engine.storage import (check_study_name, counted, create_or_load, fail_stale,  # noqa: F401
                                  load_study, open_storage, set_budget, storage_url)
-from autocompile.trial import caches, reap_orphans
+from autocompile.trial import caches, prestart, reap_orphans
 from autocompile.engine.records import trial_folder
 
 def _sampler(seed: int):
@@ -216,6 +216,7 @@ def conclude(runner: Runner) -> Runner:
             caches.drop(trial_folder(runner.settings.study_dir, t.number))
     if not keep:
         caches.drop_shared(runner.settings.study_dir)
+    prestart.stop_all()
     return runner
 
 
@@ -226,5 +227,8 @@ def search_study(settings: SearchSettings, progress: Progress | None = None, cal
     from autocompile.engine.claims import work
 
     runner = open_search(settings, progress, callbacks)
-    work(runner, plan(runner, settings.trials, settings.timeout_s))
-    return conclude(runner)
+    try:
+        work(runner, plan(runner, settings.trials, settings.timeout_s))
+        return conclude(runner)
+    finally:
+        prestart.stop_all()  # the process started for a trial that will not come

@@ -3,7 +3,8 @@ the process group, events, the triage ladder) and the inside (`worker`: build, a
 warm up, measure, replay), which agree on what `protocol` holds.
 
 `python -m autocompile.trial.worker SPEC.json` is the process a trial starts; nothing imports
-`worker` in the parent.
+`worker` in the parent. `prestart`: the next trial's process, started ahead to do its imports
+while the trial before it runs.
 """
 
 from autocompile.trial.process import (RECORD_FIELDS, TrialRequest, die_with_parent, pid_alive, reap_orphans,

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from autocompile.trial import caches, graphs
+from autocompile.trial import caches, graphs, prestart
 from autocompile.trial.protocol import STACK_SIGNAL
 
 # A record's fields, in the order tables and `trial --json` show them.
@@ -57,6 +57,7 @@ class TrialRequest:
     env: dict = field(default_factory=dict)  # extra environment of the trial process (the minifier's, `outputs/repro.py`)
     nproc: int = 1  # ranks of the trial (autocompile.trial.ranks), under `parallel`
     parallel: str = "none"  # none | ddp | fsdp2: how the ranks share the model (autocompile.parallel)
+    prestart: bool = False  # start the next trial's process now, to import torch while this one runs (`prestart`)
 
 
 def _child_env(request: TrialRequest) -> dict:
@@ -298,6 +299,26 @@ def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = N
     return record
 
 
+def _start(request: TrialRequest, spec_path: str, log, log_path: str) -> tuple[subprocess.Popen, bool]:
+    """The trial's process, and whether it was started ahead (`prestart`, one process for one
+    rank only); with `request.prestart`, the next trial's process is started too."""
+    env = _child_env(request)
+    alone = request.parallel == "none" and not request.env
+    process = prestart.take(env) if alone else None
+    prestarted = process is not None and prestart.hand_over(process, spec_path, env, log_path)
+    if not prestarted:
+        # several ranks: a launcher whose ranks share its process group (autocompile.trial.ranks)
+        entry = "autocompile.trial.worker" if request.parallel == "none" else "autocompile.trial.ranks"
+        process = subprocess.Popen(
+            [sys.executable, "-m", entry, spec_path],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True, preexec_fn=die_with_parent,
+        )
+    if request.prestart and alone:
+        prestart.start(env, preexec_fn=die_with_parent)
+    return process, prestarted
+
+
 def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_every_s: float = 20.0,
               should_stop=None, check_every_s: float = 2.0) -> dict:
     os.makedirs(request.trial_dir, exist_ok=True)
@@ -327,13 +348,7 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
     seen: list[dict] = []
     stop_reason = None
     with open(log_path, "w") as log:
-        # several ranks: a launcher whose ranks share its process group (autocompile.trial.ranks)
-        entry = "autocompile.trial.worker" if request.parallel == "none" else "autocompile.trial.ranks"
-        process = subprocess.Popen(
-            [sys.executable, "-m", entry, spec_path],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=_child_env(request), start_new_session=True, preexec_fn=die_with_parent,
-        )
+        process, prestarted = _start(request, spec_path, log, log_path)
         pid_file = _record_process(request.trial_dir, process.pid)
         timed_out = False
         try:
@@ -398,6 +413,8 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
             record["warmup_elapsed_s"] = started + wall_s - warm_start  # still warming up when stopped
     record["config"] = request.config
     record["wall_s"] = wall_s
+    if prestarted:
+        record["prestarted"] = True  # its imports ran before its clock started, during the trial before it
     record["log"] = log_path
     if not (request.keep_cache and record["status"] == "ok"):
         caches.drop(request.trial_dir)  # a cache_dir it was given is kept
