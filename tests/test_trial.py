@@ -136,6 +136,7 @@ def test_what_a_study_learned_is_passed_only_where_it_holds():
     import optuna
 
     from autocompile.engine.learned import mark_refused_in, rng_dependent
+    from autocompile.engine.runner import already_tried
 
     study = optuna.create_study(direction="maximize")
 
@@ -154,6 +155,9 @@ def test_what_a_study_learned_is_passed_only_where_it_holds():
     same_graphs = {**asked, "compile_optimizer": True, "lr_tensor": True, "mode": "max-autotune-no-cudagraphs",
                    "inductor": {"shape_padding": False}}
     assert mark_refused_in(study, same_graphs) == 2
+    # what such a configuration measures ("maybe") was measured already: it is not proposed again
+    assert already_tried(study, {**asked, "fused_optimizer": True}, {}, 300)
+    assert not already_tried(study, same_graphs, {}, 300)
     for other in ({"compile_loss": False}, {"scope": "full"}, {"dynamic": True}, {"fullgraph": True},
                   {"padding": "multiple", "pad_multiple": 64}, {"compiled_autograd": True}, {"mark_dynamic": "maybe"}):
         assert mark_refused_in(study, {**asked, **other}) is None, other

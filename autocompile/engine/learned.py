@@ -55,3 +55,9 @@ def mark_refused_in(study, config: dict) -> int | None:
         if isinstance(fallback, dict) and all(measured[key] == config[key] for key in GRAPH_KEYS):
             return fallback.get("learned_from", t.number)
     return None
+
+
+def measured_as(study, config: dict) -> dict:
+    """The configuration a trial of `config` measures: "maybe" for a hard mark the study saw refused
+    under the same graphs (mark_refused_in), else `config` itself."""
+    return {**config, "mark_dynamic": "maybe"} if mark_refused_in(study, config) is not None else config

@@ -18,7 +18,7 @@ import optuna
 from autocompile.apply import describe_config
 from autocompile.engine.records import (baseline_value, best_trial, carried, concise, eager_record, full_record,
                                         save_record, snippet_header, speedup, trial_folder)
-from autocompile.engine.learned import mark_refused_in, rng_dependent
+from autocompile.engine.learned import mark_refused_in, measured_as, rng_dependent
 from autocompile.engine.prediction import Predictor
 from autocompile.engine.scoring import (_judged_by_an_older_guard, best_score, judge, numerics_tolerance,
                                         optimistic_score, score, violation)
@@ -75,7 +75,10 @@ def _ran_its_course(attrs: dict, limit_s: float) -> bool:
 
 def already_tried(study, config: dict, params: dict, trial_timeout_s: float, exclude: int | None = None) -> bool:
     """Whether a configuration was measured already (or pruned), or is queued or running (claimed by
-    a worker): a trial cut short by a search's time bound (not by the trial limit) does not count."""
+    a worker): a trial cut short by a search's time bound (not by the trial limit) does not count.
+    A configuration asking for a hard mark_dynamic the study saw refused counts as what it would
+    measure ("maybe": learned.measured_as), where a trial measured that already."""
+    measured = (config, measured_as(study, config))
     for t in study.trials:
         if t.number == exclude:
             continue
@@ -83,7 +86,7 @@ def already_tried(study, config: dict, params: dict, trial_timeout_s: float, exc
             if t.system_attrs.get("fixed_params") == params:
                 return True
             continue
-        if {**DEFAULTS, **t.user_attrs.get("config", {})} != config:
+        if {**DEFAULTS, **t.user_attrs.get("config", {})} not in measured:
             continue
         if t.state == optuna.trial.TrialState.RUNNING:
             return "config" in t.user_attrs  # claimed by a worker
