@@ -72,6 +72,10 @@ def test_a_finalists_rerun_starts_from_its_first_runs_code_and_carries_its_repla
     assert first["replay"]["version"] and again["status"] == "ok"
     assert again["warmup_carried_from"] == 1 and again["warmup_s"] == first["warmup_s"] and "warm_warmup_s" in again
     assert again["replay_carried_from"] == 1 and again["numerics"]["method"] == "replay"
+    # whether the loss depends on the random stream: found by trial 1's check, carried (no check of its own)
+    assert again["rng_dependent"] is True and again["rng_dependent_from"] == 1 and "rng_dependent_from" not in first
+    events = [(folder / "s" / "trials" / f"{n:04d}" / "events.jsonl").read_text() for n in (1, rerun.number)]
+    assert "checking randomness" in events[0] and "checking randomness" not in events[1]
     with open(os.path.join(study_dir, "trials", f"{rerun.number:04d}", "spec.json")) as f:
         spec = json.load(f)
     assert spec["numerics_replay"] is False
@@ -86,7 +90,9 @@ def test_the_replay_loads_the_optimizer_step_the_measured_run_compiled(tmp_path)
     """The replay's models are compiled again (dropout off, Inductor's fallback_random on), but its
     compiled optimizer step draws nothing random: compiled with the measured run's settings, it
     loads that run's code (a cache hit, no miss) instead of compiling the step again (on the
-    captioner, 100-150 s cold on an H100), and the numerics still agree."""
+    captioner, 100-150 s cold on an H100), and the numerics still agree. Whether the loss depends on
+    the random stream is given, as an earlier trial of a study passes it (engine/learned.py): the
+    trial does not check it again, and still replays."""
     import copy
 
     from autocompile.space import DEFAULTS
@@ -94,9 +100,12 @@ def test_the_replay_loads_the_optimizer_step_the_measured_run_compiled(tmp_path)
 
     config = copy.deepcopy(DEFAULTS)
     config["compile_optimizer"] = True
+    events = []
     record = run_trial(TrialRequest(model=toy("toy_dropout"), config=config, device="cpu", trial_dir=str(tmp_path / "t"),
-                                    timeout_s=300, measure=FAST))
-    assert record["status"] == "ok" and record["rng_dependent"], record["reason"]
+                                    timeout_s=300, measure={**FAST, "rng_dependent": {"value": True, "from": 7}}),
+                       on_event=events.append)
+    assert record["status"] == "ok" and record["rng_dependent"] and record["rng_dependent_from"] == 7, record["reason"]
+    assert "checking randomness" not in [e.get("phase") for e in events] and "eager_first_loss" not in record
     replay = record["replay"]
     hits = {k: n for k, n in replay["trial_step_caches"].items() if k.endswith("_hit")}
     misses = {k: n for k, n in replay["trial_step_caches"].items() if k.endswith("_miss")}

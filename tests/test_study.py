@@ -178,6 +178,28 @@ def test_a_finalist_whose_runs_disagree_far_beyond_their_noise_is_measured_a_thi
     assert len(study.trials) == before + 2 and "not measured a third time: 0 s left" in said.getvalue()
 
 
+def test_whether_the_loss_depends_on_the_random_stream_is_checked_once_per_study(searched):
+    """A property of the model, not of the configuration: plain torch.compile (the first compiled
+    trial) runs the check's three eager forwards, the recipe and the finalist's rerun after it carry
+    its answer (engine/learned.py) and run none."""
+    settings, _ = searched
+    study = load_study("toy", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+
+    def checked(number: int) -> bool:
+        with open(os.path.join(settings.study_dir, "trials", f"{number:04d}", "events.jsonl")) as f:
+            return "checking randomness" in f.read()
+
+    first, *later = [t for t in study.trials if t.user_attrs.get("config", {}).get("compile") and t.state.is_finished()]
+    assert first.number == 1 and first.user_attrs["rng_dependent"] is False and checked(1)
+    assert "rng_dependent_from" not in first.user_attrs
+    roles = {t.user_attrs["role"] for t in later}
+    assert "recipe" in roles and "finalist" in roles, roles
+    for t in later:
+        assert t.user_attrs["rng_dependent"] is False and t.user_attrs["rng_dependent_from"] == 1
+        assert not checked(t.number)
+        assert t.user_attrs["numerics"]["method"] == "first losses"  # against the eager baseline's, as before
+
+
 def test_the_winning_snippet_runs_on_a_fresh_model(searched):
     settings, summary = searched
     with open(os.path.join(settings.study_dir, "apply_compilation.py")) as f:
@@ -574,6 +596,10 @@ def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_rat
     study = load_study("no-eager", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     judged = study.trials[best["number"]].user_attrs["numerics"]  # against an eager forward that fits
     assert judged["method"] == "first loss" and not judged["differs"] and judged["max_rel_diff"] < 1e-3
+    # No eager baseline: each compiled trial runs the randomness check itself, for its eager first loss
+    compiled = [full_record(t, settings.study_dir) for t in study.trials if t.user_attrs.get("status") == "ok"]
+    assert len(compiled) == 3 and all(a["rng_dependent"] is False and "rng_dependent_from" not in a
+                                      and a["eager_first_loss"] for a in compiled)
     text = format_summary(summary)
     assert "no eager reference: eager ended oom" in text and "ratios are against plain torch.compile" in text
 

@@ -91,19 +91,82 @@ def test_triage_names_inductor_when_only_inductor_fails(tmp_path, toolchain_dir)
     assert "'backend': 'aot_eager'" in snippet or '"backend": "aot_eager"' in snippet
 
 
-def test_a_hard_mark_the_model_refuses_falls_back_to_maybe_mark_dynamic(tmp_path, toolchain_dir):
+def test_a_hard_mark_the_model_refuses_falls_back_to_maybe_and_the_study_does_not_try_it_again(tmp_path):
     # As on llama-8b (GPU, 2026-11-22): with the loss compiled apart, the labels' length is
     # marked dynamic but must equal the length of logits nobody marked, so Dynamo raises
     # ConstraintViolationError; the trial measures maybe_mark_dynamic instead and says so.
-    asked = {"scope": "regional", "compile_loss": True, "mark_dynamic": "mark"}
-    record, _ = trial(tmp_path, toolchain_dir, toy(), asked)
+    # Two trials of one study (through the engine's runner, as a search runs them), no baselines.
+    import io
+    import pathlib
+
+    from autocompile.engine.records import trial_folder
+    from autocompile.engine.runner import Progress, new_trial
+    from autocompile.engine.settings import SearchSettings
+    from autocompile.engine.study import open_search
+
+    settings = SearchSettings(model=toy(), device="cpu", study="m", directory=str(tmp_path), trial_timeout_s=300,
+                              measure=FAST, prune=False, triage=False, shared_cache=True)
+    runner = open_search(settings, Progress(2, io.StringIO()))
+    asked = {**DEFAULTS, "scope": "regional", "compile_loss": True, "mark_dynamic": "mark"}
+    record = runner.run(new_trial(runner.study), asked, "recipe", prunable=False)
     assert record["status"] == "ok", record["reason"]
     fallback = record["mark_dynamic_fallback"]
     assert fallback["asked"] == "mark" and fallback["used"] == "maybe" and "ConstraintViolation" in fallback["why"]
     assert record["config"]["mark_dynamic"] == "maybe" and "torch._dynamo.maybe_mark_dynamic" in record["snippet"]
     assert any("hard mark failed" in note for note in record["notes"])
-    assert "ConstraintViolationError" in (tmp_path / "t" / "log-hard-mark.txt").read_text()
-    assert record["wall_s"] > fallback["first_wall_s"]
+    first = pathlib.Path(trial_folder(settings.study_dir, 0))
+    assert "ConstraintViolationError" in (first / "log-hard-mark.txt").read_text()
+    assert record["wall_s"] > fallback["first_wall_s"] > 0 and "learned_from" not in fallback
+    # A second configuration asking for the hard mark on the same graphs (another optimizer step: not a
+    # setting Dynamo's shape constraints depend on) starts with "maybe": the failed attempt is not run again.
+    again = runner.run(new_trial(runner.study), {**asked, "fused_optimizer": True}, "recipe", prunable=False)
+    assert again["status"] == "ok", again["reason"]
+    assert again["mark_dynamic_fallback"]["learned_from"] == 0 and again["mark_dynamic_fallback"]["first_wall_s"] == 0
+    assert again["config"] == {**asked, "fused_optimizer": True, "mark_dynamic": "maybe"}  # what it measured
+    assert any("hard mark failed in trial 0" in note for note in again["notes"])
+    second = pathlib.Path(trial_folder(settings.study_dir, 1))
+    assert not (second / "log-hard-mark.txt").exists()
+    assert json.loads((second / "result.json").read_text())["mark_dynamic_fallback"]["learned_from"] == 0
+    # No eager baseline ran cleanly in this study: each compiled trial checks the randomness itself
+    # (its eager first loss is the numerics reference), none carries it from another.
+    for folder, attrs in ((first, record), (second, again)):
+        assert "checking randomness" in (folder / "events.jsonl").read_text()
+        assert attrs["rng_dependent"] is False and "rng_dependent_from" not in attrs
+        assert attrs["numerics"]["method"] == "first loss"
+
+
+def test_what_a_study_learned_is_passed_only_where_it_holds():
+    """engine/learned.py on a study's records: a refused hard mark is learned for the same graph
+    settings only (the optimizer step, LR, Inductor options and mode are not among them); the
+    randomness check's answer only where the eager baseline ran cleanly, from the trial that checked."""
+    import optuna
+
+    from autocompile.engine.learned import mark_refused_in, rng_dependent
+    from autocompile.engine.runner import already_tried
+
+    study = optuna.create_study(direction="maximize")
+
+    def add(**attrs):
+        study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs=attrs))
+
+    asked = {**DEFAULTS, "scope": "regional", "compile_loss": True, "mark_dynamic": "mark"}
+    add(role="compile-defaults", status="ok", config=DEFAULTS, rng_dependent=True)
+    assert rng_dependent(study) is None  # no eager baseline ran cleanly: each trial checks (eager_first_loss)
+    add(role="eager", status="ok", config=EAGER)
+    add(role="recipe", status="ok", config={**asked, "mark_dynamic": "maybe"}, rng_dependent=True, rng_dependent_from=0,
+        mark_dynamic_fallback={"asked": "mark", "used": "maybe", "first_wall_s": 21.0})
+    add(role="recipe", status="ok", config={**asked, "mark_dynamic": "maybe", "fused_optimizer": True},
+        mark_dynamic_fallback={"asked": "mark", "used": "maybe", "first_wall_s": 0.0, "learned_from": 2})
+    assert rng_dependent(study) == {"value": True, "from": 0}
+    same_graphs = {**asked, "compile_optimizer": True, "lr_tensor": True, "mode": "max-autotune-no-cudagraphs",
+                   "inductor": {"shape_padding": False}}
+    assert mark_refused_in(study, same_graphs) == 2
+    # what such a configuration measures ("maybe") was measured already: it is not proposed again
+    assert already_tried(study, {**asked, "fused_optimizer": True}, {}, 300)
+    assert not already_tried(study, same_graphs, {}, 300)
+    for other in ({"compile_loss": False}, {"scope": "full"}, {"dynamic": True}, {"fullgraph": True},
+                  {"padding": "multiple", "pad_multiple": 64}, {"compiled_autograd": True}, {"mark_dynamic": "maybe"}):
+        assert mark_refused_in(study, {**asked, **other}) is None, other
 
 
 def test_recompiles_on_every_length_hit_the_limit(tmp_path, toolchain_dir):

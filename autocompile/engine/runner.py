@@ -18,6 +18,7 @@ import optuna
 from autocompile.apply import describe_config
 from autocompile.engine.records import (baseline_value, best_trial, carried, concise, eager_record, full_record,
                                         save_record, snippet_header, speedup, trial_folder)
+from autocompile.engine.learned import mark_refused_in, measured_as, rng_dependent
 from autocompile.engine.prediction import Predictor
 from autocompile.engine.scoring import (_judged_by_an_older_guard, best_score, judge, numerics_tolerance,
                                         optimistic_score, score, violation)
@@ -74,7 +75,10 @@ def _ran_its_course(attrs: dict, limit_s: float) -> bool:
 
 def already_tried(study, config: dict, params: dict, trial_timeout_s: float, exclude: int | None = None) -> bool:
     """Whether a configuration was measured already (or pruned), or is queued or running (claimed by
-    a worker): a trial cut short by a search's time bound (not by the trial limit) does not count."""
+    a worker): a trial cut short by a search's time bound (not by the trial limit) does not count.
+    A configuration asking for a hard mark_dynamic the study saw refused counts as what it would
+    measure ("maybe": learned.measured_as), where a trial measured that already."""
+    measured = (config, measured_as(study, config))
     for t in study.trials:
         if t.number == exclude:
             continue
@@ -82,7 +86,7 @@ def already_tried(study, config: dict, params: dict, trial_timeout_s: float, exc
             if t.system_attrs.get("fixed_params") == params:
                 return True
             continue
-        if {**DEFAULTS, **t.user_attrs.get("config", {})} != config:
+        if {**DEFAULTS, **t.user_attrs.get("config", {})} not in measured:
             continue
         if t.state == optuna.trial.TrialState.RUNNING:
             return "config" in t.user_attrs  # claimed by a worker
@@ -217,11 +221,13 @@ class Runner:
             batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
             timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining)),
             header=_header(settings, trial.number), trace=settings.trace,
-            measure={**measure, **(settings.measure or {}), **({"numerics_replay": False} if warm or cold else {})},
+            measure={**self._learned(config), **measure, **(settings.measure or {}),
+                     **({"numerics_replay": False} if warm or cold else {})},
             cache_dir=warm or (caches.shared(settings.study_dir) if shared else None),
             keep_cache=bool(config["compile"]) and first is None and role != "finalist",
             ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
             nproc=settings.nproc, parallel=settings.parallel, prestart=settings.prestarts(),
+            mark_refused_in=mark_refused_in(self.study, config),
         )
         record = self._launch(trial, request, label, prunable, remaining)
         if warm or cold:
@@ -231,6 +237,12 @@ class Runner:
         self._report(trial.number, label, record)
         self._told(trial)
         return record
+
+    def _learned(self, config: dict) -> dict:
+        """What earlier compiled trials of the study found of the model, for a compiled trial's measure:
+        whether its loss depends on the random stream (engine/learned.py), which it then does not check."""
+        found = rng_dependent(self.study) if config["compile"] else None
+        return {"rng_dependent": found} if found else {}
 
     def _warm_cache(self, config: dict, first) -> str | None:
         """The compile cache a rerun of trial `first` starts from: the study's shared one where `first`

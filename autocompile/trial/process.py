@@ -58,6 +58,9 @@ class TrialRequest:
     nproc: int = 1  # ranks of the trial (autocompile.trial.ranks), under `parallel`
     parallel: str = "none"  # none | ddp | fsdp2: how the ranks share the model (autocompile.parallel)
     prestart: bool = False  # start the next trial's process now, to import torch while this one runs (`prestart`)
+    # an earlier trial of the study whose hard mark_dynamic Dynamo refused under the same graphs: a
+    # config asking for "mark" measures "maybe" at once (run_trial; the engine decides, engine/learned.py)
+    mark_refused_in: int | None = None
 
 
 def _child_env(request: TrialRequest) -> dict:
@@ -276,24 +279,38 @@ def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = N
     equating it with a dimension nobody marked: Dynamo raises ConstraintViolationError) is
     run again at once with `maybe_mark_dynamic`, within the same limit; the record's config
     is then the one measured (its snippet uses maybe_mark_dynamic) and `mark_dynamic_fallback`
-    says what happened.
+    says what happened. Where an earlier trial of the study was refused so under the same graphs
+    (`request.mark_refused_in`, the engine's call), the hard mark is not tried: "maybe" from the start.
     """
     kwargs = dict(on_event=on_event, heartbeat=heartbeat, heartbeat_every_s=heartbeat_every_s,
                   should_stop=should_stop, check_every_s=check_every_s)
+    maybe = {**request.config, "mark_dynamic": "maybe"}
+    if request.mark_refused_in is not None and request.config.get("mark_dynamic") == "mark":
+        n = request.mark_refused_in
+        record = _run_once(replace(request, config=maybe), **kwargs)
+        return _fell_back(request, record, {"why": f"the hard mark failed in trial {n} under the same graph settings",
+                                            "first_wall_s": 0.0, "learned_from": n},
+                          f"mark_dynamic: the hard mark failed in trial {n} of the study under the same graph settings "
+                          f"(scope, dynamic, fullgraph, loss, padding, compiled autograd): measured with "
+                          f"maybe_mark_dynamic at once")
     record = _run_once(request, **kwargs)
     if not (record["status"] == "compile_error" and "ConstraintViolation" in record.get("reason", "")
             and request.config.get("mark_dynamic") == "mark" and request.timeout_s - record["wall_s"] > 10):
         return record
     first = record
     os.replace(first["log"], os.path.join(request.trial_dir, "log-hard-mark.txt"))
-    config = {**request.config, "mark_dynamic": "maybe"}
-    record = _run_once(replace(request, config=config, timeout_s=request.timeout_s - first["wall_s"]), **kwargs)
-    record["mark_dynamic_fallback"] = {"asked": "mark", "used": "maybe", "why": first["reason"],
-                                       "first_wall_s": first["wall_s"]}
-    record["notes"] = record.get("notes", []) + [
-        f"mark_dynamic: the hard mark failed ({first['reason'][:160]}): the model specialises the dimension; "
-        f"measured with maybe_mark_dynamic instead (the failed attempt took {first['wall_s']:.0f} s)"]
+    record = _run_once(replace(request, config=maybe, timeout_s=request.timeout_s - first["wall_s"]), **kwargs)
     record["wall_s"] += first["wall_s"]
+    return _fell_back(request, record, {"why": first["reason"], "first_wall_s": first["wall_s"]},
+                      f"mark_dynamic: the hard mark failed ({first['reason'][:160]}): the model specialises the "
+                      f"dimension; measured with maybe_mark_dynamic instead (the failed attempt took "
+                      f"{first['wall_s']:.0f} s)")
+
+
+def _fell_back(request: TrialRequest, record: dict, fallback: dict, note: str) -> dict:
+    """A trial that asked for a hard mark and measured "maybe": its record says so, in its result.json too."""
+    record["mark_dynamic_fallback"] = {"asked": "mark", "used": "maybe", **fallback}
+    record["notes"] = record.get("notes", []) + [note]
     with open(os.path.join(request.trial_dir, "result.json"), "w") as f:
         json.dump(record, f, indent=1, default=str)
     return record

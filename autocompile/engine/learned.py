@@ -1,0 +1,63 @@
+"""What a study's earlier trials found out that a new trial need not find out again: whether the
+loss depends on the random stream, and which hard mark_dynamic Dynamo refused.
+
+Each saves seconds of every compiled trial on a large model (llama-8b on an H200, 2026-11-26: the
+randomness check's three eager forwards took 3.2-4.1 s of each; a refused hard mark, 21 s of each
+trial that asked for it). The trial obeys what it is passed (TrialRequest) and says so in its record.
+"""
+
+from __future__ import annotations
+
+from autocompile.engine.records import baseline_trial
+from autocompile.space import DEFAULTS
+
+# The settings Dynamo's shape constraints depend on: which graphs are traced (scope, the loss apart,
+# the backward traced again by compiled autograd, graphs split at DDP buckets or around FSDP2's
+# shards), whether a graph may break (fullgraph), how sizes are treated (dynamic) and which lengths
+# the batches bring (padding, pad_multiple). A hard mark refused under one set of these is refused
+# again under it: the optimizer step, the LR handling, Inductor's options and the mode compile the
+# same traced graphs with the same guards (llama-8b refused it twice with the loss compiled apart,
+# once under each of two optimizer settings; never without it).
+GRAPH_KEYS = ("scope", "dynamic", "fullgraph", "compile_loss", "padding", "pad_multiple", "compiled_autograd",
+              "optimize_ddp", "fsdp_compile_order")
+
+
+def _finished(study) -> list:
+    """The study's finished trials, first first (a trial told failed may have found it too)."""
+    return [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+
+
+def rng_dependent(study) -> dict | None:
+    """Whether the loss depends on the random stream (dropout), as an earlier compiled trial of the
+    study found it: {"value": bool, "from": the trial that ran the check}, for the trial's measure
+    (the worker then skips the check's three eager forwards). None, and the trial checks, where no
+    trial has found it yet, or where the study's eager baseline did not run cleanly: then the
+    check's eager first loss is the numerics reference (scoring.numerics_verdict)."""
+    if baseline_trial(study, "eager") is None:
+        return None
+    for t in _finished(study):
+        value = t.user_attrs.get("rng_dependent")
+        if isinstance(value, bool):
+            return {"value": value, "from": t.user_attrs.get("rng_dependent_from", t.number)}
+    return None
+
+
+def mark_refused_in(study, config: dict) -> int | None:
+    """The earlier trial of the study whose hard mark_dynamic Dynamo refused (its record's
+    `mark_dynamic_fallback`) under the same GRAPH_KEYS as `config`, which asks for "mark": the trial
+    then measures "maybe" at once (trial.process.run_trial). None: the hard mark is tried."""
+    config = {**DEFAULTS, **config}
+    if not config["compile"] or config["mark_dynamic"] != "mark":
+        return None
+    for t in _finished(study):
+        fallback = t.user_attrs.get("mark_dynamic_fallback")
+        measured = {**DEFAULTS, **t.user_attrs.get("config", {})}
+        if isinstance(fallback, dict) and all(measured[key] == config[key] for key in GRAPH_KEYS):
+            return fallback.get("learned_from", t.number)
+    return None
+
+
+def measured_as(study, config: dict) -> dict:
+    """The configuration a trial of `config` measures: "maybe" for a hard mark the study saw refused
+    under the same graphs (mark_refused_in), else `config` itself."""
+    return {**config, "mark_dynamic": "maybe"} if mark_refused_in(study, config) is not None else config
