@@ -178,20 +178,21 @@ def test_recompiles_on_every_length_hit_the_limit(tmp_path, toolchain_dir):
 
 
 def test_a_crash_is_recorded_with_its_signal_and_phase(tmp_path, toolchain_dir):
-    record, _ = trial(tmp_path, toolchain_dir, toy("toy_crash"), EAGER, ahead=True)
-    assert record["status"] == "crashed" and record["prestarted"]
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_crash"), EAGER)
+    assert record["status"] == "crashed" and "prestarted" not in record  # an eager trial: a fresh process
     assert "SIGSEGV" in record["reason"] and record["failed_phase"] == "warming up"
 
 
 def test_a_hang_is_killed_at_the_time_limit(tmp_path, toolchain_dir):
-    # 45 s: the process reaches the hanging loss (start, import torch, build) with time to spare when loaded
-    # in a process started ahead: its stacks go to its own log, its process group is killed
-    record, _ = trial(tmp_path, toolchain_dir, toy("toy_hang"), EAGER, timeout=45, ahead=True)
+    # 45 s: the process reaches the hanging loss (start, import torch, build) with time to spare when loaded.
+    # A compiled trial in a process started ahead, as a GPU search's are: its stacks go to its own
+    # log, its process group is killed. It hangs in its first eager forward (the randomness check).
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_hang"), {"scope": "regional"}, timeout=45, ahead=True)
     assert record["status"] == "timeout" and record["prestarted"]
     assert "45 s limit" in record["reason"] and record["wall_s"] < 60
     # asked for its stacks before the kill, it says where it was: in the toy's loss, asleep
     assert "toy_workloads.py" in record["stuck_in"] and record["stuck_in"].endswith("in <lambda>")
-    assert record["reason"].endswith(f"(while warming up, in {record['stuck_in']})")
+    assert record["reason"].endswith(f"(while checking randomness, in {record['stuck_in']})")
     assert any("trial/worker.py" in frame for frame in record["stack"])
 
 

@@ -317,10 +317,14 @@ def _fell_back(request: TrialRequest, record: dict, fallback: dict, note: str) -
 
 
 def _start(request: TrialRequest, spec_path: str, log, log_path: str) -> tuple[subprocess.Popen, bool]:
-    """The trial's process, and whether it was started ahead (`prestart`, one process for one
-    rank only); with `request.prestart`, the next trial's process is started too."""
+    """The trial's process, and whether it was started ahead (`prestart`: a compiled trial of one
+    rank); with `request.prestart`, the next trial's process is started too. An eager trial neither
+    takes one nor starts one: its warm-up is shorter than the imports, which would share the CPU
+    with its measurement, and a process that imported Dynamo and Inductor ahead is not the one an
+    eager run has (the captioner's eager rerun in one ran 11.4 steps/s against 13.7 in a fresh
+    process, CPU-bound on an H200, 2026-11-26; compiled trials import them anyway)."""
     env = _child_env(request)
-    alone = request.parallel == "none" and not request.env
+    alone = request.parallel == "none" and not request.env and bool(request.config.get("compile"))
     process = prestart.take(env) if alone else None
     prestarted = process is not None and prestart.hand_over(process, spec_path, env, log_path)
     if not prestarted:
