@@ -404,6 +404,32 @@ def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
     assert finalist_reserve(study, 3) < 0.2 * 1500
 
 
+def test_the_round_runs_cold_the_finalist_its_verdict_most_likely_chooses():
+    """With a shared compile cache the winner's warm-up must be measured cold, and within noise the
+    verdict goes to the shorter warm-up (WINNER_RULE 4). captioner-fresh-7's round ran its leader,
+    trial 10, cold; trial 8, 0.15% behind it with the shorter reconstructed warm-up, won and was run
+    cold too, and the third finalist was left out for time (H200, 2026-11-26). The round's cold run
+    now goes to the finalist the verdict most likely chooses (`cold_pick`): in each committed study,
+    the winner its round chose."""
+    import optuna
+
+    from autocompile.engine.finalists import cold_check_s, cold_pick, contenders
+
+    for name, leader, pick in (("captioner-fresh-7", 10, 8), ("captioner-fresh-6", 8, 8), ("llama-8b-fresh-8", 24, 24)):
+        committed = load_study(name, "sqlite:///" + os.path.join(ROOT, "studies", "history", name, "study.db"))
+        start = min(t.number for t in committed.trials if t.user_attrs.get("role") == "finalist")
+        study = optuna.create_study(directions=committed.directions)
+        study.add_trials([t for t in committed.trials if t.number < start])  # as the round found it
+        finalists = contenders(study, 3, 240)
+        assert finalists[0].number == leader and cold_pick(finalists).number == pick, name
+        assert pick == committed.user_attrs["finalists"]["winner"]
+        assert cold_check_s(study, 3, 240) > 0  # the reserve holds its cold run
+    # a finalist within noise whose warm-up was measured cold and is the shorter: no cold run in the round
+    cold_one = optuna.trial.create_trial(value=finalists[0].value * 0.9999, params={}, distributions={},
+                                         user_attrs={**finalists[1].user_attrs, "warmup_kind": "cold", "warmup_s": 1.0})
+    assert cold_pick([finalists[0], cold_one]) is None
+
+
 def test_the_finalist_round_leaves_out_a_baseline_that_took_longer_than_a_rerun_may():
     # llama-8b-fresh-4 after its first recipe (H200, 2026-11-25): regional default (score 3.86) and
     # plain torch.compile (3.04, 21% behind, 568 s of warm-up under the 600 s baseline limit). The

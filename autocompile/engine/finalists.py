@@ -4,6 +4,7 @@ eager, and the verdict chosen from that round; the time the round keeps under --
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 
 from autocompile.trial.protocol import REPLAY_VERSION
@@ -85,13 +86,35 @@ def rerun_estimate_s(trial) -> float:
 
 
 def cold_check_s(study, k: int, limit_s: float | None = None) -> float:
-    """What measuring the leader's warm-up cold adds to the round, where its warm-up was reconstructed:
-    its round's run is a cold one (`_rerun`), its first run with the compile time its cache hits
-    saved, in place of a warm rerun."""
-    top = contenders(study, k, limit_s)[:1]
-    if not top or not _reconstructed(top[0]):
+    """What measuring a finalist's warm-up cold adds to the round, where `cold_pick` names one: its
+    round's run is a cold one (`_rerun`), its first run with the compile time its cache hits saved,
+    in place of a warm rerun."""
+    pick = cold_pick(contenders(study, k, limit_s))
+    if pick is None:
         return 0.0
-    return max(_cold_run_s(top[0]) - rerun_estimate_s(top[0]), 0.0)
+    return max(_cold_run_s(pick) - rerun_estimate_s(pick), 0.0)
+
+
+def cold_pick(finalists: list):
+    """The finalist whose round run is from empty caches: of the leader and those within noise of it
+    by their first runs (their window spreads added), the one with the shortest warm-up, where that
+    warm-up was reconstructed; None where it was measured cold. Within noise the verdict goes to the
+    shorter warm-up (WINNER_RULE 4), so the one measured cold is the one it most likely chooses, and
+    the winner needs no second cold run. captioner-fresh-7's round ran its leader, trial 10, cold
+    (29.8 s against 20.9 s reconstructed); trial 8, 0.15% behind it by their first runs with 18.8 s
+    reconstructed, won on its warm-up and was run cold too (40 s), and the round's third finalist was
+    left out for time (H200, 2026-11-26)."""
+    if not finalists:
+        return None
+    leader = finalists[0]
+    near = [t for t in finalists
+            if t is leader or leader.value / t.value - 1 <= _spread(leader) + _spread(t)]
+    quickest = min(near, key=lambda t: t.user_attrs.get("warmup_s") or math.inf)
+    return quickest if _reconstructed(quickest) else None
+
+
+def _spread(trial) -> float:
+    return trial.user_attrs.get("cv") or 0.0
 
 
 def _reconstructed(trial) -> bool:
@@ -247,8 +270,9 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
         # this round was run already for these finalists, under the current numerics guard
         return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, runner.settings.horizon, progress.line)
-    cold = f"; trial {numbers[0]}, its warm-up reconstructed, from empty caches: its warm-up measured cold" \
-        if _reconstructed(finalists[0]) else ""
+    pick = cold_pick(finalists)
+    cold = f"; trial {pick.number}, its warm-up reconstructed, from empty caches: its warm-up measured cold" \
+        if pick is not None else ""
     progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager; "
                   f"each starts from the code its first run compiled, whose cold warm-up and numerics it carries{cold}")
     progress.total = progress.done + rounds * (len(finalists) + len(reference))
@@ -259,11 +283,11 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
             remaining = runner.remaining()
             # the round was planned from what its runs took (the reserve): a run is left out only
             # when what it took no longer fits, and the first round's eager and leader always run
-            must = r == 0 and original.number in ([t.number for t in reference] + [finalists[0].number])
+            must = r == 0 and original.number in {x.number for x in (*reference, finalists[0], pick) if x is not None}
             if remaining is not None and not must and remaining + overrun < rerun_estimate_s(original):
                 progress.line(f"finalist round: search timeout reached, trial {original.number} not measured again")
                 break
-            cold = r == 0 and original is finalists[0] and _reconstructed(original)
+            cold = r == 0 and original is pick
             record = _rerun(runner, original, r, overrun, cold)
             if cold and record["status"] != "ok":  # its speed measured all the same, warm as the others'
                 progress.line(f"finalist round: the cold run of trial {original.number} ended {record['status']}: "
@@ -324,8 +348,8 @@ def _measure_again(runner: Runner, eager, finalists: list, runs: dict[int, list[
 def _rerun(runner: Runner, original, r: int, overrun: float, cold: bool) -> dict:
     """Finalist `original` measured again in round `r`: from the code its first run compiled, its
     cold warm-up and numerics carried; or, `cold`, from empty caches, its warm-up measured cold
-    (the leader whose warm-up was reconstructed: the run its cold check would have been, in place
-    of a warm rerun; llama-8b-fresh-6's round spent 33 s rerunning its leader warm, then 95 s
+    (the finalist `cold_pick` names, its warm-up reconstructed: the run its cold check would have
+    been, in place of a warm rerun; llama-8b-fresh-6's round spent 33 s rerunning its leader warm, then 95 s
     cold, H200, 2026-11-26). A rerun may take longer than its first run (a loaded host compiles
     slower): it is not cut short of its limit (RERUN_LIMIT), even past --timeout, nor let run beyond it."""
     trial = new_trial(runner.study)
