@@ -11,6 +11,7 @@ import shutil
 import sys
 import time
 import warnings
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import optuna
@@ -282,7 +283,9 @@ class Runner:
         record = judge(record, eager_record(self.study, settings.study_dir), settings.device, settings.max_memory_gb)
         if record["status"] == "infeasible" and record.get("numerics", {}).get("differs") and settings.triage:
             self.progress.line(f"  trial {trial.number}: numerics off; comparing it with eager module by module")
-            record = divergence.locate(request, record, numerics_tolerance(settings.device), time_left=self.remaining())
+            # as measured: a hard mark_dynamic that fell back is compared as the maybe it ran
+            measured = replace(request, config=record.get("config", request.config))
+            record = divergence.locate(measured, record, numerics_tolerance(settings.device), time_left=self.remaining())
             self.trials_wall += record.get("divergence", {}).get("wall_s", 0)
         record["score"] = score(record, settings.horizon)
         save_record(request.trial_dir, record)  # the whole record; the study keeps it concise
