@@ -291,8 +291,7 @@ def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = N
         return _fell_back(request, record, {"why": f"the hard mark failed in trial {n} under the same graph settings",
                                             "first_wall_s": 0.0, "learned_from": n},
                           f"mark_dynamic: the hard mark failed in trial {n} of the study under the same graph settings "
-                          f"(scope, dynamic, fullgraph, loss, padding, compiled autograd): measured with "
-                          f"maybe_mark_dynamic at once")
+                          f"(engine/learned.py GRAPH_KEYS): measured with maybe_mark_dynamic at once")
     record = _run_once(request, **kwargs)
     if not (record["status"] == "compile_error" and "ConstraintViolation" in record.get("reason", "")
             and request.config.get("mark_dynamic") == "mark" and request.timeout_s - record["wall_s"] > 10):
