@@ -261,7 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--forget-all", action="store_true", help="forget everything remembered")
     group.add_argument("--learn", metavar="STUDY", help="remember what a finished study's trials with compile-heavy "
                                                        "values (max-autotune, coordinate descent, compiled autograd) "
-                                                       "took, or that they ran out of their limit while compiling")
+                                                       "took, or that they ran out of their limit while compiling, "
+                                                       "and what its finalist round's cold runs took against the "
+                                                       "warm-ups reconstructed from a shared cache")
     p.add_argument("--dir", default="studies", help="where --learn's study lives: DIR/STUDY/ (default: studies)")
 
     p = sub.add_parser("rejudge", help="re-judge the numerics of trials measured under an older guard, and choose "
@@ -550,17 +552,20 @@ def _remembered(space, device: str, path: str | None) -> list[dict]:
 
 
 def cmd_failures(args) -> int:
-    from autocompile.engine import compile_memory
+    from autocompile.engine import cold_memory, compile_memory
     from autocompile.engine.memory import listing, store_path, why
 
     path = store_path(args.failure_memory)
     if args.learn:
         study, _ = _existing_study(argparse.Namespace(study=args.learn, dir=args.dir, storage=None))
         held = compile_memory.learn(path, study)
-        print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy values remembered, in {path}")
+        cold = cold_memory.learn(path, study, compile_memory.study_key(study))
+        print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy values "
+              f"remembered, and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, in {path}")
         return 0
     if args.forget or args.forget_all:
         count = compile_memory.forget(path, None if args.forget_all else args.forget)
+        count += cold_memory.forget(path) if args.forget_all else 0
         print(f"forgot {count} remembered {'outcome' if count == 1 else 'outcomes'} in {path}")
         return 0
     entries, trials = listing(path)
@@ -576,6 +581,9 @@ def cmd_failures(args) -> int:
         warmed = f", warmed up in {cut['warmed_in_s']:.0f} s at most" if cut["warmed_in_s"] else ""
         print(f"  {cut['item']}  [torch {cut['torch']}, {cut['device']}, {cut['model']}]  cut {cut['cuts']} times, "
               f"after {cut['cut_after_s']} s{warmed}")
+    for cold in cold_memory.listing(path) if os.path.exists(path) else []:
+        print(f"cold runs of the finalist round [torch {cold['torch']}, {cold['device']}, {cold['model']}]: {cold['runs']}, "
+              f"taking {cold['scale']:.2f}x the seconds their reconstructed warm-ups added (the next round plans with it)")
     return 0
 
 

@@ -112,15 +112,21 @@ def listing(path: str) -> list[dict]:
         order by torch, device, model, item"""))
 
 
-def learn(path: str, study) -> int:
-    """Feed a finished study's trials into the memory (a study run before the memory kept cuts, or on
-    another machine): keyed by its model and by the torch and device its trials recorded. How many
-    trials with a compile-heavy value it remembered (cut while compiling, or warmed up)."""
+def study_key(study) -> tuple[str, str, str]:
+    """(torch, device, model) of a finished study: its model, and the torch and device its trials recorded."""
     model = (study.user_attrs.get("settings") or {}).get("model")
-    measured = [t.user_attrs for t in study.trials if t.user_attrs.get("torch") and t.user_attrs.get("device_name")]
+    measured = [t.user_attrs for t in study.get_trials(deepcopy=False)
+                if t.user_attrs.get("torch") and t.user_attrs.get("device_name")]
     if not model or not measured:
         raise UserError(f"study {study.study_name!r} names no model or has no trial that recorded its torch and device")
-    store = CompileMemory(path, measured[0]["torch"], measured[0]["device_name"], model)
+    return measured[0]["torch"], measured[0]["device_name"], model
+
+
+def learn(path: str, study) -> int:
+    """Feed a finished study's trials into the memory (a study run before the memory kept cuts, or on
+    another machine): keyed by `study_key`. How many trials with a compile-heavy value it remembered
+    (cut while compiling, or warmed up)."""
+    store = CompileMemory(path, *study_key(study))
     held = 0
     for t in study.trials:
         a = t.user_attrs

@@ -89,16 +89,25 @@ def cold_check_s(study, k: int, limit_s: float | None = None) -> float:
     """What measuring a finalist's warm-up cold adds to the round, where `cold_pick` names one: its
     round's run is a cold one (`_rerun`), its first run with the compile time its cache hits saved,
     in place of a warm rerun."""
-    pick = cold_pick(contenders(study, k, limit_s))
+    scale = cold_scale(study)
+    pick = cold_pick(contenders(study, k, limit_s), scale)
     if pick is None:
         return 0.0
-    return max(_cold_run_s(pick) - rerun_estimate_s(pick), 0.0)
+    return max(_cold_run_s(pick, scale) - rerun_estimate_s(pick), 0.0)
 
 
-def cold_pick(finalists: list):
+def cold_scale(study) -> float:
+    """How many times the seconds a reconstruction added a cold run is expected to take over the
+    warm-up measured with the cache: what the device's earlier cold runs of this model took
+    (`cold_memory`, recorded by the study as `cold_scale`), else 1."""
+    return (study.user_attrs.get("cold_scale") or {}).get("scale", 1.0)
+
+
+def cold_pick(finalists: list, scale: float = 1.0):
     """The finalist whose round run is from empty caches: of the leader and those within noise of it
-    by their first runs (their window spreads added), the one with the shortest warm-up, where that
-    warm-up was reconstructed; None where it was measured cold. Within noise the verdict goes to the
+    by their first runs (their window spreads added), the one with the shortest warm-up (a reconstructed
+    one as a cold run is expected to measure it, `scale`), where that warm-up was reconstructed; None
+    where it was measured cold. Within noise the verdict goes to the
     shorter warm-up (WINNER_RULE 4), so the one measured cold is the one it most likely chooses, and
     the winner needs no second cold run. captioner-fresh-7's round ran its leader, trial 10, cold
     (29.8 s against 20.9 s reconstructed); trial 8, 0.15% behind it by their first runs with 18.8 s
@@ -109,8 +118,17 @@ def cold_pick(finalists: list):
     leader = finalists[0]
     near = [t for t in finalists
             if t is leader or leader.value / t.value - 1 <= _spread(leader) + _spread(t)]
-    quickest = min(near, key=lambda t: t.user_attrs.get("warmup_s") or math.inf)
+    quickest = min(near, key=lambda t: _expected_cold_warmup(t, scale))
     return quickest if _reconstructed(quickest) else None
+
+
+def _expected_cold_warmup(trial, scale: float) -> float:
+    """A trial's warm-up as a cold run is expected to measure it: a reconstructed one with its added
+    seconds scaled (`cold_scale`)."""
+    a = trial.user_attrs
+    if not _reconstructed(trial):
+        return a.get("warmup_s") or math.inf
+    return a["warmup_s"] + (scale - 1) * (a.get("reconstruction") or {}).get("added_s", 0)
 
 
 def _spread(trial) -> float:
@@ -121,11 +139,11 @@ def _reconstructed(trial) -> bool:
     return trial.user_attrs.get("warmup_kind") == "reconstructed"
 
 
-def _cold_run_s(trial) -> float:
+def _cold_run_s(trial, scale: float = 1.0) -> float:
     """What a run of `trial` from empty caches takes in the round: its run with the compile time its
-    cache hits saved, and the round's longer windows."""
+    cache hits saved (scaled by what earlier cold runs showed: `cold_scale`), and the round's longer windows."""
     a = trial.user_attrs
-    return a.get("wall_s", 0) + (a.get("reconstruction") or {}).get("added_s", 0) + round_measure_extra_s(a)
+    return a.get("wall_s", 0) + scale * (a.get("reconstruction") or {}).get("added_s", 0) + round_measure_extra_s(a)
 
 
 def rerun_limit_s(first_wall_s: float, trial_timeout_s: float) -> float:
@@ -270,7 +288,7 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
         # this round was run already for these finalists, under the current numerics guard
         return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, runner.settings.horizon, progress.line)
-    pick = cold_pick(finalists)
+    pick = cold_pick(finalists, cold_scale(study))
     cold = f"; trial {pick.number}, its warm-up reconstructed, from empty caches: its warm-up measured cold" \
         if pick is not None else ""
     progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager; "
@@ -357,7 +375,7 @@ def _rerun(runner: Runner, original, r: int, overrun: float, cold: bool) -> dict
     trial.set_user_attr("finalist_round", r)
     if cold:
         trial.set_user_attr("cold_check", True)
-    first_s = _cold_run_s(original) if cold else original.user_attrs["wall_s"]
+    first_s = _cold_run_s(original, cold_scale(runner.study)) if cold else original.user_attrs["wall_s"]
     limit = rerun_limit_s(first_s, runner.settings.trial_timeout_s)
     remaining = runner.remaining()
     keep = -overrun if remaining is None else min(-overrun, remaining - limit)
@@ -417,7 +435,7 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
     trial = new_trial(study)
     trial.set_user_attr("remeasure_of", first.number)
     trial.set_user_attr("cold_check", True)
-    limit = rerun_limit_s(_cold_run_s(first), runner.settings.trial_timeout_s)
+    limit = rerun_limit_s(_cold_run_s(first, cold_scale(study)), runner.settings.trial_timeout_s)
     record = runner.run(trial, dict(first.user_attrs["config"]), "finalist", prunable=False, limit_s=limit,
                         keep_s=-limit, first=first, cold=True, measure=ROUND_MEASURE)
     check = _check(first, {**record, "trial": trial.number})

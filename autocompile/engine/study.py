@@ -30,6 +30,7 @@ import optuna
 
 from autocompile.errors import UserError
 from autocompile.engine.finalists import reserve_note, run_finalists
+from autocompile.engine.cold_memory import ColdMemory
 from autocompile.engine.compile_memory import CompileMemory
 from autocompile.engine.memory import FailureMemory, store_path
 from autocompile.engine.memory import device_name as _device_name
@@ -178,11 +179,23 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
         progress.line(f"resuming study {settings.study!r}: {len(finished)} trials already finished"
                       + (f", {stale} interrupted ones marked failed" if stale else ""))
     memory = FailureMemory(store_path(settings.memory_path), space, _device_name(settings.device), url)
-    cuts = CompileMemory(store_path(settings.memory_path), space.caps.torch_version, _device_name(settings.device),
-                         settings.model)
-    runner = Runner(study, storage, url, settings, progress, callbacks=(memory, cuts, *callbacks), deadline=None)
+    key = (space.caps.torch_version, _device_name(settings.device), settings.model)
+    cuts, cold = CompileMemory(store_path(settings.memory_path), *key), ColdMemory(store_path(settings.memory_path), *key)
+    _plan_cold_runs(study, cold, progress)
+    runner = Runner(study, storage, url, settings, progress, callbacks=(memory, cuts, cold, *callbacks), deadline=None)
     runner.space, runner.memory, runner.compile_memory, runner.started = space, memory, cuts, started
     return runner
+
+
+def _plan_cold_runs(study, cold: ColdMemory, progress: Progress) -> None:
+    """The study records what the device's earlier cold runs of the finalist round showed of the
+    reconstruction (`cold_memory`), which its own round plans with (`finalists.cold_scale`), and says so."""
+    prior = cold.scale()
+    study.set_user_attr("cold_scale", prior)
+    if prior:
+        progress.line(f"the finalist round plans a cold run at {prior['scale']:.2f}x the seconds a reconstructed "
+                      f"warm-up adds: what {prior['runs']} earlier cold {'run' if prior['runs'] == 1 else 'runs'} "
+                      f"of this model here took ({', '.join(prior['from'][-3:])})")
 
 
 def _name_the_objective(study, horizon: int) -> None:
