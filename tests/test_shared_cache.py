@@ -146,6 +146,8 @@ def test_the_round_reruns_start_from_the_shared_cache(shared_search):
             continue
         assert t.user_attrs["warmup_carried_from"] == first.number
         assert t.user_attrs["warmup_s"] == pytest.approx(first.user_attrs["warmup_s"])
+        # its warm-up carried, it did not wait for Inductor's compile workers, as its first run did
+        assert "compile_pool_s" in first.user_attrs and "compile_pool_s" not in t.user_attrs
         assert t.user_attrs["warm_warmup_s"] < first.user_attrs["warmup_s"]
 
 

@@ -377,6 +377,14 @@ def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
     assert "trial 10's 22.2 s reconstructed is 32.3 s as the round's cold runs measured" in footing["why"]
     assert choose_winner([cold, {**hits, "warmup_s": 15.0}], 0, 12.6, 10000)["winner"] == 10  # 21.8 s: shorter
     assert choose_winner([cold, {**hits, "warmup_reconstructed": False}], 0, 12.6, 10000)["winner"] == 10
+    # with no cold run in the round, a reconstructed warm-up counts as the device's earlier cold runs
+    # of the model say (`cold_scale`: the seconds it added, 7.0 here, taken 1.74 times): 27.4 s
+    unscaled = {**hits, "reconstruction_added_s": 7.0}
+    measured = {**row(8, 19.6, 0.012, 25.0), "spread": 0.002}
+    assert choose_winner([measured, unscaled], 0, 12.6, 10000)["winner"] == 10  # 22.2 s against 25.0
+    prior = choose_winner([measured, unscaled], 0, 12.6, 10000, scale=1.74)
+    assert prior["winner"] == 8 and "22.2 s reconstructed is 27.4 s as earlier cold runs of this model" in prior["why"]
+    assert choose_winner([cold, unscaled], 0, 12.6, 10000, scale=1.74)["winner"] == 8  # the round's own ratio first
     assert choose_winner([row(3, 10.0, 0.02, 90.0)], 0, 12.0, 1000)["winner"] == 0  # eager above all
     assert choose_winner([{"trial": 3, "status": "failed again"}], 0, 12.0, 1000) == {"winner": None}
 
@@ -410,18 +418,25 @@ def test_the_round_runs_cold_the_finalist_its_verdict_most_likely_chooses():
     trial 10, cold; trial 8, 0.15% behind it with the shorter reconstructed warm-up, won and was run
     cold too, and the third finalist was left out for time (H200, 2026-11-26). The round's cold run
     now goes to the finalist the verdict most likely chooses (`cold_pick`): in each committed study,
-    the winner its round chose."""
+    the winner its round chose. captioner-fresh-8's round, the pick then the shortest warm-up of all the
+    finalists within noise of the leader, ran its third finalist cold, and the runner-up won and was run
+    cold too; the verdict compares the top two only, and so does the pick now. captioner-fresh-9's round
+    ran no finalist cold (the pick, scaled by `cold_scale`, went to a finalist measured cold), and its
+    verdict, unscaled, chose trial 3, which was then run cold: the pick is trial 3 now, and the verdict
+    scales as the pick does (WINNER_RULE 5)."""
     import optuna
 
-    from autocompile.engine.finalists import cold_check_s, cold_pick, contenders
+    from autocompile.engine.finalists import cold_check_s, cold_pick, cold_scale, contenders
 
-    for name, leader, pick in (("captioner-fresh-7", 10, 8), ("captioner-fresh-6", 8, 8), ("llama-8b-fresh-8", 24, 24)):
+    for name, leader, pick in (("captioner-fresh-7", 10, 8), ("captioner-fresh-6", 8, 8), ("llama-8b-fresh-8", 24, 24),
+                               ("captioner-fresh-8", 10, 8), ("captioner-fresh-9", 16, 3)):
         committed = load_study(name, "sqlite:///" + os.path.join(ROOT, "studies", "history", name, "study.db"))
         start = min(t.number for t in committed.trials if t.user_attrs.get("role") == "finalist")
         study = optuna.create_study(directions=committed.directions)
         study.add_trials([t for t in committed.trials if t.number < start])  # as the round found it
+        study.set_user_attr("cold_scale", committed.user_attrs.get("cold_scale"))  # what it planned with
         finalists = contenders(study, 3, 240)
-        assert finalists[0].number == leader and cold_pick(finalists).number == pick, name
+        assert finalists[0].number == leader and cold_pick(finalists, cold_scale(study)).number == pick, name
         assert pick == committed.user_attrs["finalists"]["winner"]
         assert cold_check_s(study, 3, 240) > 0  # the reserve holds its cold run
     # a finalist within noise whose warm-up was measured cold and is the shorter: no cold run in the round

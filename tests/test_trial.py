@@ -169,6 +169,25 @@ def test_what_a_study_learned_is_passed_only_where_it_holds():
         assert mark_refused_in(study, {**asked, **other}) is None, other
 
 
+def test_the_warm_up_waits_a_whole_quiet_pass_where_cuda_graphs_are_recorded():
+    """Inductor's CUDA-graph trees record a graph the second time it runs, so a length the pool brings
+    once is recorded a pass later: there the warm-up ends after a whole pass without a compile event,
+    elsewhere after 3 quiet steps; a spec's own settle_steps (triage's 1) stands. The captioner's pool
+    under `--seed 1` is such a pool: one of its 16 batches pads to the 128 bucket, and every
+    reduce-overhead trial of captioner-fresh-9 recorded 36 graphs while measuring (H200, 2026-11-26)."""
+    from autocompile.trial.worker import settle_steps
+
+    graphs = {**DEFAULTS, "compile": True, "scope": "regional", "mode": "reduce-overhead"}
+    assert settle_steps({"config": graphs, "device": "cuda"}, 16) == 16
+    assert settle_steps({"config": {**graphs, "scope": "modular", "part_modes": {"encoder": "default",
+                                                                               "decoder": "max-autotune"}},
+                         "device": "cuda:1"}, 16) == 16
+    assert settle_steps({"config": graphs, "device": "cuda", "settle_steps": 1}, 16) == 1
+    assert settle_steps({"config": graphs, "device": "cpu"}, 16) == 3  # no CUDA graphs on the CPU
+    for other in ({"mode": "default"}, {"mode": "max-autotune-no-cudagraphs"}, {"compile": False}):
+        assert settle_steps({"config": {**graphs, **other}, "device": "cuda"}, 16) == 3, other
+
+
 def test_recompiles_on_every_length_hit_the_limit(tmp_path, toolchain_dir):
     record, _ = trial(tmp_path, toolchain_dir, toy(), {"scope": "full", "dynamic": False, "recompile_limit": 2})
     assert record["recompiles"] >= 2

@@ -24,7 +24,10 @@ from autocompile.engine.scoring import score
 #    reconstruction (`_expected_cold`). captioner-fresh-6's trial 10 (22.2 s reconstructed) took the
 #    win from trial 8 (27.9 s cold, reconstructed 19.2 s) and its own cold run (29.1 s) gave it back:
 #    49 s of a 178 s round (H200, 2026-11-26).
-WINNER_RULE = 4
+# 5: where the round has no cold run of a reconstructed finalist to scale by, a reconstructed warm-up
+#    counts as what the device's earlier cold runs of the model showed (`cold_scale`), as `cold_pick`
+#    counted it when it chose which finalist to run cold.
+WINNER_RULE = 5
 
 # A finalist whose measurements disagree by more than FAR_SPREADS times the larger window spread
 # among them, and by more than FAR_FLOOR, is measured once more, eager beside it, where the time
@@ -104,21 +107,22 @@ def cold_scale(study) -> float:
 
 
 def cold_pick(finalists: list, scale: float = 1.0):
-    """The finalist whose round run is from empty caches: of the leader and those within noise of it
-    by their first runs (their window spreads added), the one with the shortest warm-up (a reconstructed
-    one as a cold run is expected to measure it, `scale`), where that warm-up was reconstructed; None
-    where it was measured cold. Within noise the verdict goes to the
-    shorter warm-up (WINNER_RULE 4), so the one measured cold is the one it most likely chooses, and
-    the winner needs no second cold run. captioner-fresh-7's round ran its leader, trial 10, cold
+    """The finalist whose round run is from empty caches: the one the verdict most likely chooses,
+    where its warm-up was reconstructed (None where that one's was measured cold), so that the winner
+    needs no second cold run. The verdict compares the top two (`choose_winner`): of the leader and
+    the runner-up by their first runs, the leader, or, where they are within noise of each other
+    (their window spreads added), the one with the shorter warm-up (a reconstructed one as a cold run
+    is expected to measure it, `scale`; WINNER_RULE 4 and 5). captioner-fresh-8's round ran its third
+    finalist cold, the shortest reconstructed warm-up of three within noise, and the verdict went to
+    the runner-up, which was run cold too (H200, 2026-11-26). captioner-fresh-7's round ran its leader, trial 10, cold
     (29.8 s against 20.9 s reconstructed); trial 8, 0.15% behind it by their first runs with 18.8 s
     reconstructed, won on its warm-up and was run cold too (40 s), and the round's third finalist was
     left out for time (H200, 2026-11-26)."""
     if not finalists:
         return None
     leader = finalists[0]
-    near = [t for t in finalists
-            if t is leader or leader.value / t.value - 1 <= _spread(leader) + _spread(t)]
-    quickest = min(near, key=lambda t: _expected_cold_warmup(t, scale))
+    pair = [leader, *(t for t in finalists[1:2] if leader.value / t.value - 1 <= _spread(leader) + _spread(t))]
+    quickest = min(pair, key=lambda t: _expected_cold_warmup(t, scale))
     return quickest if _reconstructed(quickest) else None
 
 
@@ -207,10 +211,11 @@ def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None =
             f"(its {n} finalists and eager, measured again){fewer}")
 
 
-def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int) -> dict:
+def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int, scale: float = 1.0) -> dict:
     """The finalist round's verdict from its rows (trial, status, score, noise, spread, warmup_s):
     the best score, unless the top two are within noise (then the shorter warm-up), or eager
-    scores above the chosen one. Returns winner, why, and the margin.
+    scores above the chosen one. Returns winner, why, and the margin. A reconstructed warm-up counts
+    as the round's cold runs measured the reconstruction, else as `scale` says (`_expected_cold`).
 
     The noise is the leader's (its window spread or the gap between its two measurements, the
     larger) plus the runner-up's window spread: a runner-up whose own measurements disagree is
@@ -227,13 +232,15 @@ def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horiz
         noise = winner["noise"] + second.get("spread", second["noise"])
         verdict.update(margin=margin, noise=noise, within_noise=margin <= noise)
         if margin <= noise:
-            cold = functools.partial(_expected_cold, ratio=_cold_ratio(rows))
+            ratio = _cold_ratio(rows)
+            cold = functools.partial(_expected_cold, ratio=ratio, scale=scale)
             quicker = min(winner, second, key=cold)
             why = (f"trials {winner['trial']} and {second['trial']} are within noise ({margin:.1%} apart, "
                    f"noise {noise:.1%}): trial {quicker['trial']} wins with the shorter warm-up")
             scaled = [row for row in (winner, second) if cold(row) != row["warmup_s"]]
+            source = "the round's cold runs" if ratio else "earlier cold runs of this model"
             why += "".join(f" (trial {row['trial']}'s {row['warmup_s']:.1f} s reconstructed is {cold(row):.1f} s "
-                           f"as the round's cold runs measured the reconstruction)" for row in scaled)
+                           f"as {source} measured the reconstruction)" for row in scaled)
             winner = quicker
         else:
             why += f", {margin:.1%} ahead of trial {second['trial']} (noise {noise:.1%})"
@@ -251,9 +258,14 @@ def _cold_ratio(rows: list[dict]) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def _expected_cold(row: dict, ratio: float | None) -> float:
-    """A finalist's warm-up as a cold run would measure it: a reconstructed one scaled by `ratio`."""
-    return row["warmup_s"] * ratio if ratio and row.get("warmup_reconstructed") else row["warmup_s"]
+def _expected_cold(row: dict, ratio: float | None, scale: float = 1.0) -> float:
+    """A finalist's warm-up as a cold run would measure it: a reconstructed one scaled by `ratio` (the
+    round's cold runs), else with the seconds its reconstruction added scaled by `scale` (`cold_scale`)."""
+    if not row.get("warmup_reconstructed"):
+        return row["warmup_s"]
+    if ratio:
+        return row["warmup_s"] * ratio
+    return row["warmup_s"] + (scale - 1) * row.get("reconstruction_added_s", 0.0)
 
 
 def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
@@ -335,7 +347,7 @@ def _verdict(runner: Runner, eager, finalists: list, runs: dict[int, list[dict]]
     return {"finalists": [t.number for t in finalists], "rounds": rounds, "eager_steps_per_s": eager_pace,
             "eager_paces": [m["steps_per_s"] for m in eager_measured], "eager_score": eager_score,
             "candidates": rows, "numerics_guard": REPLAY_VERSION, "winner_rule": WINNER_RULE,
-            **choose_winner(rows, eager.number if eager else None, eager_score, horizon)}
+            **choose_winner(rows, eager.number if eager else None, eager_score, horizon, cold_scale(runner.study))}
 
 
 def _measure_again(runner: Runner, eager, finalists: list, runs: dict[int, list[dict]], rows: list[dict],
@@ -449,7 +461,8 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
     rows = [r if r is not row else cold_row for r in verdict["candidates"]]
     eager = baseline_trial(study, "eager")
     again = {**verdict, "candidates": rows,
-             **choose_winner(rows, eager.number if eager else None, verdict["eager_score"], runner.settings.horizon)}
+             **choose_winner(rows, eager.number if eager else None, verdict["eager_score"], runner.settings.horizon,
+                             cold_scale(study))}
     progress.line(f"finalist round: trial {first.number} warmed up in {record['warmup_s']:.1f} s cold, reconstructed "
                   f"{row['warmup_s']:.1f} s ({check['agreement']:+.0%}); " + again["why"])
     return again, check
@@ -507,6 +520,8 @@ def _row(t, runs: list[dict], eager_pace: float | None, horizon: int) -> dict:
         row["reconstructed_warmup_s"] = t.user_attrs["warmup_s"]
     else:
         row["warmup_reconstructed"] = _reconstructed(t)
+        if _reconstructed(t):
+            row["reconstruction_added_s"] = (t.user_attrs.get("reconstruction") or {}).get("added_s", 0.0)
     return _pool_row(row, [t.user_attrs, *ok], eager_pace, horizon)
 
 
@@ -556,7 +571,7 @@ def rechoose(study, horizon: int, say=print) -> dict | None:
     kept = {k: v for k, v in verdict.items() if k not in ("margin", "noise", "within_noise", "winner", "why")}
     again = {**kept, "candidates": rows, "eager_steps_per_s": eager_pace, "eager_score": eager_score,
              "eager_paces": [m["steps_per_s"] for m in eager_measured], "winner_rule": WINNER_RULE,
-             **choose_winner(rows, eager.number, eager_score, horizon)}
+             **choose_winner(rows, eager.number, eager_score, horizon, cold_scale(study))}
     if again["winner"] != verdict.get("winner"):
         say(f"finalist round of trials {', '.join(map(str, verdict['finalists']))} chosen again under the current "
             f"rule: trial {again['winner']} wins (was trial {verdict.get('winner')}): {again['why']}")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autocompile.apply import ModelInfo, alone, find_repeated_blocks, load_snippet, render_snippet
+from autocompile.space import DEFAULTS, uses_cuda_graphs
 from autocompile.space.capabilities import compiled_autograd_api_name
 from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
 from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL, rank_result_path
@@ -244,7 +245,7 @@ def run(spec: dict, events: Events, result: dict) -> None:
     training = _apply(spec, result, setup, built)
     del built  # the model and optimizer live on in `training` only
     sync = _device_sync(torch, spec["device"])
-    if spec["config"]["compile"]:
+    if spec["config"]["compile"] and spec.get("compile_pool_wait", True):  # not where the warm-up is carried
         _wait_compile_pool(result)
     warm = _warm_up(training, watcher, spec, events, result, sync, setup.pool, ledger)
     _save_cache(torch, spec, result, training)
@@ -290,7 +291,9 @@ def _wait_compile_pool(result: dict) -> None:
     cold one's workers start during its first graphs. Every compiled trial waits the same way, so
     that warm-ups (cold, shared, reconstructed) compare; the wait is kept as compile_pool_s (0-2 s
     on an H100 for the captioner, whose model is built meanwhile, 2026-11-25: not what made its
-    shared trials' optimizer steps compile 20 s longer than cold ones; studies/README.md)."""
+    shared trials' optimizer steps compile 20 s longer than cold ones; studies/README.md). A finalist's
+    warm rerun, whose warm-up is its first run's, does not wait (`compile_pool_wait`): the captioner's
+    waited 4.9-5.9 s of their 31 s (H200, 2026-11-26)."""
     start = time.perf_counter()
     try:
         from torch._inductor.async_compile import AsyncCompile
@@ -503,12 +506,12 @@ def _rng_dependent(torch, workload, model, batch: dict, result: dict | None = No
 def _warm_up(training: Training, watcher, spec: dict, events: Events, result: dict, sync, pool: int,
              ledger: GraphLedger) -> dict:
     """Until a whole pass over the batch pool is done and `settle` steps in a row started no
-    compile. Each step is synchronised so its compile events are its own. Returns where it ended:
-    steps run, a typical quiet step's time, compile events so far. With a shared compile cache the
-    warm-up it measured is not cold: `_cold_warm_up` reconstructs it."""
+    compile (`settle_steps`). Each step is synchronised so its compile events are its own. Returns
+    where it ended: steps run, a typical quiet step's time, compile events so far. With a shared
+    compile cache the warm-up it measured is not cold: `_cold_warm_up` reconstructs it."""
     warming = "compiling" if spec["config"]["compile"] else "warming up"
     events.emit(phase=warming)
-    settle = spec.get("settle_steps", 3)
+    settle = settle_steps(spec, pool)
     max_warmup = spec.get("max_warmup_steps", 20 * pool)
     losses: list[float] = []
     start = time.perf_counter()
@@ -540,6 +543,23 @@ def _warm_up(training: Training, watcher, spec: dict, events: Events, result: di
     _cold_warm_up(spec, result, ledger)
     return {"steps": index, "typical_step_s": statistics.median(quiet_times) if quiet_times else warmup_s / index,
             "events": watcher.events}
+
+
+def settle_steps(spec: dict, pool: int) -> int:
+    """How many steps in a row must start no compile event to end the warm-up: the spec's, else 3;
+    a whole pass over the pool where CUDA graphs are recorded. Inductor's CUDA-graph trees run a
+    graph once to warm it and record it the next time it comes (a compile event, torch's callback
+    CUDAGRAPH_RECORDING), so a length that comes once a pass is recorded in the next pass: in
+    captioner-fresh-9 (`--seed 1`: its pool of 16 batches padded to the 128 bucket once) every
+    reduce-overhead trial recorded 36 graphs in its measuring windows, ran its first window at
+    6 steps/s against 20, and lost half its score to the recompile penalty (H200, torch 2.11,
+    2026-11-26)."""
+    if "settle_steps" in spec:
+        return spec["settle_steps"]
+    config = {**DEFAULTS, **spec["config"]}
+    if config["compile"] and str(spec.get("device", "")).startswith("cuda") and uses_cuda_graphs(config):
+        return pool
+    return 3
 
 
 def _cold_warm_up(spec: dict, result: dict, ledger: GraphLedger) -> None:
