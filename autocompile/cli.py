@@ -582,8 +582,9 @@ def cmd_failures(args) -> int:
         print(f"  {cut['item']}  [torch {cut['torch']}, {cut['device']}, {cut['model']}]  cut {cut['cuts']} times, "
               f"after {cut['cut_after_s']} s{warmed}")
     for cold in cold_memory.listing(path) if os.path.exists(path) else []:
-        print(f"cold runs of the finalist round [torch {cold['torch']}, {cold['device']}, {cold['model']}]: {cold['runs']}, "
-              f"taking {cold['scale']:.2f}x the seconds their reconstructed warm-ups added (the next round plans with it)")
+        print(f"cold runs of the finalist round [torch {cold['torch']}, {cold['device']}, {cold['model']}]: the latest "
+              f"{cold['runs']} took {cold['scale']:.2f}x the seconds their reconstructed warm-ups added (the next "
+              f"round plans with it)")
     return 0
 
 

@@ -47,7 +47,7 @@ def test_the_round_plans_its_cold_run_from_what_earlier_cold_runs_of_the_model_t
     assert ColdMemory(path, *H200, "llama-8b").scale()["scale"] == pytest.approx(_ratios("llama-8b-fresh-8")[0], abs=1e-3)
     assert ColdMemory(path, "2.12.0", H200[1], "captioner").scale() is None  # another torch: nothing known
     assert main(["failures", "--failure-memory", path]) == 0
-    assert f"[torch 2.11.0+cu130, NVIDIA H200, captioner]: 3, taking {expected:.2f}x" in capsys.readouterr().out
+    assert f"[torch 2.11.0+cu130, NVIDIA H200, captioner]: the latest 3 took {expected:.2f}x" in capsys.readouterr().out
 
     committed = _committed("captioner-fresh-7")
     start = min(t.number for t in committed.trials if t.user_attrs.get("role") == "finalist")

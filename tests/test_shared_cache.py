@@ -258,3 +258,25 @@ def test_a_cold_check_that_puts_another_reconstructed_finalist_ahead_measures_th
     best = {"number": 1, "warmup_kind": "reconstructed", "warmup_s": 4.0}
     _cold_warm_up(best, {**verdict, "cold_checks": [first_check, second], "cold_check": second})
     assert best["warmup_s"] == 5.0 and best["warmup_kind"] == "cold, measured in trial 4"
+
+
+def test_a_trial_of_the_shared_cache_compiles_its_triton_kernels_into_a_folder_of_its_own(tmp_path):
+    """Inductor's and AOTAutograd's caches are the study's; Triton's kernel binaries are the trial's
+    (`caches.triton_root`): a graph the shared cache lacks compiles its kernels from scratch, as a cold
+    run would (captioner-fresh-8's trial 16 compiled its graphs in 4.4-5.7 s, its cold run in 5.7-8.1 s,
+    with another graph's kernels in the shared Triton cache); a graph it has brings its kernels in its
+    entry. A trial outside it keeps both under one folder, its own or the one it was given."""
+    from autocompile.trial import caches
+    from autocompile.trial.process import TrialRequest, _child_env
+
+    shared, trial_dir = caches.shared(str(tmp_path / "study")), str(tmp_path / "study" / "trials" / "0004")
+    config = {"compile": True, "scope": "full", "mode": "default"}
+    env = _child_env(TrialRequest(model=toy(), config=config, device="cpu", trial_dir=trial_dir, cache_dir=shared,
+                                  ledger=True))
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == os.path.join(shared, "inductor")
+    assert env["TRITON_CACHE_DIR"] == os.path.join(caches.own(trial_dir), "triton")
+    for given in (None, str(tmp_path / "kept")):  # its own caches, or a finalist's kept ones
+        env = _child_env(TrialRequest(model=toy(), config=config, device="cpu", trial_dir=trial_dir, cache_dir=given))
+        root = given or caches.own(trial_dir)
+        assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]) == (os.path.join(root, "inductor"),
+                                                                          os.path.join(root, "triton"))

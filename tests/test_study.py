@@ -639,7 +639,8 @@ def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_rat
     assert judged["method"] == "first loss" and not judged["differs"] and judged["max_rel_diff"] < 1e-3
     # No eager baseline: each compiled trial runs the randomness check itself, for its eager first loss
     compiled = [full_record(t, settings.study_dir) for t in study.trials if t.user_attrs.get("status") == "ok"]
-    assert len(compiled) == 3 and all(a["rng_dependent"] is False and "rng_dependent_from" not in a
+    # three at least: a finalist whose two runs disagree far beyond their windows is measured a third time
+    assert len(compiled) >= 3 and all(a["rng_dependent"] is False and "rng_dependent_from" not in a
                                       and a["eager_first_loss"] for a in compiled)
     text = format_summary(summary)
     assert "no eager reference: eager ended oom" in text and "ratios are against plain torch.compile" in text

@@ -13,8 +13,8 @@ other graphs compiled (Triton's cache), which an empty cache does not.
 
 Each cold run of a round is stored, per model, torch and device, in the failure memory's file
 (`memory.store_path`): the seconds the reconstruction added, and the seconds the cold run took over
-the measured warm-up. Their median ratio (`ColdMemory.scale`) scales the added seconds when the
-device's next study of that model plans its round; the study records it (`cold_scale`). The
+the measured warm-up. The median ratio of the latest five (`ColdMemory.scale`) scales the added
+seconds when the device's next study of that model plans its round; the study records it (`cold_scale`). The
 reconstructed warm-ups themselves stay as measured and reconstructed.
 """
 
@@ -27,6 +27,9 @@ from autocompile.engine.memory import _open
 TABLE = "cold_runs"
 # A reconstruction that added less than this says little of a ratio (the CPU toy's add tenths of a second).
 MIN_ADDED_S = 1.0
+# The scale is the median of the latest cold runs only: what a reconstruction misses changes with
+# autocompile (Triton's cache became each trial's own after captioner-fresh-8, `trial.caches`).
+LATEST = 5
 
 
 def _open_table(path: str):
@@ -55,8 +58,10 @@ class ColdMemory:
         self.key = {"torch": torch, "device": device, "model": model}
 
     def remember(self, study: str, trial: int, of: int, seen: tuple[float, float]) -> None:
+        where = "torch = ? and device = ? and model = ? and study = ? and trial = ?"
+        self.db[TABLE].delete_where(where, [*self.key.values(), study, trial])  # stored again: now the latest
         self.db[TABLE].insert({**self.key, "study": study, "trial": trial, "of": of, "added_s": seen[0],
-                               "cold_added_s": seen[1]}, replace=True)
+                               "cold_added_s": seen[1]})
 
     def __call__(self, study, frozen_trial) -> None:
         attrs = frozen_trial.user_attrs
@@ -68,10 +73,10 @@ class ColdMemory:
             self.remember(study.study_name, frozen_trial.number, attrs["remeasure_of"], seen)
 
     def scale(self) -> dict | None:
-        """What the stored cold runs took over their measured warm-ups, as a multiple of what their
+        """What the LATEST stored cold runs took over their measured warm-ups, as a multiple of what their
         reconstructions added (the median), with how many and which runs; None where none is stored."""
         rows = list(self.db[TABLE].rows_where("torch = ? and device = ? and model = ?", list(self.key.values()),
-                                              order_by="study, trial"))
+                                              order_by="rowid desc", limit=LATEST))[::-1]
         if not rows:
             return None
         ratios = [r["cold_added_s"] / r["added_s"] for r in rows]
@@ -80,7 +85,7 @@ class ColdMemory:
 
 
 def listing(path: str) -> list[dict]:
-    """Per torch, device and model: how many cold runs are stored and their `scale`."""
+    """Per torch, device and model: their `scale`, from the latest cold runs stored."""
     db = _open_table(path)
     keys = db.execute(f"select distinct torch, device, model from {TABLE} order by torch, device, model").fetchall()
     return [{"torch": t, "device": d, "model": m, **ColdMemory(path, t, d, m).scale()} for t, d, m in keys]

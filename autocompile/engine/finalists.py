@@ -112,12 +112,12 @@ def cold_pick(finalists: list, scale: float = 1.0):
     needs no second cold run. The verdict compares the top two (`choose_winner`): of the leader and
     the runner-up by their first runs, the leader, or, where they are within noise of each other
     (their window spreads added), the one with the shorter warm-up (a reconstructed one as a cold run
-    is expected to measure it, `scale`; WINNER_RULE 4 and 5). captioner-fresh-8's round ran its third
-    finalist cold, the shortest reconstructed warm-up of three within noise, and the verdict went to
-    the runner-up, which was run cold too (H200, 2026-11-26). captioner-fresh-7's round ran its leader, trial 10, cold
-    (29.8 s against 20.9 s reconstructed); trial 8, 0.15% behind it by their first runs with 18.8 s
-    reconstructed, won on its warm-up and was run cold too (40 s), and the round's third finalist was
-    left out for time (H200, 2026-11-26)."""
+    is expected to measure it, `scale`; WINNER_RULE 4 and 5). captioner-fresh-7's round ran its
+    leader, trial 10, cold (29.8 s against 20.9 s reconstructed); trial 8, 0.15% behind it by their
+    first runs with 18.8 s reconstructed, won on its warm-up and was run cold too (40 s), and the
+    round's third finalist was left out for time. captioner-fresh-8's round ran its third finalist
+    cold, the shortest reconstructed warm-up of three within noise, and the verdict went to the
+    runner-up, which was run cold too (H200, 2026-11-26)."""
     if not finalists:
         return None
     leader = finalists[0]
@@ -127,12 +127,10 @@ def cold_pick(finalists: list, scale: float = 1.0):
 
 
 def _expected_cold_warmup(trial, scale: float) -> float:
-    """A trial's warm-up as a cold run is expected to measure it: a reconstructed one with its added
-    seconds scaled (`cold_scale`)."""
+    """A trial's warm-up as a cold run is expected to measure it (`_expected_cold`, by `scale`)."""
     a = trial.user_attrs
-    if not _reconstructed(trial):
-        return a.get("warmup_s") or math.inf
-    return a["warmup_s"] + (scale - 1) * (a.get("reconstruction") or {}).get("added_s", 0)
+    return _expected_cold({"warmup_s": a.get("warmup_s") or math.inf, "warmup_reconstructed": _reconstructed(trial),
+                           "reconstruction_added_s": _added_s(trial)}, None, scale)
 
 
 def _spread(trial) -> float:
@@ -147,7 +145,12 @@ def _cold_run_s(trial, scale: float = 1.0) -> float:
     """What a run of `trial` from empty caches takes in the round: its run with the compile time its
     cache hits saved (scaled by what earlier cold runs showed: `cold_scale`), and the round's longer windows."""
     a = trial.user_attrs
-    return a.get("wall_s", 0) + scale * (a.get("reconstruction") or {}).get("added_s", 0) + round_measure_extra_s(a)
+    return a.get("wall_s", 0) + scale * _added_s(trial) + round_measure_extra_s(a)
+
+
+def _added_s(trial) -> float:
+    """The seconds a trial's reconstructed warm-up added for the graphs the shared cache had (0: none)."""
+    return (trial.user_attrs.get("reconstruction") or {}).get("added_s", 0.0)
 
 
 def rerun_limit_s(first_wall_s: float, trial_timeout_s: float) -> float:
@@ -521,7 +524,7 @@ def _row(t, runs: list[dict], eager_pace: float | None, horizon: int) -> dict:
     else:
         row["warmup_reconstructed"] = _reconstructed(t)
         if _reconstructed(t):
-            row["reconstruction_added_s"] = (t.user_attrs.get("reconstruction") or {}).get("added_s", 0.0)
+            row["reconstruction_added_s"] = _added_s(t)
     return _pool_row(row, [t.user_attrs, *ok], eager_pace, horizon)
 
 

@@ -4,7 +4,15 @@ become a finalist: then its rerun in the finalist round starts from the code it 
 shared cache (`--shared-cache`), the trials after the baselines compile into one folder of the
 study's (DIR/STUDY/cache), so a graph is compiled once in the study, and a trial's cold warm-up
 is reconstructed from the study's ledger of cold compiles (`autocompile.trial.graphs`). Screens
-share one folder (DIR/STUDY/screens/cache)."""
+share one folder (DIR/STUDY/screens/cache).
+
+Triton's kernel binaries are not shared: a trial of the shared cache compiles them into a folder of
+its own (`triton_root`), removed when it ends. A graph the shared cache has brings its kernels with it
+(Inductor bundles them into its FX graph cache entry), so a hit compiles nothing either way; but a
+graph the cache lacks would otherwise find the kernels other graphs compiled, and its compile stand
+in the ledger as a cold one: captioner-fresh-8's trial 16 (epilogue fusion off, a neighbour of
+trial 10) compiled its four model graphs in 4.4, 3.6, 5.7 and 5.0 s, its cold run in the round in
+7.6, 7.7, 8.1 and 5.7 s (H200, torch 2.11, 2026-11-26)."""
 
 from __future__ import annotations
 
@@ -27,6 +35,12 @@ def kept(trial_dir: str) -> str | None:
 
 def drop(trial_dir: str) -> None:
     shutil.rmtree(own(trial_dir), ignore_errors=True)
+
+
+def triton_root(trial_dir: str, cache: str, shared_cache: bool) -> str:
+    """Where a trial's Triton cache lies: its own folder where `cache` is a study's shared one (see
+    the module's docstring), else under `cache`."""
+    return own(trial_dir) if shared_cache else cache
 
 
 def shared(study_dir: str) -> str:

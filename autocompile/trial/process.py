@@ -67,7 +67,7 @@ def _child_env(request: TrialRequest) -> dict:
     env = dict(os.environ)
     cache = request.cache_dir or caches.own(request.trial_dir)  # a full trial's caches start empty
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
-    env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+    env["TRITON_CACHE_DIR"] = os.path.join(caches.triton_root(request.trial_dir, cache, request.ledger), "triton")
     env["PYTHONUNBUFFERED"] = "1"
     if request.trace:  # torch's structured compile log, read by tlparse (outputs/dashboard.py)
         env["TORCH_TRACE"] = os.path.join(request.trial_dir, "trace")
@@ -437,8 +437,8 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
     if prestarted:
         record["prestarted"] = True  # its imports ran before its clock started, during the trial before it
     record["log"] = log_path
-    if not (request.keep_cache and record["status"] == "ok"):
-        caches.drop(request.trial_dir)  # a cache_dir it was given is kept
+    if request.ledger or not (request.keep_cache and record["status"] == "ok"):
+        caches.drop(request.trial_dir)  # a cache_dir it was given is kept (a shared one's trial keeps none: `caches`)
     with open(result_path, "w") as f:
         json.dump(record, f, indent=1, default=str)
     return record
