@@ -7,15 +7,16 @@ from empty caches in the round (finalists.cold_pick). The round's time is kept b
 On the captioner those seconds fell short: its cold runs took 1.14-1.89 times them over the warm-up
 measured with the cache (median 1.74; captioner-fresh-5 to -7, H200, torch 2.11, 2026-11-26), so
 captioner-fresh-7's cold run took 52 s where about 37 s were kept, and the round left out its third
-finalist. On llama-8b they took 0.83-1.06 times them. Why the captioner's fall short is not
-measured yet; one likely part is that a graph's first compile in a shared cache finds the kernels
-other graphs compiled (Triton's cache), which an empty cache does not.
+finalist. On llama-8b they took 0.83-1.06 times them. On the captioner, part of it was a graph's
+first compile in the shared cache finding kernels other graphs had compiled in Triton's cache, which
+an empty cache does not (captioner-fresh-8's trial 16); Triton's cache is each trial's own since
+(`trial.caches.triton_root`).
 
 Each cold run of a round is stored, per model, torch and device, in the failure memory's file
 (`memory.store_path`): the seconds the reconstruction added, and the seconds the cold run took over
 the measured warm-up. The median ratio of the latest five (`ColdMemory.scale`) scales the added
-seconds when the device's next study of that model plans its round; the study records it (`cold_scale`). The
-reconstructed warm-ups themselves stay as measured and reconstructed.
+seconds when the device's next study of that model plans its round; the study records it
+(`cold_scale`). The reconstructed warm-ups themselves stay as measured and reconstructed.
 """
 
 from __future__ import annotations
