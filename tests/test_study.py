@@ -349,6 +349,9 @@ def test_the_search_timeout_bounds_the_search(tmp_path, capsys):
     assert "cut by the search --timeout" in summary["rows"][0]["reason"]
     study = load_study("hang", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    # its limit left the time stopping it takes (STOP_S): told before --timeout's deadline, not after
+    deadline = study.user_attrs["budget"]["deadline"]
+    assert study.trials[0].datetime_complete.timestamp() <= deadline, (study.trials[0].datetime_complete, deadline)
     assert "search timeout of 45 s reached" in capsys.readouterr().err
 
 

@@ -10,7 +10,8 @@ captioner-fresh-7's cold run took 52 s where about 37 s were kept, and the round
 finalist. On llama-8b they took 0.83-1.06 times them. On the captioner, part of it was a graph's
 first compile in the shared cache finding kernels other graphs had compiled in Triton's cache, which
 an empty cache does not (captioner-fresh-8's trial 16); Triton's cache is each trial's own since
-(`trial.caches.triton_root`).
+(`trial.caches.triton_root`), and the next rounds still fell 16-22% short (captioner-fresh-10 and
+-11, H100, 2026-11-26: their cold runs took 2.37x the seconds added).
 
 Each cold run of a round is stored, per model, torch and device, in the failure memory's file
 (`memory.store_path`): the seconds the reconstruction added, and the seconds the cold run took over
@@ -65,13 +66,17 @@ class ColdMemory:
                                "cold_added_s": seen[1]})
 
     def __call__(self, study, frozen_trial) -> None:
-        attrs = frozen_trial.user_attrs
+        self.take(study, frozen_trial)
+
+    def take(self, study, trial) -> bool:
+        """Remember `trial` of `study` where it is a clean cold run of the round (`observed`); whether it was."""
+        attrs = trial.user_attrs
         if not attrs.get("cold_check") or "remeasure_of" not in attrs:
-            return
-        first = study.get_trials(deepcopy=False)[attrs["remeasure_of"]].user_attrs
-        seen = observed(attrs, first)
+            return False
+        seen = observed(attrs, study.get_trials(deepcopy=False)[attrs["remeasure_of"]].user_attrs)
         if seen:
-            self.remember(study.study_name, frozen_trial.number, attrs["remeasure_of"], seen)
+            self.remember(study.study_name, trial.number, attrs["remeasure_of"], seen)
+        return bool(seen)
 
     def scale(self) -> dict | None:
         """What the LATEST stored cold runs took over their measured warm-ups, as a multiple of what their
@@ -95,14 +100,8 @@ def listing(path: str) -> list[dict]:
 def learn(path: str, study, key: tuple[str, str, str]) -> int:
     """Feed a finished study's cold runs of the round into the memory, under `key` (torch, device,
     model); how many it remembered."""
-    store, trials, held = ColdMemory(path, *key), study.get_trials(deepcopy=False), 0
-    for t in trials:
-        a = t.user_attrs
-        seen = observed(a, trials[a["remeasure_of"]].user_attrs) if a.get("cold_check") and "remeasure_of" in a else None
-        if seen:
-            store.remember(study.study_name, t.number, a["remeasure_of"], seen)
-            held += 1
-    return held
+    store = ColdMemory(path, *key)
+    return sum(store.take(study, t) for t in study.get_trials(deepcopy=False))
 
 
 def forget(path: str) -> int:

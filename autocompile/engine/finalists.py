@@ -7,7 +7,7 @@ import functools
 import math
 import statistics
 
-from autocompile.trial.protocol import REPLAY_VERSION
+from autocompile.trial.protocol import REPLAY_VERSION, STOP_S
 from autocompile.engine.records import baseline_trial, eager_record, search_candidates
 from autocompile.engine.runner import Runner, new_trial
 from autocompile.engine.scoring import score
@@ -393,7 +393,7 @@ def _rerun(runner: Runner, original, r: int, overrun: float, cold: bool) -> dict
     first_s = _cold_run_s(original, cold_scale(runner.study)) if cold else original.user_attrs["wall_s"]
     limit = rerun_limit_s(first_s, runner.settings.trial_timeout_s)
     remaining = runner.remaining()
-    keep = -overrun if remaining is None else min(-overrun, remaining - limit)
+    keep = -overrun if remaining is None else min(-overrun, remaining - limit - STOP_S)  # its whole limit
     record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
                         limit_s=limit, keep_s=keep, first=original, cold=cold, measure=ROUND_MEASURE)
     return {**record, "trial": trial.number, "cold": cold}

@@ -27,6 +27,7 @@ from autocompile.space import DEFAULTS, EAGER
 from autocompile.engine.storage import heartbeat_s, this_worker
 from autocompile.engine.strategy import too_slow, twin_time
 from autocompile.trial import TrialRequest, caches, divergence, run_trial, triage
+from autocompile.trial.protocol import STOP_S
 
 if TYPE_CHECKING:
     from autocompile.engine.settings import SearchSettings
@@ -220,7 +221,7 @@ class Runner:
             model=settings.model, config=config, device=settings.device,
             trial_dir=trial_folder(settings.study_dir, trial.number),
             batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
-            timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining)),
+            timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining - STOP_S)),
             header=_header(settings, trial.number), trace=settings.trace,
             measure={**self._learned(config), **measure, **(settings.measure or {}),
                      **({"numerics_replay": False} if warm or cold else {}),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from autocompile.trial import caches, graphs, prestart
-from autocompile.trial.protocol import STACK_SIGNAL
+from autocompile.trial.protocol import STACK_SIGNAL, STACKS_WAIT_S
 
 # A record's fields, in the order tables and `trial --json` show them.
 RECORD_FIELDS = ("status", "reason", "warmup_s", "steps_per_s", "items_per_s", "recompiles",
@@ -160,7 +160,7 @@ def reap_orphans(study_dir: str) -> list[int]:
     return reaped
 
 
-def _ask_for_stacks(process: subprocess.Popen, log_path: str, wait_s: float = 3.0, group: bool = False) -> None:
+def _ask_for_stacks(process: subprocess.Popen, log_path: str, wait_s: float = STACKS_WAIT_S, group: bool = False) -> None:
     """Ask a trial at its time limit for every thread's stack (written to its log by faulthandler,
     registered by the worker; every rank's, for a `group` of ranks) and wait until the log stops
     growing, `wait_s` at most."""

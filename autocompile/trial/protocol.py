@@ -6,6 +6,13 @@ import os
 import signal
 
 STACK_SIGNAL = signal.SIGUSR1  # the trial process dumps every thread's stack to its log (worker.main)
+# What stopping a trial at its time limit takes past it: asking for its stacks (STACKS_WAIT_S at
+# most; trial.process) and waiting for its processes to end. A limit set by what is left of
+# --timeout leaves it (engine.runner): captioner-fresh-10's last trial, given 132 s to keep the
+# finalist round's 145 s, ended after 135.4 s, and the round's third finalist did not fit (H100,
+# 2026-11-26).
+STACKS_WAIT_S = 3.0
+STOP_S = STACKS_WAIT_S + 1.0
 
 REPLAY_STEPS = 3  # optimizer steps compared in the numerics replay
 REPLAY_SEED = 1234  # the random stream both sides of each replay step start from
