@@ -3,7 +3,7 @@ the records of the committed GPU studies: the captioner's compiled autograd ran 
 limit in captioner-fresh-5 and captioner-fresh-6 (TPE's trial 11 in each, H200, 2026-11-26)."""
 
 from autocompile.cli import main
-from autocompile.engine.compile_memory import CompileMemory
+from autocompile.engine.compile_memory import CompileMemory, implicated
 from autocompile.engine.study import SearchSettings, load_study, open_search
 from conftest import ROOT, toy
 
@@ -15,7 +15,7 @@ def _learned(tmp_path, capsys) -> str:
     path = str(tmp_path / "failures.db")
     for name in ("captioner-fresh-5", "captioner-fresh-6"):
         assert main(["failures", "--failure-memory", path, "--learn", name, "--dir", HISTORY]) == 0
-    assert "learned from study 'captioner-fresh-6': 3 trials with compile-heavy values remembered" in capsys.readouterr().out
+    assert "learned from study 'captioner-fresh-6': 3 trials with compile-heavy or implicated values remembered" in capsys.readouterr().out
     return path
 
 
@@ -38,6 +38,45 @@ def test_a_compile_heavy_value_cut_twice_at_the_limit_is_refused_in_the_next_stu
     # a run that warmed up within the limit clears it
     memory.remember({"status": "ok", "warmup_s": 200.0}, config, "another", 3)
     assert memory.reason(config, 240) is None and memory.reason(config, 190) is not None
+
+
+def test_a_value_a_neighbour_was_cut_compiling_twice_is_refused_in_the_next_study(tmp_path, capsys):
+    """Outside COMPILE_HEAVY: the captioner's neighbour turning on triton.cudagraph_skip_dynamic_graphs
+    (its parent, trial 10, warmed up in 20-30 s) was cut at 241 s while compiling in captioner-fresh-7
+    (trial 22) and captioner-fresh-8 (trial 24), H200, 2026-11-26."""
+    path = str(tmp_path / "failures.db")
+    memory = CompileMemory(path, *H200, "captioner")
+    study = load_study("captioner-fresh-8", f"sqlite:///{HISTORY}/captioner-fresh-8/study.db")
+    skip, parent = study.trials[24].user_attrs, study.trials[10].user_attrs
+    assert skip["changed"] == ["inductor.triton.cudagraph_skip_dynamic_graphs"] and skip["parent"] == 10
+    assert implicated(skip, parent) == ["inductor.triton.cudagraph_skip_dynamic_graphs=true"]
+    assert implicated(skip, {**parent, "warmup_s": 200.0}) == []  # the parent took long too: the move is not the cause
+    assert main(["failures", "--failure-memory", path, "--learn", "captioner-fresh-7", "--dir", HISTORY]) == 0
+    assert memory.reason(skip["config"], 240) is None  # once: not yet
+    assert main(["failures", "--failure-memory", path, "--learn", "captioner-fresh-8", "--dir", HISTORY]) == 0
+    why = memory.reason(skip["config"], 240)
+    assert why == ("expected not to fit the 240 s trial limit: inductor.triton.cudagraph_skip_dynamic_graphs=true ran "
+                   "out of its limit while compiling 2 times here on captioner (study captioner-fresh-7 trial 22, study "
+                   "captioner-fresh-8 trial 24), and never warmed up within 240 s"), why
+    assert memory.reason(parent["config"], 240) is None
+    # from now on a trial that warms up with it is stored too, and clears it
+    later = _Study("later", [{"config": skip["config"], "status": "ok", "warmup_s": 60.0}])
+    assert memory.take(later, later.trials[0])
+    assert memory.reason(skip["config"], 240) is None
+
+
+class _Trial:
+    def __init__(self, number, attrs):
+        self.number, self.user_attrs = number, attrs
+
+
+class _Study:
+    """A study of finished first runs, as the memory reads one."""
+    def __init__(self, name, attrs):
+        self.study_name, self.trials = name, [_Trial(i, a) for i, a in enumerate(attrs)]
+
+    def get_trials(self, deepcopy=False):
+        return self.trials
 
 
 def test_failures_lists_the_cuts_and_forgets_them(tmp_path, capsys):
