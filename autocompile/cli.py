@@ -560,8 +560,9 @@ def cmd_failures(args) -> int:
         study, _ = _existing_study(argparse.Namespace(study=args.learn, dir=args.dir, storage=None))
         held = compile_memory.learn(path, study)
         cold = cold_memory.learn(path, study, compile_memory.study_key(study))
-        print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy or implicated values "
-              f"remembered, and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, in {path}")
+        print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy or "
+              f"implicated values remembered, and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
+              f"in {path}")
         return 0
     if args.forget or args.forget_all:
         count = compile_memory.forget(path, None if args.forget_all else args.forget)
