@@ -42,8 +42,11 @@ class GraphLedger(logging.Handler):
         self.read = 0
 
     def install(self, torch) -> list[str]:
-        """Hook into torch; returns notes on what could not be hooked."""
+        """Hook into torch; returns notes on what could not be hooked. With a ledger (a shared cache),
+        Triton's kernels are autotuned from nothing, as in a cold run (`cold_autotune`)."""
         self._torch = torch
+        if self.path:
+            cold_autotune()
         try:
             from torch._dynamo import utils
 
@@ -107,6 +110,20 @@ def is_optimizer(graph: dict) -> bool:
     """Whether a compiled frame is the optimizer's step (torch.optim's code, or its step's wrappers)."""
     return graph.get("file", "").startswith("torch/optim/") or graph.get("frame") in ("step", "wrapper", "inner") \
         or graph.get("frame", "").startswith("torch_dynamo_resume_in_wrapper")
+
+
+def cold_autotune() -> None:
+    """Turn Inductor's local autotune cache off in this process. It keeps each Triton kernel's best
+    config beside the kernel's source, in the Inductor cache folder, keyed by that source: under a
+    shared cache a graph's first compile found the best configs other trials' graphs had measured
+    for the same kernels and compiled one config of each instead of all of them, so its time in the
+    ledger was not a cold one, and a cache hit skipped the benchmarking a cold run does. GPT-2's
+    block, first compiled in 6.3 s by captioner-fresh-10's trial 5 (the kernels of earlier trials'
+    graphs already tuned), took 9.8 s in a cold run and 10.4 s as another trial's miss (H100,
+    torch 2.11, 2026-11-26). The option is not part of the FX graph cache's key."""
+    from torch._inductor import config
+
+    config.autotune_local_cache = False
 
 
 def read_ledger(path: str | None) -> dict[str, list[float]]:

@@ -270,6 +270,10 @@ def _prepare(torch, spec: dict, result: dict) -> tuple[CompileWatcher, GraphLedg
     if config["compile"]:
         _start_compile_pool()
     notes += ledger.install(torch)
+    if config["compile"]:
+        from torch._inductor import config as inductor
+
+        result["autotune_local_cache"] = inductor.autotune_local_cache  # off under a shared cache (graphs.cold_autotune)
     _versions(torch, device, result)
     return watcher, ledger
 
