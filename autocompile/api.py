@@ -45,6 +45,10 @@ def run(settings, verbosity: int = 1, gpus: list[str] | None = None) -> SearchRe
 
     from autocompile.engine.settings import group_gpus
 
+    if gpus and settings.device.startswith("cuda"):
+        from autocompile.engine.workers import assign
+
+        gpus = assign(gpus)  # within the GPUs this process was given (CUDA_VISIBLE_DEVICES)
     gpus = group_gpus(gpus, settings.nproc)  # --gpus 8 --nproc 2: four workers, two GPUs each
     workers = len(gpus or ())
     callbacks = live_outputs(settings.study_dir)
@@ -53,7 +57,7 @@ def run(settings, verbosity: int = 1, gpus: list[str] | None = None) -> SearchRe
 
         runner = search_on_workers(settings, gpus, verbosity, progress_for(verbosity, settings.trials), callbacks)
     else:
-        if gpus and gpus != ["0"] and settings.device.startswith("cuda"):
+        if gpus and settings.device.startswith("cuda"):
             os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]  # --gpus 3,: that GPU only
         runner = search_study(settings, progress_for(verbosity, settings.trials), callbacks=callbacks)
     summary = search_summary(runner)

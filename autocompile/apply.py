@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from autocompile.space import bucket_lengths, uses_cuda_graphs  # noqa: F401  (bucket_lengths: a snippet's BUCKETS)
 from autocompile.parallel import literal as _literal
 from autocompile.space.optimizer import foreach_map_refusal
+from autocompile.workloads import SequenceLayout
+from autocompile.workloads.checkpointing import HUGGING_FACE, ModelCheckpointing
 
 
 @dataclass
@@ -33,6 +35,8 @@ class ModelInfo:
     recompile_limit_key: str | None = "recompile_limit"
     compiled_autograd_api: str | None = "_enable"  # see Capabilities.compiled_autograd_api
     parallel: str = "none"  # --parallel: ddp or fsdp2 wraps the model inside apply_compilation (autocompile.parallel)
+    checkpointing: ModelCheckpointing | None = None  # the model's own activation checkpointing, where it has some
+    layout: SequenceLayout | None = None  # how the varying sequences reach the model (packing)
 
 
 def find_repeated_blocks(model) -> list[str]:
@@ -104,6 +108,8 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
         from autocompile.parallel import PARALLEL_DOC
 
         lines += [""] + PARALLEL_DOC[info.parallel]
+    checkpointing_doc, checkpointing_body, checkpointing_functions = _checkpointing_lines(config, info)
+    lines += checkpointing_doc
     lines += ['"""', "import torch", ""]
 
     settings: list[str] = []
@@ -121,6 +127,7 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
                          "    torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET"]
         if config["recompile_limit"] and info.recompile_limit_key:
             preamble.append(f"    torch._dynamo.config.{info.recompile_limit_key} = {config['recompile_limit']}")
+        preamble += checkpointing_body
         scope = config["scope"]
         if scope == "modular":
             per_part = {part: _kwargs(config, config["part_modes"][part], info.device_type) for part in info.parts}
@@ -144,6 +151,8 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
 
         parallel_settings, body, helpers = parallel_lines(config, info, preamble, compiling)
         settings += parallel_settings
+    pack_body, pack_functions = _pack_apply_lines(config, info)
+    body += pack_body
     if config["fused_optimizer"]:
         body += ["    for group in optimizer.param_groups:  # one fused kernel per step instead of foreach",
                  "        group[\"foreach\"], group[\"fused\"] = False, True"]
@@ -165,7 +174,7 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     if settings:
         lines.append("")
 
-    prep, prep_settings = _prepare_batch_body(config, info)
+    prep, prep_settings, prep_functions = _prepare_batch_body(config, info)
     lines += prep_settings
     if prep_settings:
         lines.append("")
@@ -175,10 +184,15 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     lines += body
     lines += ["    return model, optimizer", "", ""]
     lines += step_functions
+    lines += checkpointing_functions + pack_functions
     lines += loss_fn + ["", ""]
     lines += _backward_lines(config, info) + ["", ""]
+    lines += prep_functions
     lines += ["def prepare_batch(batch):"]
-    lines += ['    """Pads and marks the batch for the compiled model (call it where the collate ends)."""']
+    if config["padding"] == "pack":
+        lines += PACK_DOC
+    else:
+        lines += ['    """Pads and marks the batch for the compiled model (call it where the collate ends)."""']
     lines += prep
     lines += ["    return batch", ""]
     lines += WARM_START
@@ -352,6 +366,94 @@ def foreach_map_step(optimizer):
 '''.splitlines()
 
 
+# The model's own activation checkpointing switched, for a Hugging Face model (itself, or inside a
+# wrapper such as peft's PeftModel), emitted where the configuration switches it.
+HF_CHECKPOINTING = '''
+# Hugging Face's switches, newest names first (transformers 5 renamed them from gradient_ to activation_)
+_DISABLE = ("activation_checkpointing_disable", "gradient_checkpointing_disable")
+_ENABLE = (("activation_checkpointing_enable", "activation_checkpointing_kwargs"),
+           ("gradient_checkpointing_enable", "gradient_checkpointing_kwargs"))
+
+
+def _checkpointing_model(model):
+    """The Hugging Face model in `model`: itself, or the one a wrapper (peft's PeftModel) holds."""
+    for module in model.modules():
+        if any(callable(getattr(type(module), name, None)) for name in _DISABLE):
+            return module
+    raise ValueError("no Hugging Face model with activation checkpointing in this model")
+
+
+def _method(owner, names):
+    return next(getattr(owner, name) for name in names if callable(getattr(type(owner), name, None)))
+
+
+def model_checkpointing_off(model):
+    """Turn the model's own activation checkpointing off: each block's forward runs once, and
+    compile's partitioner chooses what to recompute in the backward (ACTIVATION_MEMORY_BUDGET)."""
+    _method(_checkpointing_model(model), _DISABLE)()
+'''.splitlines()
+
+# Selective checkpointing's policy, as torchtitan's: what matrix products and attention compute is kept,
+# the rest (norms, activations, elementwise work) recomputed.
+SELECTIVE_POLICY = '''
+SAVED_OPS = ("mm", "addmm", "bmm", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu")
+
+
+def save_matmuls(ctx, op, *args, **kwargs):
+    """The selective policy: keep the outputs of SAVED_OPS for the backward, recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    saved = {getattr(torch.ops.aten, name).default for name in SAVED_OPS if hasattr(torch.ops.aten, name)}
+    return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def selective_context():
+    """What torch.utils.checkpoint.checkpoint takes as context_fn for the policy."""
+    import functools
+
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return functools.partial(create_selective_checkpoint_contexts, save_matmuls)
+'''.splitlines()
+
+HF_SELECTIVE = '''
+def model_checkpointing_selective(model):
+    """Keep the model's own activation checkpointing, each checkpoint under the selective policy."""
+    owner = _checkpointing_model(model)
+    for method, key in _ENABLE:
+        if callable(getattr(type(owner), method, None)):
+            getattr(owner, method)(**{key: {"use_reentrant": False, "context_fn": selective_context()}})
+            return
+'''.splitlines()
+
+
+def _checkpointing_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str], list[str]]:
+    """The docstring's words, apply_compilation's line and the functions that switch the model's own
+    activation checkpointing, where the configuration does (off, or selective); nothing otherwise."""
+    how = config.get("activation_checkpointing", "as_built")
+    found = info.checkpointing
+    if not config["compile"] or how == "as_built" or found is None:
+        return [], [], []
+    if how == "off":
+        doc = ["", "It turns the model's own activation checkpointing off (" + found.where + "): each block's",
+               "forward runs once, and compile's partitioner recomputes what it does not keep instead."]
+        call = found.off_name if found.kind != HUGGING_FACE else "model_checkpointing_off"
+        body = [f"    {call}(model)  # the model's own activation checkpointing off: compile recomputes instead"]
+    else:
+        doc = ["", "It keeps the model's own activation checkpointing (" + found.where + ") under a selective",
+               "policy: what matrix products and attention compute is kept, the rest recomputed."]
+        if found.kind == HUGGING_FACE:
+            body = ["    model_checkpointing_selective(model)  # matrix products and attention kept, the rest recomputed"]
+        else:
+            body = [f"    {found.selective_name}(model, selective_context())  # matrix products and attention kept"]
+    if found.kind == HUGGING_FACE:
+        blocks = [HF_CHECKPOINTING[1:]] + ([SELECTIVE_POLICY[1:], HF_SELECTIVE[1:]] if how == "selective" else [])
+    else:
+        blocks = [hook.splitlines() for hook in found.hooks] + ([SELECTIVE_POLICY[1:]] if how == "selective" else [])
+    return doc, body, [line for block in blocks for line in block + ["", ""]]
+
+
 def _step_lines(config: dict) -> tuple[list[str], list[str]]:
     """The settings and functions the optimizer step's options need: static_grads' and the
     foreach_map step's (with the refusal of optimizers it cannot stand in for, space/optimizer.py)."""
@@ -424,7 +526,9 @@ def _compile_loss_lines(config: dict) -> tuple[list[str], list[str]]:
         "    return torch.compile(loss_fn, fullgraph=True, **LOSS_COMPILE_KWARGS)"]
 
 
-def _prepare_batch_body(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
+def _prepare_batch_body(config: dict, info: ModelInfo) -> tuple[list[str], list[str], list[str]]:
+    if config["padding"] == "pack" and info.varying:
+        return _pack_lines(config, info)
     body: list[str] = []
     settings: list[str] = []
     padding = config["padding"]
@@ -454,9 +558,132 @@ def _prepare_batch_body(config: dict, info: ModelInfo) -> tuple[list[str], list[
         body += ["    for key, (dim, _) in VARYING.items():",
                  f"        torch._dynamo.{fn}(batch[key], dim)"]
     if config["compile"] and info.device_type == "cuda" and uses_cuda_graphs(config):
-        body += ["    # CUDA graphs reuse their output buffers: tell them a new training step begins",
-                 "    torch.compiler.cudagraph_mark_step_begin()"]
-    return body, settings
+        body += CUDA_GRAPH_STEP
+    return body, settings, []
+
+
+CUDA_GRAPH_STEP = ["    # CUDA graphs reuse their output buffers: tell them a new training step begins",
+                   "    torch.compiler.cudagraph_mark_step_begin()"]
+
+# The packed batch, said in prepare_batch's docstring.
+PACK_DOC = '''    """Packs the batch's sequences into rows for the compiled model (call it where the collate ends).
+
+    The keys of VARYING come back packed: each sequence whole in one row, rows filled longest first, so
+    no padding is computed but the rows' tails. POSITIONS is added: position ids that restart at each
+    sequence, which the forward must pass to the model (they tell it where each sequence starts). MASK,
+    where set: None for a causal decoder (it takes its mask from the position ids), or, for an encoder,
+    a block-diagonal mask that keeps each sequence to itself. The loss covers the same tokens as the
+    padded batch's: the real items are unchanged.
+    """'''.splitlines()
+
+# Packing itself (torch only): the batch's sequences, read as right-padded rows, gathered into new rows.
+PACK = '''
+def pack_plan(batch):
+    """Where each packed token comes from: the batch's sequences, read as right-padded rows, placed whole
+    into rows of PACK_LENGTH tokens (the whole batch in one row of a multiple of PACK_MULTIPLE where
+    PACK_LENGTH is None), first fit, longest first. Returns, for each packed token, its flat index in the
+    batch (-1: the row's padded tail), its position, its sequence in the row, whether it starts one; and
+    the packed shape."""
+    real = batch[MASK].bool() if MASK else torch.stack([batch[k] != pad for k, (_, pad) in VARYING.items()]).any(0)
+    width = real.shape[1]
+    lengths = torch.where(real.any(1), width - real.flip(1).int().argmax(1), 0).tolist()
+    capacity = max(PACK_LENGTH or sum(lengths), max(lengths))
+    rows, room = [], []
+    for i in sorted((i for i, n in enumerate(lengths) if n), key=lambda i: -lengths[i]):
+        j = next((j for j, free in enumerate(room) if free >= lengths[i]), None)
+        if j is None:
+            rows.append([])
+            room.append(capacity)
+            j = len(rows) - 1
+        rows[j].append(i)
+        room[j] -= lengths[i]
+    length = capacity if PACK_LENGTH else -(-capacity // PACK_MULTIPLE) * PACK_MULTIPLE
+    source, positions, sequence, starts = [], [], [], []
+    for members in rows:
+        for k, i in enumerate(members):
+            source += range(i * width, i * width + lengths[i])
+            positions += range(lengths[i])
+            sequence += [k] * lengths[i]
+            starts += [True] + [False] * (lengths[i] - 1)
+        tail = length - sum(lengths[i] for i in members)
+        source += [-1] * tail
+        positions += range(tail)  # the tail is a sequence of its own: it sees nothing real, nothing real sees it
+        sequence += [len(members)] * tail
+        starts += [False] * tail
+    return source, positions, sequence, starts, (len(rows), length)
+
+
+def pack(batch):
+    """The batch with its sequences packed (pack_plan), position ids added, and its mask as the model
+    needs it under packing."""
+    source, positions, sequence, starts, shape = pack_plan(batch)
+    device = batch[next(iter(VARYING))].device
+    source = torch.tensor(source, device=device)
+    tail, first = source < 0, torch.tensor(starts, device=device)
+    for key, (_, pad_value) in VARYING.items():
+        values = batch[key].reshape(-1)[source.clamp(min=0)].masked_fill(tail, pad_value)
+        if key in SHIFTED:  # a loss that shifts its labels: no sequence learns to predict the next one's start
+            values = values.masked_fill(first, pad_value)
+        batch[key] = values.view(shape)
+    batch[POSITIONS] = torch.tensor(positions, device=device).view(shape)
+    if MASK and CAUSAL:
+        batch[MASK] = None  # a causal decoder takes its packed mask from the position ids
+    elif MASK:
+        sequence = torch.tensor(sequence, device=device).view(shape)
+        apart = sequence[:, None, :, None] != sequence[:, None, None, :]
+        batch[MASK] = torch.zeros(apart.shape, dtype=MASK_DTYPE, device=device).masked_fill(
+            apart, torch.finfo(MASK_DTYPE).min)
+    return batch
+'''.splitlines()
+
+
+FLEX_ATTENTION = '''
+def flex_attention_on(model):
+    """The model's attention as FlexAttention (Hugging Face's set_attn_implementation on the model, or on
+    the one a wrapper such as peft's holds): it builds a document mask from the position ids, and the
+    blocks of a packed row where one sequence would see another are skipped, not computed and masked."""
+    for module in model.modules():
+        if callable(getattr(type(module), "set_attn_implementation", None)):
+            module.set_attn_implementation("flex_attention")
+            return
+    raise ValueError("flex_attention_on: no Hugging Face model in this model")
+'''.splitlines()
+
+
+def _pack_apply_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
+    """What apply_compilation does for packed batches: the encoder mask's dtype taken from the model, and
+    the attention switched to FlexAttention where the configuration says so."""
+    if config["padding"] != "pack" or not info.varying:
+        return [], []
+    layout = info.layout or SequenceLayout()
+    body = []
+    if layout.mask and not layout.causal:
+        body += ["    global MASK_DTYPE  # the packed rows' block-diagonal mask is added to the attention scores",
+                 "    MASK_DTYPE = next(model.parameters()).dtype"]
+    if config.get("pack_attention", "model") == "flex":
+        body += ["    flex_attention_on(model)  # packed rows: a document mask, blocks across sequences skipped"]
+        return body, FLEX_ATTENTION[1:] + ["", ""]
+    return body, []
+
+
+def _pack_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str], list[str]]:
+    """prepare_batch's body, its settings and `pack`, where the configuration packs the batch."""
+    layout = info.layout or SequenceLayout()
+    one_row = config.get("pack_length", "longest") == "batch"
+    settings = [f"VARYING = {_literal({k: tuple(v) for k, v in info.varying.items()})}  # key: (dim, pad value)",
+                (f"PACK_LENGTH = None  # the whole batch in one row, its length a multiple of PACK_MULTIPLE" if one_row
+                 else f"PACK_LENGTH = {info.max_len}  # tokens a packed row holds: the workload's longest sequence"),
+                f"PACK_MULTIPLE = {config['pad_multiple'] if one_row else 1}",
+                f"POSITIONS = {layout.positions!r}  # the key the forward passes to the model as its position ids",
+                f"MASK = {layout.mask!r}  # the key of the padding mask the forward passes, if any",
+                f"CAUSAL = {layout.causal!r}  # a causal decoder: its mask comes from the position ids",
+                f"SHIFTED = {_literal(tuple(layout.shifted))}  # labels the loss shifts: each sequence's first ignored"]
+    if layout.mask and not layout.causal:
+        settings.append("MASK_DTYPE = torch.float32  # the block-diagonal mask's: the model's, set by apply_compilation")
+    body = ["    batch = pack(batch)"]
+    if config["compile"] and info.device_type == "cuda" and uses_cuda_graphs(config):
+        body += CUDA_GRAPH_STEP
+    return body, settings, PACK[1:] + ["", ""]
 
 
 _LOADED = itertools.count()
@@ -506,12 +733,18 @@ def describe_config(config: dict) -> str:
         parts.append("foreach-map-opt")
     if config.get("static_grads"):
         parts.append("static-grads")
-    if config["padding"] != "longest":
+    if config["padding"] == "pack":
+        one_row = config.get("pack_length", "longest") == "batch"
+        parts.append("pack" + (f"=one-row{config['pad_multiple']}" if one_row else "=rows")
+                     + ("-flex" if config.get("pack_attention", "model") == "flex" else ""))
+    elif config["padding"] != "longest":
         parts.append(f"pad={config['padding']}" + (f"{config['pad_multiple']}" if config["padding"] == "multiple" else ""))
     if config["mark_dynamic"] != "off":
         parts.append(f"{config['mark_dynamic']}_dynamic")
     if config.get("compiled_autograd"):
         parts.append("compiled-autograd")
+    if config.get("activation_checkpointing", "as_built") != "as_built":
+        parts.append(f"model-ckpt={config['activation_checkpointing']}")
     if config.get("activation_memory_budget") is not None:
         parts.append(f"act-budget={config['activation_memory_budget']:g}")
     if config.get("optimize_ddp") is not None:

@@ -47,6 +47,11 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _memory_limit(text: str):
+    """--max-memory-gb: a positive number of GB, or "eager" (eager's peak as the workload built it)."""
+    return text if text == "eager" else _positive_float(text)
+
+
 def _parse_set(items: list[str] | None) -> dict:
     """--set KEY=VALUE (VALUE as JSON, else a plain string) -> {KEY: VALUE}."""
     fixed = {}
@@ -142,8 +147,9 @@ def _gpus(text: str) -> list[str]:
 
 
 def _gpus_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpus", type=_gpus, default=None, metavar="N|I,J",
-                   help="a worker process per GPU of this host, sharing the study: a count (4) or GPU indices (0,2) "
+    p.add_argument("--gpus", type=_gpus, default=None, metavar="N|all|I,J",
+                   help="a worker process per GPU this process was given (CUDA_VISIBLE_DEVICES, else the host's), "
+                        "sharing the study: a count (4), all, or indices among them (0,2) "
                         "(default 1); with --device cpu, N workers on the CPU (for testing)")
 
 
@@ -175,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--horizon-steps", type=_positive_int, default=None, help="steps the warm-up is amortised over (default 1000)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="pin a search dimension, e.g. --set scope=regional")
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
-    p.add_argument("--max-memory-gb", type=_positive_float, help="trials whose peak memory is above this are infeasible")
+    p.add_argument("--max-memory-gb", type=_memory_limit, metavar="GB|eager",
+                   help="trials whose peak memory is above this are infeasible; eager: above eager's peak as the "
+                        "workload built it (its own checkpointing on): no more memory than the job takes now")
     p.add_argument("--finalists", type=_non_negative_int, default=3,
                    help="top configurations measured again at the end, alternating with eager (default 3; 0: none)")
     p.add_argument("--no-prune", action="store_true", help="let every trial finish, even one that can no longer win")
@@ -221,7 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--horizon", type=_positive_int, metavar="H",
                    help="the winner for a run of H steps, from the measured trials (default: the study's horizon)")
     p.add_argument("--pareto", action="store_true",
-                   help="list the front of steady throughput against warm-up, and the horizons where each wins")
+                   help="list the front of steady throughput against warm-up, and the horizons where each wins; "
+                        "and against peak memory, where the study searched it")
+    p.add_argument("--max-memory-gb", type=_positive_float, metavar="X",
+                   help="the winner among the configurations whose peak memory was at most X GB, from the measured "
+                        "trials (no new search)")
 
     p = sub.add_parser("report", help="write DIR/STUDY/report/ (PNG plots, report.md), DIR/STUDY/results.db, and "
                                           "trials.txt, results.json and the winner's snippet again")
@@ -249,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(p)
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
-    p.add_argument("--max-memory-gb", type=_positive_float, help="the space of a search under this memory limit")
+    p.add_argument("--max-memory-gb", type=_memory_limit, metavar="GB|eager",
+                   help="the space of a search under this memory limit")
     p.add_argument("--json", action="store_true")
     _parallel_args(p)
     _memory_args(p)
@@ -340,7 +353,10 @@ def cmd_search(args) -> int:
     summary = run(settings, args.verbosity, gpus=args.gpus).summary
     print(format_summary(summary))
     if summary["best"] is None:
-        print(no_winner_line(summary["rows"], os.path.join(settings.study_dir, "trials"), settings.max_memory_gb))
+        limit = settings.max_memory_gb
+        if limit == "eager":  # eager's peak as built
+            limit = next((r["peak_mem_gb"] for r in summary["rows"] if r["role"] == "eager"), None)
+        print(no_winner_line(summary["rows"], os.path.join(settings.study_dir, "trials"), limit))
         return 1
     print(f"snippet written to {os.path.join(settings.study_dir, 'apply_compilation.py')}:")
     print()
@@ -357,7 +373,10 @@ def cmd_worker(args) -> int:
         from autocompile.engine.study import load_study
 
         device = load_study(args.study, args.storage).user_attrs.get("settings", {}).get("device", "cuda")
-        codes = run_workers(args.study, args.storage, args.dir, args.gpus, device, args.verbosity, args.timeout)
+        from autocompile.engine.workers import assign
+
+        gpus = assign(args.gpus) if device.startswith("cuda") else args.gpus
+        codes = run_workers(args.study, args.storage, args.dir, gpus, device, args.verbosity, args.timeout)
         if 130 in codes:
             raise KeyboardInterrupt
         return max(codes)
@@ -447,13 +466,22 @@ def cmd_best(args) -> int:
 
     study, _ = _existing_study(args)
     # The study's folder holds each trial's whole record (the winner's snippet); nothing is written
-    summary = summarize(study, os.path.join(args.dir, args.study), horizon=args.horizon)
+    summary = summarize(study, os.path.join(args.dir, args.study), horizon=args.horizon, max_memory_gb=args.max_memory_gb)
+    if summary["best"] is None and args.max_memory_gb is not None:
+        from autocompile.outputs.pareto import measured_points
+
+        least = min((p.figures["peak_mem_gb"] for p in measured_points(study, float("inf"))), default=None)
+        raise UserError(f"study {args.study!r} measured no configuration within {args.max_memory_gb:g} GB"
+                        + (f": the least any needed was {least:.2f} GB" if least else ""))
     if summary["best"] is None:
         raise UserError(f"study {args.study!r} has no trial that ran cleanly yet")
     if args.pareto:
-        from autocompile.outputs.pareto import format_front
+        from autocompile.outputs.pareto import format_front, format_memory_front, searched_memory
 
         print(format_front(study, summary["horizon"]))
+        if searched_memory(study) or args.max_memory_gb is not None:
+            print()
+            print(format_memory_front(study, summary["horizon"], args.max_memory_gb))
     elif args.json:
         print(json.dumps({k: v for k, v in summary["best"].items() if k != "snippet"}, indent=1, default=str))
     else:
@@ -533,7 +561,8 @@ def cmd_space(args) -> int:
     width = max(len(item["name"]) for item in described["dimensions"] + described["left_out"])
     for dim in described["dimensions"]:
         pinned = f"  (pinned to {json.dumps(dim['fixed'])})" if "fixed" in dim else ""
-        print(f"  {dim['name']:<{width}}  {json.dumps(dim['choices'])}{pinned}")
+        where = f"  (where {dim['where']})" if "where" in dim else ""
+        print(f"  {dim['name']:<{width}}  {json.dumps(dim['choices'])}{pinned}{where}")
     print("left out:")
     for item in described["left_out"]:
         print(f"  {item['name']:<{width}}  {item['why']}")

@@ -48,7 +48,8 @@ os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="au
 # first) puts test_shared_cache.py, test_repro.py and test_numerics_*.py, 50-270 s each but of few
 # tests, near the end, where one of them can leave a worker running alone. A file not listed keeps
 # its place after these.
-SLOWEST_FIRST = ["test_study.py", "test_trial.py", "test_parallel.py", "test_shared_cache.py", "test_repro.py",
+SLOWEST_FIRST = ["test_study.py", "test_trial.py", "test_checkpointing.py", "test_parallel.py", "test_shared_cache.py",
+                 "test_repro.py", "test_packing.py",
                  "test_strategy.py", "test_scale.py", "test_numerics_dropout.py", "test_dashboard.py", "test_memory.py",
                  "test_numerics_scaled.py", "test_screening.py", "test_activation_budget.py", "test_divergence.py",
                  "test_workloads.py", "test_optimizer_step.py"]

@@ -308,3 +308,22 @@ def test_ctrl_c_stops_every_worker_and_keeps_the_finished_trials(tmp_path):
     assert study.trials[0].user_attrs["role"] == "eager" and study.trials[0].state == optuna.trial.TrialState.COMPLETE
     stopped = study.trials[found[0].number]
     assert stopped.state == optuna.trial.TrialState.FAIL and stopped.user_attrs["reason"] == "interrupted"
+
+
+def test_gpus_count_within_the_gpus_the_job_was_given():
+    """A scheduler gave the job GPUs 4, 5 and 6 (or their UUIDs): --gpus 2 means its first two, each worker
+    sees exactly its own, and --gpus all is the three; with no CUDA_VISIBLE_DEVICES the host's indices."""
+    from autocompile.engine.workers import assign, given
+
+    job = {"CUDA_VISIBLE_DEVICES": "4,5,6"}
+    assert given(job) == ["4", "5", "6"] and assign(parse_gpus("2", job), job) == ["4", "5"]
+    assert assign(parse_gpus("all", job), job) == ["4", "5", "6"] and assign(parse_gpus("0,2", job), job) == ["4", "6"]
+    uuids = {"CUDA_VISIBLE_DEVICES": "GPU-8f3e,GPU-11aa"}
+    assert assign(parse_gpus("all", uuids), uuids) == ["GPU-8f3e", "GPU-11aa"]
+    assert given({"CUDA_VISIBLE_DEVICES": "2,-1,3"}) == ["2"]  # CUDA reads no further than an invalid entry
+    with pytest.raises(Exception, match="given 3 GPUs"):
+        assign(parse_gpus("4", job), job)
+    assert assign(["0", "1"], {}) == ["0", "1"]  # the whole host's: indices name them
+    from autocompile.engine.workers import _worker_env
+
+    assert _worker_env("GPU-11aa", "cuda")["CUDA_VISIBLE_DEVICES"] == "GPU-11aa"

@@ -349,3 +349,135 @@ def toy_runtime_fail_in_graph() -> Workload:
     workload = _workload("toy-runtime-fail-in-graph", lengths=(MAX_LEN, MAX_LEN), output_hook=hook)
     workload.build = build
     return workload
+
+
+class CheckpointedToy(Toy):
+    """The toy with torch.utils.checkpoint around each block, on as built, as a model of one's own
+    fits a card: its workload declares how to switch it (Workload.checkpointing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.checkpointing = True
+        self.context_fn = None  # a selective policy's, where one is given
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            if self.checkpointing and self.training:
+                policy = {"context_fn": self.context_fn} if self.context_fn else {}
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False, **policy)
+            else:
+                x = block(x)
+        return self.head(x)
+
+
+def checkpointing_off(model):
+    model.checkpointing = False
+
+
+def checkpointing_selective(model, context_fn):
+    model.context_fn = context_fn
+
+
+def toy_checkpointed() -> Workload:
+    from autocompile.workloads import Checkpointing
+
+    workload = _workload("toy-checkpointed", lengths=(MAX_LEN, MAX_LEN))
+
+    def build(options: WorkloadOptions):
+        torch.manual_seed(options.seed)
+        model = CheckpointedToy().to(options.device)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    workload.build = build
+    workload.checkpointing = Checkpointing(off=checkpointing_off, selective=checkpointing_selective)
+    return workload
+
+
+def gpt2_checkpointed() -> Workload:
+    """A Hugging Face model autocompile has no code for (GPT-2's LM head at toy size), built with its
+    gradient checkpointing on as a fine-tuning script does, declaring nothing about it."""
+    workload = _workload("gpt2-checkpointed", lengths=(MAX_LEN, MAX_LEN))
+
+    def build(options: WorkloadOptions):
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        torch.manual_seed(options.seed)
+        config = GPT2Config(vocab_size=VOCAB, n_positions=MAX_LEN, n_embd=WIDTH, n_layer=2, n_head=4,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+        with torch.device(options.device):
+            model = GPT2LMHeadModel(config)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def forward(model, batch):
+        return model(input_ids=batch["input_ids"]).logits
+
+    workload.build, workload.forward = build, forward
+    workload.loss = lambda model, batch: workload.criterion(forward(model, batch), batch)
+    return workload
+
+
+def tiny_encoder() -> Workload:
+    """A masked-LM encoder (BERT's architecture at toy size), batches of a length mix padded to their longest
+    with their attention mask, as a new user's fine-tune gives them: packing needs the block mask built."""
+    from autocompile.workloads import SequenceLayout
+
+    def build(options: WorkloadOptions):
+        from transformers import BertConfig, BertForMaskedLM
+
+        torch.manual_seed(options.seed)
+        config = BertConfig(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=2 * WIDTH, max_position_embeddings=2 * MAX_LEN,
+                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        config._attn_implementation = "sdpa"
+        with torch.device(options.device):
+            model = BertForMaskedLM(config)
+        model.train()
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def batches(options: WorkloadOptions, n: int):
+        rng = random.Random(options.seed)
+        generator = torch.Generator().manual_seed(options.seed)
+        out = []
+        for _ in range(n):
+            lengths = [rng.randint(4, MAX_LEN) for _ in range(options.batch_size or 4)]
+            longest = max(lengths)
+            ids = torch.zeros(len(lengths), longest, dtype=torch.long)
+            labels = torch.full((len(lengths), longest), -100)
+            for row, length in enumerate(lengths):
+                ids[row, :length] = torch.randint(3, VOCAB, (length,), generator=generator)
+                chosen = torch.rand(length, generator=generator) < 0.15  # masked-LM: 15% of tokens predicted
+                labels[row, :length][chosen] = ids[row, :length][chosen]
+                ids[row, :length][chosen] = 2  # the [MASK] token
+            mask = (torch.arange(longest)[None] < torch.tensor(lengths)[:, None]).long()
+            out.append({"input_ids": ids.to(options.device), "attention_mask": mask.to(options.device),
+                        "labels": labels.to(options.device)})
+        return out
+
+    def forward(model, batch):
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                     position_ids=batch.get("position_ids")).logits
+
+    def criterion(logits, batch):
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+
+    return Workload(name="tiny-encoder", description="a masked-LM encoder at toy size", build=build, batches=batches,
+                    forward=forward, criterion=criterion, count=lambda batch: int(batch["attention_mask"].sum()),
+                    unit="tokens", varying={"input_ids": (1, 0), "attention_mask": (1, 0), "labels": (1, -100)},
+                    max_len=lambda options: MAX_LEN, batch_pool=4,
+                    layout=SequenceLayout(positions="position_ids", mask="attention_mask", causal=False))
+
+
+def llama_positions_dropped() -> Workload:
+    """tiny-llama whose forward drops the position ids its layout says it passes: packed, its sequences see
+    each other (a wrong declaration the numerics guard must catch)."""
+    from autocompile.workloads import get_workload
+
+    workload = get_workload("tiny-llama")
+    workload.forward = lambda model, batch: model(input_ids=batch["input_ids"]).logits
+    forward, criterion = workload.forward, workload.criterion
+    workload.loss = lambda model, batch: criterion(forward(model, batch), batch)
+    workload.name = "llama-positions-dropped"
+    return workload

@@ -105,6 +105,17 @@ def baseline_value(study, role: str, key: str):
     return trial.user_attrs.get(key) if trial else None
 
 
+EAGER_PEAK = "eager"  # --max-memory-gb eager: no more memory than eager as the workload built it
+
+
+def memory_limit(max_memory_gb, study) -> float | None:
+    """The search's memory limit in GB: --max-memory-gb's number, or with "eager", the eager baseline's peak
+    as the workload built it (None until eager has run)."""
+    if max_memory_gb == EAGER_PEAK:
+        return baseline_value(study, "eager", "peak_mem_gb")
+    return max_memory_gb
+
+
 def over_memory_baseline(study, role: str):
     """The first trial of a baseline role that ran and measured, infeasible only for its memory
     (llama-8b-60gb's eager: 3.44 steps/s at 75.15 GB against --max-memory-gb 60, H200, 2026-11-26)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import optuna
 
 from autocompile.apply import describe_config
-from autocompile.engine.records import (baseline_value, best_trial, carried, concise, eager_record, full_record,
+from autocompile.engine.records import (baseline_value, memory_limit, best_trial, carried, concise, eager_record, full_record,
                                         save_record, snippet_header, speedup, trial_folder)
 from autocompile.engine.learned import mark_refused_in, measured_as, rng_dependent
 from autocompile.engine.prediction import Predictor
@@ -282,7 +282,8 @@ class Runner:
         """Judge the record, keep it whole in the trial's folder and concise in the study, tell the
         study; the judged record."""
         settings = self.settings
-        record = judge(record, eager_record(self.study, settings.study_dir), settings.device, settings.max_memory_gb)
+        record = judge(record, eager_record(self.study, settings.study_dir), settings.device,
+                       memory_limit(settings.max_memory_gb, self.study))
         if record["status"] == "infeasible" and record.get("numerics", {}).get("differs") and settings.triage:
             self.progress.line(f"  trial {trial.number}: numerics off; comparing it with eager module by module")
             # as measured: a hard mark_dynamic that fell back is compared as the maybe it ran

@@ -125,6 +125,12 @@ def numerics_verdict(record: dict, eager: dict | None, device: str) -> dict | No
     return None
 
 
+# Why a packed configuration's losses part from the padded batch's, where they do
+PACKED_APART = ("; packed, the sequences of a row must attend only to themselves, and here they do not: the "
+                "workload's forward must pass the position ids to the model (a causal decoder takes its mask from "
+                "them), or, for an encoder, the block-diagonal mask (SequenceLayout)")
+
+
 def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | None) -> dict:
     """Make a trial that ran infeasible if it computes something else than eager
     (`numerics_verdict`), or needs more memory than allowed."""
@@ -141,7 +147,8 @@ def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | 
         record["reason"] = (f"numerics ({verdict['method']}): the loss of step {step} differs from eager by "
                             f"{verdict['max_rel_diff']:.2%} (tolerance {verdict['tolerance']:.1%}): "
                             f"{verdict['trial']} against {verdict['eager']}"
-                + (f" (rank {verdict['rank']} of {verdict['ranks']})" if "rank" in verdict else ""))
+                + (f" (rank {verdict['rank']} of {verdict['ranks']})" if "rank" in verdict else "")
+                + (PACKED_APART if record["config"].get("padding") == "pack" else ""))
         return record
     if max_memory_gb is not None and record.get("peak_mem_gb", 0) > max_memory_gb:
         record["over_memory_gb"] = record["peak_mem_gb"] - max_memory_gb

@@ -28,6 +28,10 @@ from autocompile.engine.storage import same_machine
 
 # Dimensions in the order a change is most likely to pay, and why.
 PROMISE = (
+    ("activation_checkpointing", "offered only where the model checkpoints its activations: off, compile's "
+                                 "partitioner recomputes instead (a LoRA fine-tune of the 8B Llama: 1.5x the "
+                                 "steps/s of its own checkpointing at a budget of 0.5, 1.2x at 0.05; "
+                                 "studies/README.md)"),
     ("compile_loss", "the loss compiled apart: part of llama-8b's 1.46x (studies/README.md)"),
     ("fused_optimizer", "one fused optimizer kernel: part of llama-8b's 1.46x"),
     ("compile_optimizer", "the optimizer step compiled (001: optimizer compilation)"),
@@ -41,7 +45,9 @@ PROMISE = (
                      "001's step #3, tried right after a CUDA-graph mode (5.32 against 5.54 steps/s on its "
                      "small model, A100; the captioner's compiled step with them: 19.1 against 20.6-20.9 steps/s, "
                      "22 s less warm-up, H200, 2026-11-26)"),
-    ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets)"),
+    ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets); packed, no padding computed"),
+    ("pack_attention", "packed rows under FlexAttention: the blocks where one sequence would see another skipped"),
+    ("pack_length", "packed rows of the longest sequence (one length, fewer rows) or the batch in one row"),
     ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
     ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
     ("compiled_autograd", "the whole backward as one compiled graph (002: dynamic backward graphs, hooks, FSDP); "
@@ -64,7 +70,8 @@ PROMISE = (
 PROMISING = {
     "compile_loss": {True}, "fused_optimizer": {True}, "compile_optimizer": {True}, "lr_tensor": {True},
     "mode": {"reduce-overhead"}, "inductor.shape_padding": {True},
-    "activation_memory_budget": {0.8, 0.5},
+    "activation_memory_budget": {0.8, 0.5}, "activation_checkpointing": {"off"}, "padding": {"pack"},
+    "pack_attention": {"flex"},
 }
 # Moves that multiply what a compile does: Inductor benchmarking kernel candidates (the max-autotune
 # modes turn coordinate descent on too), or the whole backward compiled again as one graph per length
@@ -85,7 +92,8 @@ def compile_heavy_values(config: dict) -> list[tuple[str, object]]:
               "inductor.coordinate_descent_tuning": (config.get("inductor") or {}).get("coordinate_descent_tuning")}
     return [(name, value) for name, value in values.items() if any(_same(value, v) for v in COMPILE_HEAVY[name])]
 # The value a dimension takes when a move makes it apply and neither parent had it.
-_PROMISING_VALUE = {name: True for name, values in PROMISING.items() if values == {True}}
+_PROMISING_VALUE = {**{name: True for name, values in PROMISING.items() if values == {True}},
+                    "activation_memory_budget": 0.5}  # the model's checkpointing turned off: half its activations kept
 
 # A parent whose warm-up is at least this share of its projected run (warm-up plus the horizon's
 # steps at its steady speed) first drops a graph it compiles besides the model's: the captioner's
@@ -392,10 +400,11 @@ BUDGET = "activation_memory_budget"
 
 def fitting_move(space, study, tried) -> dict | None:
     """The move that may make a configuration fit the memory limit: the fastest trial that ran but
-    needed more memory than --max-memory-gb, with a lower activation memory budget (the lowest
-    first: fitting is what matters; a neighbour may raise it again once it fits). None where the
-    space offers no budget or every such move was tried. llama-8b-60gb's recipes all ran over 60 GB
-    (64.1-75.2 GB) and left the search no configuration to start a neighbour from (H200, 2026-11-26)."""
+    needed more memory than --max-memory-gb, one rung down the budget ladder, or further where the
+    peaks measured at its other rungs predict the next one will not fit either (`_rung`). None where
+    the space offers no budget there (the model's own checkpointing is on) or every such move was
+    tried. llama-8b-60gb's recipes all ran over 60 GB (64.1-75.2 GB) and left the search no
+    configuration to start a neighbour from (H200, 2026-11-26)."""
     dim = next((d for d in space.dimensions if d.name == BUDGET), None)
     if dim is None:
         return None
@@ -404,8 +413,10 @@ def fitting_move(space, study, tried) -> dict | None:
             and t.user_attrs.get("role") != "finalist" and (t.params or t.user_attrs.get("role") == "compile-defaults")]
     for t in sorted(over, key=lambda t: -(t.user_attrs.get("steps_per_s") or 0)):
         base = dict(t.params) if t.params else space.params_for({})
-        current = base.get(BUDGET) or 1.0
-        for value in sorted(v for v in dim.choices if v is not None and v < current):
+        lower = sorted((v for v in dim.choices if v is not None and v < (base.get(BUDGET) or 1.0)), reverse=True)
+        limit = t.user_attrs["peak_mem_gb"] - t.user_attrs["over_memory_gb"]
+        peaks = _peaks_by_budget(study, t.user_attrs["config"])
+        for value in sorted(lower, key=lambda v: _rung(v, lower, peaks, limit)):
             params = space.params_for({**base, BUDGET: value})
             if not params or params.get(BUDGET) != value:
                 continue
@@ -415,6 +426,29 @@ def fitting_move(space, study, tried) -> dict | None:
             changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
             return {"params": params, "changed": changed, "parent": t.number, "parent_params": base, "config": config}
     return None
+
+
+def _peaks_by_budget(study, config: dict) -> dict[float, float]:
+    """The peak memory measured for `config` at each budget it ran with (None counted as 1.0)."""
+    same = {k: v for k, v in config.items() if k != BUDGET}
+    peaks = {}
+    for t in study.get_trials(deepcopy=False):
+        seen = t.user_attrs.get("config") or {}
+        if t.user_attrs.get("peak_mem_gb") and {k: v for k, v in seen.items() if k != BUDGET} == same:
+            peaks[seen.get(BUDGET) or 1.0] = t.user_attrs["peak_mem_gb"]
+    return peaks
+
+
+def _rung(value: float, lower: list[float], peaks: dict[float, float], limit: float) -> tuple:
+    """Which lower rung to try first: the highest one the measured peaks, extended as a line through the
+    two lowest budgets measured, predict to fit the limit; with one budget measured, the next rung down
+    (a step down the ladder); where no rung is predicted to fit, the lowest."""
+    if len(peaks) < 2:
+        return (0, -value)
+    (b0, p0), (b1, p1) = sorted(peaks.items())[:2]
+    slope = (p1 - p0) / (b1 - b0) if b1 != b0 else 0.0
+    fits = [v for v in lower if p0 + slope * (v - b0) <= limit]
+    return (0, -value) if value in fits else (1, value)
 
 
 CHEAPEST_OF = 4  # moves of the first rank weighed by their predicted cost

@@ -54,8 +54,9 @@ def workload_traits(workload, options) -> WorkloadTraits:
     """The model's repeated blocks, found on the meta device (no memory, no weights)."""
     from autocompile.apply import find_repeated_blocks
     from autocompile.space.optimizer import foreach_map_refusal
+    from autocompile.workloads import checkpointing, packing
 
-    regions, fusable, refusal = None, False, WorkloadTraits.foreach_map_refusal
+    regions, fusable, refusal, found, flex = None, False, WorkloadTraits.foreach_map_refusal, None, False
     try:
         import dataclasses
 
@@ -63,29 +64,39 @@ def workload_traits(workload, options) -> WorkloadTraits:
         regions = find_repeated_blocks(model)
         fusable = "fused" in getattr(optimizer, "defaults", {})
         refusal = foreach_map_refusal(optimizer)
+        found = checkpointing.find(model, workload.checkpointing)
+        flex = bool(workload.layout and workload.layout.causal) and packing.flex_switchable(model)
         del model, optimizer
+    except UserError:
+        raise  # the workload cannot be built here (a missing package): say so
     except Exception:
         regions = None  # found when a trial builds the model
+        found = checkpointing.find(None, workload.checkpointing)
     return WorkloadTraits(varying=dict(workload.varying), parts=tuple(workload.parts), regions=regions,
                           fusable_optimizer=fusable, criterion=workload.split_loss,
-                          schedule=workload.schedule is not None, lengths=_length_range(workload, options),
-                          foreach_map_refusal=refusal)
+                          schedule=workload.schedule is not None, **_batch_shape(workload, options),
+                          foreach_map_refusal=refusal, checkpointing=found.where if found else None,
+                          selective_checkpointing=bool(found and found.selective),
+                          checkpoint_in_forward=bool(found and found.in_forward),
+                          pack_refusal=packing.refusal(workload), flex_attention=flex)
 
 
-def _length_range(workload, options) -> tuple[int, int] | None:
-    """The varying dimension's range: the shortest length in the batch pool, the longest the
-    workload allows. Batches are built on the CPU (cheap, and the same lengths as on any device)."""
+def _batch_shape(workload, options) -> dict:
+    """The varying dimension's range (`lengths`: the shortest length in the batch pool, the longest the
+    workload allows) and a batch's rows. Batches are built on the CPU (cheap, and the same lengths as on
+    any device); a workload that cannot build them there gives neither, and no rule counts its shapes."""
     import dataclasses
 
     if not workload.varying:
-        return None
+        return {"lengths": None}
     cpu = dataclasses.replace(options, device="cpu")
     key, (dim, _) = next(iter(workload.varying.items()))
     try:
-        shortest = min(batch[key].shape[dim] for batch in workload.batches(cpu, workload.batch_pool))
-    except Exception:  # a workload that cannot build batches on the CPU: no rule can count its shapes
-        return None
-    return shortest, max(workload.max_len(options), shortest)
+        pool = workload.batches(cpu, workload.batch_pool)
+    except Exception:
+        return {"lengths": None}
+    shortest = min(batch[key].shape[dim] for batch in pool)
+    return {"lengths": (shortest, max(workload.max_len(options), shortest)), "rows": max(b[key].shape[0] for b in pool)}
 
 
 def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, fixed=None,
@@ -110,6 +121,8 @@ NEAR_CAPACITY = 0.9  # eager's peak at this share of the device's memory or more
 def memory_bound(max_memory_gb: float | None, device: str, study=None) -> str | None:
     """Why memory is the constraint of a search, or None: --max-memory-gb, or the study's eager
     baseline ran out of memory or peaked within 10% of the device's memory."""
+    if max_memory_gb == "eager":
+        return "--max-memory-gb eager: no more than eager's peak as the workload built it"
     if max_memory_gb is not None:
         return f"--max-memory-gb {max_memory_gb:g}"
     eager = next((t.user_attrs for t in (study.trials if study else ()) if t.user_attrs.get("role") == "eager"

@@ -25,14 +25,52 @@ from autocompile.trial import die_with_parent
 WAIT_FOR_OTHERS_S = 5.0  # how often the search looks whether other hosts' workers are done
 
 
-def parse_gpus(text: str) -> list[str]:
-    """--gpus: a count ("4": GPUs 0-3) or a comma list of GPU indices ("0,2", "3,")."""
+def parse_gpus(text: str, environ=None) -> list[str]:
+    """--gpus: a count ("4": the first 4 GPUs this process was given), "all" (every one of them) or a comma
+    list of their indices ("0,2", "3,"), counted within CUDA_VISIBLE_DEVICES where it is set (`given`)."""
     items = [item.strip() for item in str(text).split(",") if item.strip()]
+    if str(text).strip() == "all":
+        count = len(given(environ))
+        if not count:
+            raise UserError("--gpus all: this process was given no GPU (CUDA_VISIBLE_DEVICES, or none found)")
+        return [str(i) for i in range(count)]
     if "," not in str(text) and len(items) == 1 and items[0].isdigit() and int(items[0]) >= 1:
         return [str(i) for i in range(int(items[0]))]
     if items and all(item.isdigit() for item in items) and len(set(items)) == len(items):
         return items
-    raise UserError(f"--gpus takes a count (e.g. 4) or a comma list of GPU indices (e.g. 0,2), not {text!r}")
+    raise UserError(f"--gpus takes a count (e.g. 4), all, or a comma list of GPU indices (e.g. 0,2), not {text!r}")
+
+
+def given(environ=None) -> list[str]:
+    """The GPUs this process was given, as the names its workers' CUDA_VISIBLE_DEVICES must use: the entries of
+    its own CUDA_VISIBLE_DEVICES (indices or UUIDs, as a scheduler's allocation or a shared host sets them),
+    else every GPU torch sees, by index."""
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        names = []
+        for name in (v.strip() for v in visible.split(",")):
+            if not name or name.startswith("-"):  # CUDA reads no further than an empty or negative entry
+                break
+            names.append(name)
+        return names
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def assign(gpus: list[str], environ=None) -> list[str]:
+    """--gpus' indices (within the GPUs this process was given) as the GPUs' own names: a worker's
+    CUDA_VISIBLE_DEVICES then holds exactly its own, the job's third GPU where it was given 4,5,6."""
+    environ = os.environ if environ is None else environ
+    if environ.get("CUDA_VISIBLE_DEVICES") is None:
+        return gpus  # every GPU of the host is this process's: indices name them
+    names = given(environ)
+    for index in gpus:
+        if int(index) >= len(names):
+            raise UserError(f"--gpus {','.join(gpus)}: this process was given {len(names)} GPU"
+                            f"{'s' if len(names) != 1 else ''} (CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']})")
+    return [names[int(index)] for index in gpus]
 
 
 def _worker_command(study: str, url: str, directory: str, verbosity: int, timeout_s: float | None) -> list[str]:

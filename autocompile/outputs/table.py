@@ -22,6 +22,7 @@ def trial_rows(study) -> list[dict]:
     """One flat row per finished trial: what tables, JSON and reports show."""
     eager_sps = baseline_value(study, "eager", "steps_per_s")
     default_sps = baseline_value(study, "compile-defaults", "steps_per_s")
+    eager_peak = baseline_value(study, "eager", "peak_mem_gb")  # eager as the workload built it
     rows = []
     for t in study.trials:
         if not t.state.is_finished() or t.user_attrs.get("status") == "duplicate":  # proposed twice, never run
@@ -41,6 +42,8 @@ def trial_rows(study) -> list[dict]:
             "vs_default": a["steps_per_s"] / default_sps if a.get("steps_per_s") and default_sps else None,
             "cv": a.get("cv"), "recompiles": a.get("recompiles"), "graph_breaks": a.get("graph_breaks"),
             "peak_mem_gb": a.get("peak_mem_gb"),
+            "mem_vs_eager": a["peak_mem_gb"] / eager_peak if a.get("peak_mem_gb") and eager_peak else None,
+            "padding_share": a.get("padding_share"),  # of the tokens computed, the share that was padding
             "score": a.get("score", t.value),  # a pruned trial's value is its bound
             "wall_s": a.get("wall_s"),
             "diverges_at": a.get("diverges_at"),  # a numerics failure: where it parts from eager (trial/divergence.py)
@@ -71,21 +74,24 @@ def add_repros(rows: list[dict], study_dir: str) -> None:
             row.update(repro=made.get("repro"), repro_line=made["line"])
 
 
-def summarize(study, study_dir: str | None, write: bool = False, horizon: int | None = None) -> dict:
+def summarize(study, study_dir: str | None, write: bool = False, horizon: int | None = None,
+              max_memory_gb: float | None = None) -> dict:
     """The winner and the table; with write, the winner's snippet goes to study_dir. With a
-    horizon other than the study's, the winner for it comes from the measurements (its score too)."""
+    horizon other than the study's, or a memory limit, the winner for it comes from the
+    measurements (its score too)."""
     rows = trial_rows(study)
     if study_dir:
         add_repros(rows, study_dir)
     searched = study.user_attrs.get("horizon", 1000)
     horizon = horizon or searched
-    if horizon == searched:
+    if horizon == searched and max_memory_gb is None:
         best, score_of = best_trial(study), (lambda t: t.value)
     else:
         from autocompile.outputs.pareto import best_trial_for
         from autocompile.engine.scoring import score
 
-        best, score_of = best_trial_for(study, horizon), (lambda t: score(t.user_attrs, horizon))
+        best = best_trial_for(study, horizon, max_memory_gb)
+        score_of = lambda t: score({**t.user_attrs, "status": "ok"}, horizon)  # noqa: E731 (within the limit: it ran)
     summary = {"study": study.study_name, "rows": rows, "best": None, "horizon": horizon,
                "finalists": study.user_attrs.get("finalists"), "effects": effects(study)}
     if best is None:
@@ -102,6 +108,8 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
         "vs_default": a["steps_per_s"] / default_sps if default_sps else None,
         "warmup_kind": a.get("warmup_kind"),
     }
+    if max_memory_gb is not None:
+        summary["best"]["max_memory_gb"] = max_memory_gb
     verdict = summary["finalists"]
     over = [(name, t.user_attrs["peak_mem_gb"]) for role, name in (("eager", "eager"), ("compile-defaults", "plain torch.compile"))
             if not baseline_trial(study, role) and (t := over_memory_baseline(study, role))]
@@ -198,6 +206,12 @@ def winner_snippet(study, best, study_dir: str | None = None, summary_best: dict
         f"steady ({speedup(a.get('steps_per_s'), eager)} eager, {_against_defaults(speedup(a.get('steps_per_s'), default))}), "
         f"{_warm_up_words(a)}."
     )
+    config = a.get("config") or {}
+    if a.get("peak_mem_gb") and (config.get("activation_checkpointing", "as_built") != "as_built"
+                                 or config.get("activation_memory_budget") is not None):
+        eager_peak = baseline_value(study, "eager", "peak_mem_gb")
+        measured += (f" Peak memory {a['peak_mem_gb']:.1f} GB ({a.get('peak_mem_kind', 'measured')})"
+                     + (f", eager as built {eager_peak:.1f} GB." if eager_peak else "."))
     snippet = a.get("snippet", "")
     first_line_end = snippet.find("\n")
     # The snippet's docstring opens on its first line: add the measurement below it.
@@ -208,7 +222,8 @@ TABLE_COLUMNS = (("#", "number", "{}"), ("role", "role", "{}"), ("status", "stat
                  ("warm-up s", "warmup_s", "{:.1f}"), ("steps/s", "steps_per_s", "{:.3g}"),
                  ("vs eager", "vs_eager", "{:.2f}x"), ("vs default", "vs_default", "{:.2f}x"),
                  ("cv", "cv", "{:.1%}"), ("recomp", "recompiles", "{}"), ("breaks", "graph_breaks", "{}"),
-                 ("peak GB", "peak_mem_gb", "{:.2f}"), ("score", "score", "{:.3g}"), ("config", "config", "{}"))
+                 ("peak GB", "peak_mem_gb", "{:.2f}"), ("mem vs eager", "mem_vs_eager", "{:.2f}x"),
+                 ("padding", "padding_share", "{:.0%}"), ("score", "score", "{:.3g}"), ("config", "config", "{}"))
 
 
 def format_table(rows: list[dict]) -> str:
@@ -256,7 +271,9 @@ def format_best(best: dict) -> str:
             + (f"; no eager reference: {best['no_eager']}, so the ratios are against plain torch.compile"
                if best.get("no_eager") else "")
             + (f"; {best['references_over_memory']}, above the memory limit: the ratios are still against their speeds"
-               if best.get("references_over_memory") else ""))
+               if best.get("references_over_memory") else "")
+            + (f"; peak {best['peak_mem_gb']:.2f} GB, within --max-memory-gb {best['max_memory_gb']:g}"
+               if best.get("max_memory_gb") is not None else ""))
 
 
 FAILED = ("compile_error", "failed", "crashed", "oom")

@@ -29,6 +29,7 @@ from autocompile.space import rules
 from autocompile.space.capabilities import _MISSING, Capabilities, _inductor_default
 from autocompile.space.dimensions import (
     ACTIVATION_BUDGETS,
+    CHECKPOINTING,
     CUDA_GRAPH_MODES,
     DEFAULTS,
     EAGER,
@@ -38,9 +39,12 @@ from autocompile.space.dimensions import (
     INDUCTOR_OPTIONS_CUDAGRAPHS,
     MARK_DYNAMIC,
     MODES,
+    PACK_ATTENTION,
+    PACK_LENGTHS,
     PADDINGS,
     PARALLEL,
     PARALLEL_KEYS,
+    RECIPE_NEEDS,
     SCOPES,
     STARTING_POINTS,
     Dimension,
@@ -60,7 +64,7 @@ from autocompile.space.spacefile import SpaceFile, _toml_none, load_space_file
 
 # What other modules import from `autocompile.space`: the names defined in its modules.
 __all__ = [
-    "CUDA_GRAPH_MODES", "DEFAULTS", "PARALLEL", "PARALLEL_KEYS", "EAGER", "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
+    "ACTIVATION_BUDGETS", "CHECKPOINTING", "CUDA_GRAPH_MODES", "DEFAULTS", "PARALLEL", "PARALLEL_KEYS", "EAGER", "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
     "INDUCTOR_OPTIONS_CUDAGRAPHS", "MARK_DYNAMIC", "MODES", "PADDINGS", "SCOPES", "STARTING_POINTS",
     "Capabilities", "Dimension", "SearchSpace", "SpaceFile", "WorkloadTraits",
     "bucket_lengths", "doomed", "load_space_file", "uses_autotune", "uses_cuda_graphs",
@@ -95,8 +99,8 @@ class SearchSpace:
             self.fix(name, value)
 
     # -- building ---------------------------------------------------------------------------
-    def _add(self, name, choices, help, active=lambda c: True):
-        self.dimensions.append(Dimension(name, tuple(choices), help, active))
+    def _add(self, name, choices, help, active=lambda c: True, where: str = ""):
+        self.dimensions.append(Dimension(name, tuple(choices), help, active, where))
 
     def _build(self) -> None:
         caps, traits = self.caps, self.traits
@@ -138,9 +142,7 @@ class SearchSpace:
                                                   "not as forward + criterion"))
 
         if traits.varying:
-            self._add("padding", PADDINGS, "how varying lengths are padded before the forward pass")
-            self._add("pad_multiple", (8, 32, 64), "pad the longest up to a multiple of",
-                      lambda c: c["padding"] == "multiple")
+            self._padding_dimensions()
             marks = ["off"]
             if caps.has_mark_dynamic:
                 marks.append("mark")
@@ -172,6 +174,33 @@ class SearchSpace:
                                   "torch._dynamo.compiled_autograd context manager"))
         self.left_out.append(("matmul_precision, recompile_limit", "change numerics or limits: only set with --set"))
         self._parallel_dimensions()
+
+    def _padding_dimensions(self) -> None:
+        """How varying lengths reach the model: padded (to the longest, a multiple, buckets, the maximum),
+        or packed into rows where the workload's layout allows it, with the attention that packing needs."""
+        paddings = [p for p in PADDINGS if p != "pack" or not self.traits.pack_refusal]
+        if self.traits.pack_refusal:
+            self.left_out.append(("padding=pack", self.traits.pack_refusal))
+        self._add("padding", paddings, "how varying lengths are padded before the forward pass, or packed")
+        packs = lambda c: c["padding"] == "pack"  # noqa: E731
+        if "pack" in paddings:
+            self._add("pack_length", PACK_LENGTHS, "packed rows: as long as the workload's longest sequence, "
+                      "several per batch (the row count varies), or the whole batch in one row", packs,
+                      where="padding is pack")
+        self._add("pad_multiple", (8, 32, 64), "pad the longest (or a batch packed in one row) up to a multiple of",
+                  lambda c: c["padding"] == "multiple" or (packs(c) and c["pack_length"] == "batch"),
+                  where="padding is multiple, or pack in one row" if "pack" in paddings else "")
+        if "pack" in paddings and self.traits.flex_attention and not self.caps.cuda:
+            self.left_out.append(("pack_attention", f"FlexAttention has no backward on the CPU (torch "
+                                  f"{self.caps.torch_version}): training with it needs a GPU"))
+        elif "pack" in paddings and self.traits.flex_attention:
+            self._add("pack_attention", PACK_ATTENTION, "the model's own attention under packing (a dense "
+                      "block-diagonal mask), or FlexAttention with a document mask (blocks across sequences skipped)",
+                      packs, where="padding is pack")
+        elif "pack" in paddings:
+            self.left_out.append(("pack_attention", "FlexAttention under packing is offered for causal decoders of "
+                                  "Hugging Face's that support it (they build its document mask from the position "
+                                  "ids), with FlexAttention in this torch"))
 
     def _parallel_dimensions(self) -> None:
         """What exists only under DDP or FSDP2. Never offered without --parallel, so a
@@ -220,17 +249,45 @@ class SearchSpace:
                       lambda c: not c["compile_optimizer"] and not c["fused_optimizer"])
 
     def _memory_dimension(self) -> None:
-        """The activation memory budget, where memory is the constraint (a lower budget recomputes
-        activations in the backward instead of keeping them: slower, and it fits)."""
-        if not self.caps.has_activation_memory_budget:
-            self.left_out.append(("activation_memory_budget", f"torch {self.caps.torch_version} has no "
+        """Memory against speed: the model's own activation checkpointing, where it has some, and the
+        partitioner's activation memory budget, where that checkpointing is off or memory is the
+        constraint (a lower budget recomputes activations in the backward instead of keeping them:
+        slower, and it fits)."""
+        caps, traits = self.caps, self.traits
+        checkpoints = bool(traits.checkpointing)
+        if checkpoints:
+            choices = ["as_built", "off"]
+            if traits.selective_checkpointing and caps.has_selective_checkpointing:
+                choices.append("selective")
+            elif traits.selective_checkpointing:
+                self.left_out.append(("activation_checkpointing=selective", f"torch {caps.torch_version} has no "
+                                      "torch.utils.checkpoint.create_selective_checkpoint_contexts"))
+            else:
+                self.left_out.append(("activation_checkpointing=selective", "the workload's Checkpointing declares "
+                                      "no selective hook"))
+            self._add("activation_checkpointing", choices,
+                      f"the model's own activation checkpointing ({traits.checkpointing}): as built, off (compile's "
+                      "partitioner recomputes instead, by the budget), or selective (matrix products and attention "
+                      "kept, the rest recomputed)",
+                      where="" if traits.checkpoint_in_forward or "selective" not in choices else
+                      "selective: with scope full or modular, where the compile traces the model's checkpoint")
+        else:
+            self.left_out.append(("activation_checkpointing", "the model does not checkpoint its activations (no "
+                                  "Hugging Face checkpointing on, no Workload.checkpointing)"))
+        if not caps.has_activation_memory_budget:
+            self.left_out.append(("activation_memory_budget", f"torch {caps.torch_version} has no "
                                   "torch._functorch.config.activation_memory_budget"))
-        elif not self.traits.memory_bound:
+        elif checkpoints:
+            self._add("activation_memory_budget", ACTIVATION_BUDGETS,
+                      "activations kept for the backward, the rest recomputed by compile's partitioner",
+                      lambda c: c["activation_checkpointing"] == "off", where="activation_checkpointing is off")
+        elif not traits.memory_bound:
             self.left_out.append(("activation_memory_budget", "memory is not the constraint: offered with "
-                                  "--max-memory-gb, or where eager's peak is within 10% of the device's memory"))
+                                  "--max-memory-gb, where eager's peak is within 10% of the device's memory, or where "
+                                  "the model checkpoints its activations"))
         else:
             self._add("activation_memory_budget", ACTIVATION_BUDGETS,
-                      f"activations kept for the backward, the rest recomputed ({self.traits.memory_bound})")
+                      f"activations kept for the backward, the rest recomputed ({traits.memory_bound})")
 
     def _extend(self, space_file: SpaceFile) -> None:
         """[inductor]: extra Inductor options to try, each checked against the installed torch."""
@@ -342,7 +399,10 @@ class SearchSpace:
     def starting_points(self) -> list[dict]:
         """Known-good recipes tried right after the baselines, as Optuna parameters."""
         points = []
+        names = {d.name for d in self.dimensions}
         for recipe in STARTING_POINTS:
+            if any(key in recipe and key not in names for key in RECIPE_NEEDS):
+                continue  # a recipe about the model's own checkpointing, for a model without any
             params = self.params_for(recipe)
             if params and params not in points:
                 points.append(params)
@@ -391,7 +451,7 @@ class SearchSpace:
         if not isinstance(full["compile"], bool):
             raise UserError("compile must be true or false")
         if not full["compile"]:
-            return {**EAGER, **{k: full[k] for k in ("padding", "pad_multiple")}}
+            return {**EAGER, **{k: full[k] for k in ("padding", "pad_multiple", "pack_length", "pack_attention")}}
 
         def check(name, value, choices):
             if not _member(value, choices):
@@ -410,10 +470,18 @@ class SearchSpace:
                      "static_grads", "foreach_map_optimizer"):
             check(name, full[name], (False, True))
         check("dynamic", full["dynamic"], (None, True, False))
+        check("activation_checkpointing", full["activation_checkpointing"], CHECKPOINTING)
+        budget = full["activation_memory_budget"]
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                   or not 0 < budget <= 1):
+            raise UserError(f"activation_memory_budget must be null or a share of the activations in (0, 1], "
+                            f"got {_show(budget)}")
         check("padding", full["padding"], PADDINGS)
-        if full["padding"] == "multiple":
+        check("pack_length", full["pack_length"], PACK_LENGTHS)
+        check("pack_attention", full["pack_attention"], PACK_ATTENTION)
+        if full["padding"] == "multiple" or (full["padding"] == "pack" and full["pack_length"] == "batch"):
             if not isinstance(full["pad_multiple"], int) or isinstance(full["pad_multiple"], bool) or full["pad_multiple"] < 1:
-                raise UserError("padding 'multiple' needs pad_multiple, a positive integer")
+                raise UserError("padding 'multiple' (and pack in one row) needs pad_multiple, a positive integer")
         check("mark_dynamic", full["mark_dynamic"], MARK_DYNAMIC)
         if not isinstance(full["inductor"], dict):
             raise UserError("inductor must be an object of Inductor options")
@@ -461,6 +529,7 @@ class SearchSpace:
             "space_file": self.space_file.path if self.space_file else None,
             "dimensions": [
                 {"name": d.name, "choices": list(d.choices), "help": d.help,
+                 **({"where": d.where} if d.where else {}),
                  **({"fixed": self.fixed[d.name]} if d.name in self.fixed else {})}
                 for d in self.dimensions
             ],

@@ -25,6 +25,8 @@ class Capabilities:
     recompile_limit_key: str | None
     recompile_limit: int | None = None  # Dynamo's default: compiles of one function before it runs eager
     has_activation_memory_budget: bool = False  # torch._functorch.config.activation_memory_budget
+    # torch.utils.checkpoint.create_selective_checkpoint_contexts (selective activation checkpointing)
+    has_selective_checkpointing: bool = False
     compiled_autograd_api: str | None = None  # torch._dynamo.compiled_autograd's context manager: "_enable" or "enable"
     has_mark_static_address: bool = False  # torch._dynamo.mark_static_address (static_grads)
     has_foreach_map: bool = False  # torch._higher_order_ops.foreach_map (foreach_map_optimizer)
@@ -45,6 +47,7 @@ class Capabilities:
             if value is not _MISSING:
                 present[key] = value
         import torch._functorch.config as functorch_config
+        import torch.utils.checkpoint
 
         limit_key = next((k for k in ("recompile_limit", "cache_size_limit") if hasattr(dynamo_config, k)), None)
         return cls(
@@ -56,6 +59,7 @@ class Capabilities:
             recompile_limit_key=limit_key,
             recompile_limit=getattr(dynamo_config, limit_key) if limit_key else None,
             has_activation_memory_budget=hasattr(functorch_config, "activation_memory_budget"),
+            has_selective_checkpointing=hasattr(torch.utils.checkpoint, "create_selective_checkpoint_contexts"),
             compiled_autograd_api=compiled_autograd_api_name(),
             has_mark_static_address=callable(getattr(torch._dynamo, "mark_static_address", None)),
             has_foreach_map=has_foreach_map(),

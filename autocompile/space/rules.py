@@ -28,10 +28,16 @@ SEEN_FAILING = (
 )
 
 
-def compiled_shapes(padding: str, pad_multiple: int | None, lengths: tuple[int, int], buckets: list[int]) -> int:
+def compiled_shapes(padding: str, pad_multiple: int | None, lengths: tuple[int, int], buckets: list[int],
+                    rows: int = 1, pack_length: str = "longest") -> int:
     """How many distinct lengths a varying dimension takes after padding, over its whole range
-    (lowest, highest): what a training run sees, not only the batches a trial measures."""
+    (lowest, highest): what a training run sees, not only the batches a trial measures. Packed: rows of
+    the longest take one length and up to `rows` row counts; one row takes the batch's whole length."""
     low, high = lengths
+    if padding == "pack" and pack_length == "longest":
+        return rows
+    if padding == "pack":
+        return math.ceil(rows * high / pad_multiple) - math.ceil(low / pad_multiple) + 1
     if padding == "max":
         return 1
     if padding == "buckets":
@@ -42,6 +48,11 @@ def compiled_shapes(padding: str, pad_multiple: int | None, lengths: tuple[int, 
     return high - low + 1  # longest in the batch: every length
 
 
+# CUDA graphs under the model's own non-reentrant checkpointing, open upstream (pytorch/pytorch#154306):
+# the releases it was seen on, and those not known to be rid of it (every release this package allows).
+CUDA_GRAPHS_UNDER_CHECKPOINTING = ("2.11", "2.12", "2.13", "2.14")
+
+
 def doomed(config: dict, traits, caps) -> str | None:
     """Why a configuration that may run cannot work or cannot pay off here, or None."""
     if not config["compile"]:
@@ -49,7 +60,22 @@ def doomed(config: dict, traits, caps) -> str | None:
     for releases, applies, reason in SEEN_FAILING:
         if caps.torch_version.startswith(releases) and applies(config):
             return reason
-    return _a_float_lr_under_a_schedule(config, traits) or _over_the_recompile_limit(config, traits, caps)
+    return (_cuda_graphs_under_checkpointing(config, traits, caps) or _a_float_lr_under_a_schedule(config, traits)
+            or _over_the_recompile_limit(config, traits, caps))
+
+
+def _cuda_graphs_under_checkpointing(config: dict, traits, caps) -> str | None:
+    """CUDA graphs fail to record where the model's own checkpointing recomputes its blocks (its freed
+    activations break the recording): a LoRA fine-tune of the 8B Llama with Hugging Face checkpointing,
+    regional reduce-overhead, H200, torch 2.11, 2026-11-27."""
+    on = config.get("activation_checkpointing", "as_built") != "off"
+    if not (traits.checkpointing and on and uses_cuda_graphs(config)
+            and caps.torch_version.startswith(CUDA_GRAPHS_UNDER_CHECKPOINTING)):
+        return None
+    return ("CUDA graphs under the model's own activation checkpointing fail in training: \"graph recording observed "
+            "an input tensor deallocate during graph recording that did not occur during replay\" "
+            f"(pytorch/pytorch#154306, open; torch {caps.torch_version}); turn the model's checkpointing off "
+            "(activation_checkpointing off) to use them")
 
 
 def _a_float_lr_under_a_schedule(config: dict, traits) -> str | None:
@@ -70,10 +96,12 @@ def _over_the_recompile_limit(config: dict, traits, caps) -> str | None:
     limit = config.get("recompile_limit") or caps.recompile_limit
     if not limit:
         return None
-    shapes = compiled_shapes(config["padding"], config["pad_multiple"], traits.lengths, bucket_lengths(traits.lengths[1]))
+    shapes = compiled_shapes(config["padding"], config["pad_multiple"], traits.lengths, bucket_lengths(traits.lengths[1]),
+                             traits.rows, config.get("pack_length", "longest"))
     if shapes <= limit:
         return None
     how = {"longest": "padded to the longest in each batch", "max": "padded to the maximum",
+           "pack": f"packed ({config.get('pack_length', 'longest')})",
            "buckets": "padded to buckets", "multiple": f"padded to a multiple of {config['pad_multiple']}"}
     return (f"dynamic=False compiles each distinct length anew: lengths {traits.lengths[0]}-{traits.lengths[1]} "
             f"{how[config['padding']]} give {shapes} shapes, above the recompile limit of {limit} (the rest "
@@ -112,13 +140,16 @@ def rejection(space, config: dict) -> str | None:
             return f"{how}: the workload has no varying dimension to mark"
         if c["padding"] == "max":
             return f"{how} with padding 'max': every batch is padded to one length, so nothing varies to mark"
+        if c["padding"] == "pack":
+            return (f"{how} with padding 'pack': the packed keys are new tensors (and the position ids); Dynamo's "
+                    "automatic dynamic shapes mark what varies after its first change")
         if c["dynamic"] is True:
             return f"{how} with dynamic=True: every dimension is compiled dynamic already, the marks change nothing"
         if c["dynamic"] is False:
             return (f"{how} with dynamic=False: the marks win (torch {caps.torch_version} compiles the marked "
                     "dimensions dynamic, one graph for all lengths), so this is dynamic=None with the marks "
                     "under another name")
-    parallel = _parallel_rejection(space, c)
+    parallel = _parallel_rejection(space, c) or _checkpointing_rejection(space, c) or _packing_rejection(space, c)
     if parallel:
         return parallel
     if c["compile_optimizer"] and c["fused_optimizer"]:
@@ -146,6 +177,35 @@ def rejection(space, config: dict) -> str | None:
                 return f"inductor.{key} {why_inactive}"
     if not _baseline(c):
         return _narrowing_rejection(space, c) or doomed(c, traits, caps)
+    return None
+
+
+def _packing_rejection(space, c: dict) -> str | None:
+    """Packing where the workload's layout allows it; its attention switched where the model can."""
+    if c["padding"] != "pack":
+        return "pack_attention flex: only with padding pack" if c.get("pack_attention", "model") != "model" else None
+    if space.traits.pack_refusal:
+        return f"padding pack: {space.traits.pack_refusal}"
+    if c.get("pack_attention", "model") == "flex" and not space.traits.flex_attention:
+        return "pack_attention flex: the model's attention cannot be switched to FlexAttention here"
+    return None
+
+
+def _checkpointing_rejection(space, c: dict) -> str | None:
+    """The model's own checkpointing is switched only where it has some, selectively only where the
+    compile traces the checkpoint (not around each compiled block, as under scope regional)."""
+    how = c.get("activation_checkpointing", "as_built")
+    if how == "as_built":
+        return None
+    traits = space.traits
+    if not traits.checkpointing:
+        return f"activation_checkpointing {how}: the model does not checkpoint its activations"
+    if how == "selective" and not (traits.selective_checkpointing and space.caps.has_selective_checkpointing):
+        return "activation_checkpointing selective: not offered here (see `autocompile space`)"
+    if how == "selective" and c["scope"] == "regional" and not traits.checkpoint_in_forward:
+        return ("activation_checkpointing selective with scope regional: the model's checkpoint wraps each compiled "
+                "block from outside, where a selective policy sees compiled kernels, not the operations it chooses "
+                "among; use scope full or modular")
     return None
 
 

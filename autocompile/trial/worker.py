@@ -177,6 +177,9 @@ class Training:
         self.cache_loaded = namespace["load_compile_cache"](load_cache) if load_cache else None
         self.model, self.optimizer = namespace["apply_compilation"](model, optimizer)
         self.prepare_batch, self.batches = namespace["prepare_batch"], batches
+        self.workload_varying = workload.varying
+        self.varying = next(iter(workload.varying), None)  # its prepared size: the tokens a step computes
+        self.computed: dict[int, int] = {}  # batch index -> tokens computed for it (padding included)
         self.backward = namespace.get("backward") or (lambda loss: loss.backward())
         self.step_context = contextlib.nullcontext  # around the optimizer's step (the numerics replay sets it)
         if workload.split_loss:  # the criterion apart from the model, compiled where the config says so
@@ -187,6 +190,8 @@ class Training:
 
     def step(self, index: int):
         batch = self.prepare_batch(dict(self.batches[index % len(self.batches)]))
+        if self.varying and index % len(self.batches) not in self.computed:
+            self.computed[index % len(self.batches)] = batch[self.varying].numel()
         loss = self.compute_loss(batch)
         self.backward(loss)
         with self.step_context():
@@ -242,6 +247,8 @@ def run(spec: dict, events: Events, result: dict) -> None:
         _accuracy_only(torch, spec, result, setup, built)
         return
     _check_randomness(torch, spec, events, result, setup, built[0])
+    if not _packed_alike(torch, spec, events, result, setup, built[0]):
+        return  # packed, its sequences see each other: nothing worth compiling
     training = _apply(spec, result, setup, built)
     del built  # the model and optimizer live on in `training` only
     sync = _device_sync(torch, spec["device"])
@@ -430,6 +437,50 @@ def _check_randomness(torch, spec: dict, events: Events, result: dict, setup: Se
         result["rng_dependent"] = _rng_dependent(torch, setup.workload, model, setup.batches[0], result)
 
 
+# How far the model's outputs on a packed batch may part from the padded batch's, relative to their
+# largest: packing is exact up to rounding (2e-7 on the CPU in float32); a model whose packed sequences
+# see each other parts by tens of percent (tiny-llama with its position ids dropped: 50%).
+PACKED_TOLERANCE = {"cpu": 1e-3, "cuda": 5e-2}
+
+
+def _packed_alike(torch, spec: dict, events: Events, result: dict, setup: Setup, model) -> bool:
+    """For a packed configuration, whether the model, eager and before anything is compiled, gives each real
+    token of the first batch the same output packed as padded: each packed sequence attends only to itself.
+    Where it does not, the trial is infeasible with that reason (the numerics guard's, found before the
+    compile). The outputs compared are the forward's (the loss's where the workload gives it as one)."""
+    if spec["config"].get("padding") != "pack" or not setup.info.varying:
+        return True
+    from autocompile.trial.divergence import first_tensor
+
+    events.emit(phase="checking packing")
+    snippet = load_snippet(setup.snippet, "<packing check>")
+    batch = setup.batches[0]
+    source = torch.tensor(snippet["pack_plan"](dict(batch))[0], device=next(model.parameters()).device)
+    workload = setup.workload
+    run = (lambda b: first_tensor(workload.forward(model, b))) if workload.split_loss else \
+        (lambda b: workload.loss(model, b).reshape(1))
+    devices = [torch.cuda.current_device()] if source.is_cuda else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        torch.manual_seed(0)
+        padded = run(dict(batch)).float()
+        torch.manual_seed(0)
+        packed = run(snippet["prepare_batch"](dict(batch))).float()
+    if workload.split_loss and padded.dim() >= 2:
+        padded = padded.reshape(-1, *padded.shape[2:])[source[source >= 0]]
+        packed = packed.reshape(-1, *packed.shape[2:])[source >= 0]
+    apart = float((padded - packed).abs().max() / padded.abs().max().clamp(min=1e-12))
+    tolerance = PACKED_TOLERANCE["cuda" if source.is_cuda else "cpu"]
+    result["packing_check"] = {"max_rel_diff": apart, "tolerance": tolerance}
+    if apart <= tolerance:
+        return True
+    result.update(status="infeasible", reason=(
+        f"numerics (packing check): packed, the first batch's outputs part from the padded batch's by {apart:.1%} "
+        f"(tolerance {tolerance:.1%}), eager, before anything compiled: the sequences of a packed row see each other; "
+        "the workload's forward must pass the position ids to the model (a causal decoder takes its mask from them), "
+        "or, for an encoder, the block-diagonal mask (SequenceLayout)"))
+    return False
+
+
 def _apply(spec: dict, result: dict, setup: Setup, built: tuple) -> Training:
     """The snippet applied to the fresh model and optimizer, after the compile cache it is given, if any."""
     training = Training(setup.workload, built, setup.batches, setup.snippet, setup.snippet_path, spec.get("load_cache"))
@@ -477,8 +528,13 @@ def _model_info(workload, options, model, result: dict, parallel: str = "none") 
     """What the snippet needs to know of the model."""
     import torch._dynamo.config as dynamo_config
 
+    from autocompile.workloads import checkpointing
+
     regions = find_repeated_blocks(model)
     result["regions"] = regions
+    found = checkpointing.find(model, workload.checkpointing)
+    if found:
+        result["model_checkpointing"] = found.where
     return ModelInfo(
         regions=regions,
         parts=workload.parts,
@@ -488,6 +544,8 @@ def _model_info(workload, options, model, result: dict, parallel: str = "none") 
         recompile_limit_key=next((k for k in ("recompile_limit", "cache_size_limit") if hasattr(dynamo_config, k)), None),
         compiled_autograd_api=compiled_autograd_api_name(),
         parallel=parallel,
+        checkpointing=found,
+        layout=workload.layout,
     )
 
 
@@ -609,6 +667,7 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
             break
     cv = statistics.pstdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
     peak, peak_kind = _peak_memory_gb(torch, spec["device"])
+    result.update(_padding_share(training))
     result.update(
         status="ok",
         reason="",
@@ -635,6 +694,23 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
     if watcher.limit_hits:
         result["status"] = "infeasible"
         result["reason"] = "hit the recompile limit, so part of the model fell back to eager: " + watcher.limit_hits[0]
+
+
+def _padding_share(training: Training) -> dict:
+    """Of the tokens the steps computed over the batch pool, the share that was padding: real tokens are
+    those where a varying key is not its pad value in the batch as built (padded to its longest)."""
+    if not training.computed:
+        return {}
+    varying = {key: pad for key, (_, pad) in training.workload_varying.items()}
+    real = sum(int(_real(training.batches[i], varying).sum()) for i in training.computed)
+    return {"padding_share": 1 - real / sum(training.computed.values()), "tokens_computed": sum(training.computed.values())}
+
+
+def _real(batch: dict, varying: dict):
+    """Where a batch's varying keys hold a real token (any key not at its pad value)."""
+    import torch
+
+    return torch.stack([batch[key] != pad for key, pad in varying.items()]).any(0)
 
 
 def _group():
@@ -750,7 +826,9 @@ def _eager_reference(config: dict, info: ModelInfo) -> str:
     and, under --parallel, its wrapping (DDP, or FSDP2 with its reshard_after_forward)."""
     from autocompile.space import EAGER
 
-    return render_snippet({**EAGER, "padding": config["padding"], "pad_multiple": config["pad_multiple"],
+    padded = config["padding"] != "pack"  # packed: eager on the padded batch, the tokens packing must train alike
+    return render_snippet({**EAGER, "padding": config["padding"] if padded else "longest",
+                           "pad_multiple": config["pad_multiple"] if padded else None,
                            "reshard_after_forward": config.get("reshard_after_forward", True)}, info)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from autocompile.errors import UserError
+from autocompile.workloads.checkpointing import Checkpointing
 
 ENTRY_POINT_GROUP = "autocompile.workloads"
 
@@ -32,6 +33,27 @@ class WorkloadOptions:
     seq_len: int | None = None  # longest sequence a batch may hold; None: the default
     seed: int = 0
     blocks: int | None = None  # screening: the model's repeated blocks cut to this many (None: all)
+
+
+@dataclass(frozen=True)
+class SequenceLayout:
+    """How a batch's variable-length sequences reach the model: what packing them needs to know.
+
+    The sequences are the workload's `varying` keys (each along dimension 1). Packed, a batch's sequences
+    share rows, and the model must see where each starts:
+    positions: the key under which the forward passes position ids to the model (restarting at each
+        packed sequence); None where the forward passes none, and then nothing is packed.
+    mask: the key of the padding mask the forward passes (1 on real tokens), if any.
+    causal: a causal decoder takes its packed mask from the position ids (Hugging Face's do), and the
+        mask key is set to None; an encoder (False) gets a block-diagonal mask in `mask`, which it needs.
+    shifted: label keys the loss shifts itself (Hugging Face's labels=input_ids): the first label of each
+        packed sequence is ignored, so that no sequence is trained to predict the next one's start.
+    """
+
+    positions: str | None = "position_ids"
+    mask: str | None = None
+    causal: bool = True
+    shifted: tuple[str, ...] = ()
 
 
 @dataclass
@@ -52,6 +74,10 @@ class Workload:
         optimizer step; optional (None: a constant learning rate). It is built before the
         snippet's apply_compilation runs (torch's LRScheduler wraps optimizer.step and
         cannot wrap a compiled one).
+    checkpointing: how a model of the workload's own switches its activation checkpointing
+        (`Checkpointing`), where it has some; a Hugging Face model's is found without it.
+    layout: how its variable-length sequences reach the model (`SequenceLayout`), so that the search
+        may pack them; None: never packed.
     varying: batch keys whose length varies between batches -> (dim, pad value); the
         search pads and marks exactly these.
     parts: the model's natural submodules (e.g. encoder, decoder) for modular compilation.
@@ -74,6 +100,8 @@ class Workload:
     forward: Callable[[Any, dict], Any] | None = None
     criterion: Callable[[Any, dict], Any] | None = None
     schedule: Callable[[Any], Any] | None = None
+    checkpointing: Checkpointing | None = None
+    layout: SequenceLayout | None = None
 
     def __post_init__(self):
         if (self.forward is None) != (self.criterion is None):
@@ -113,6 +141,8 @@ _BUILTIN: dict[str, str] = {
     "tiny-llama": "autocompile.workloads._llama:tiny_llama",
     "captioner": "autocompile.workloads._captioner:captioner",
     "tiny-captioner": "autocompile.workloads._captioner:tiny_captioner",
+    "lora-8b": "autocompile.workloads._lora:lora_8b",
+    "tiny-lora": "autocompile.workloads._lora:tiny_lora",
 }
 
 

@@ -6,12 +6,55 @@ import random
 
 import torch
 
-from autocompile.workloads import Workload, WorkloadOptions, warmup_cosine
+from autocompile.workloads import SequenceLayout, Workload, WorkloadOptions, warmup_cosine
 from autocompile.workloads._batching import causal_lm_loss, count_labels, sample_length, token_batch
 
 # Fine-tuning data: most sequences well below the maximum, a tail up to it (fractions of max).
 LENGTH_BINS = [(1 / 16, 1 / 4, 0.50), (1 / 4, 1 / 2, 0.35), (1 / 2, 1.0, 0.15)]
 PAD_ID = 0
+# The Llama 3.1 8B architecture, and a toy of it for the CPU
+LLAMA_3_1_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, rms_norm_eps=1e-5,
+                    tie_word_embeddings=False)
+TINY_LLAMA = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, tie_word_embeddings=False)
+
+
+def llama_model(config_kwargs: dict, options: WorkloadOptions, longest: int, dtype_on_cuda, dtype_on_cpu,
+                attention: str = "sdpa"):
+    """A LlamaForCausalLM of random weights built in place on the device (no download, no copy), in
+    training mode, with no KV cache (it would also cost recompiles)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dtype = dtype_on_cuda if options.device.startswith("cuda") else dtype_on_cpu
+    config = LlamaConfig(**config_kwargs, max_position_embeddings=max(longest, 2048))
+    if options.blocks:  # screening: fewer decoder layers, built that way (never built full)
+        config.num_hidden_layers = min(options.blocks, config.num_hidden_layers)
+    config._attn_implementation = attention
+    config.use_cache = False
+    torch.manual_seed(options.seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(options.device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.train()
+    return model
+
+
+def text_batches(options: WorkloadOptions, n: int, size: int, longest: int, vocab: int, bins=LENGTH_BINS) -> list[dict]:
+    """n batches of `size` texts of a fine-tuning length mix (fractions of `longest`), each padded to
+    its longest: input_ids and next-token labels."""
+    rng = random.Random(options.seed)
+    bins = [(max(2, int(lo * longest)), max(2, int(hi * longest)), w) for lo, hi, w in bins]
+    out = []
+    for _ in range(n):
+        lengths = [sample_length(rng, bins) for _ in range(size)]
+        input_ids, labels = token_batch(rng, lengths, vocab, PAD_ID, None)
+        out.append({"input_ids": input_ids.to(options.device), "labels": labels.to(options.device)})
+    return out
 
 
 def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, dtype_on_cpu, pool, gpu_only=False,
@@ -20,42 +63,17 @@ def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, 
         return options.seq_len or seq_len
 
     def build(options: WorkloadOptions):
-        from transformers import LlamaConfig, LlamaForCausalLM
-
-        dtype = dtype_on_cuda if options.device.startswith("cuda") else dtype_on_cpu
-        config = LlamaConfig(**config_kwargs, max_position_embeddings=max(max_len(options), 2048))
-        if options.blocks:  # screening: fewer decoder layers, built that way (never built full)
-            config.num_hidden_layers = min(options.blocks, config.num_hidden_layers)
-        config._attn_implementation = attention
-        config.use_cache = False  # training: no KV cache (it would also cost recompiles)
-        torch.manual_seed(options.seed)
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            with torch.device(options.device):  # random weights built in place: no download, no copy
-                model = LlamaForCausalLM(config)
-        finally:
-            torch.set_default_dtype(previous)
-        model.train()
+        model = llama_model(config_kwargs, options, max_len(options), dtype_on_cuda, dtype_on_cpu, attention)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         return model, optimizer
 
     def batches(options: WorkloadOptions, n: int) -> list[dict]:
-        rng = random.Random(options.seed)
-        longest = max_len(options)
-        size = options.batch_size or batch_size
-        bins = [(max(2, int(lo * longest)), max(2, int(hi * longest)), w) for lo, hi, w in LENGTH_BINS]
-        out = []
-        for _ in range(n):
-            lengths = [sample_length(rng, bins) for _ in range(size)]
-            input_ids, labels = token_batch(rng, lengths, config_kwargs["vocab_size"], PAD_ID, None)
-            # Right padding under causal attention leaves real tokens untouched, and padded
-            # labels are ignored, so no attention mask is needed (and SDPA keeps its fast path).
-            out.append({"input_ids": input_ids.to(options.device), "labels": labels.to(options.device)})
-        return out
+        # Right padding under causal attention leaves real tokens untouched, and padded labels are
+        # ignored, so no attention mask is needed (and SDPA keeps its fast path).
+        return text_batches(options, n, options.batch_size or batch_size, max_len(options), config_kwargs["vocab_size"])
 
     def forward(model, batch):
-        return model(input_ids=batch["input_ids"]).logits
+        return model(input_ids=batch["input_ids"], position_ids=batch.get("position_ids")).logits
 
     def criterion(logits, batch):
         return causal_lm_loss(logits, batch["labels"])
@@ -74,6 +92,7 @@ def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, 
         varying={"input_ids": (1, PAD_ID), "labels": (1, -100)},
         max_len=max_len,
         parts=(),
+        layout=SequenceLayout(positions="position_ids"),
         batch_pool=pool,
         gpu_only=gpu_only,
     )
@@ -83,17 +102,7 @@ def llama_8b() -> Workload:
     return _make(
         "llama-8b",
         "Llama 3.1 8B architecture, random bf16 weights, AdamW with warm-up + cosine LR, batch 2 x up to 2048 tokens (GPU)",
-        dict(
-            vocab_size=128256,
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=32,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            rope_theta=500000.0,
-            rms_norm_eps=1e-5,
-            tie_word_embeddings=False,
-        ),
+        LLAMA_3_1_8B,
         batch_size=2,
         seq_len=2048,
         dtype_on_cuda=torch.bfloat16,
@@ -111,15 +120,7 @@ def tiny_llama() -> Workload:
         "tiny-llama",
         "Llama architecture at toy size (2 layers, hidden 32, eager attention), AdamW with warm-up + cosine LR, "
         "batch 8 x up to 64 tokens",
-        dict(
-            vocab_size=256,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            tie_word_embeddings=False,
-        ),
+        TINY_LLAMA,
         batch_size=8,
         seq_len=64,
         dtype_on_cuda=torch.bfloat16,

@@ -1,0 +1,44 @@
+"""Whether a workload's variable-length batches can be packed, and whether its model's attention can be
+switched to FlexAttention under packing.
+
+Packed, a batch's sequences share rows (first fit, longest first), each sequence whole in one row, so
+no padding is computed but the rows' tail; each sequence must attend only to itself, which the model
+learns from the position ids (a causal decoder of Hugging Face's) or a block-diagonal mask (an
+encoder). What the workload declares for it is its `SequenceLayout`; the snippet's `pack` does it.
+"""
+
+from __future__ import annotations
+
+
+def refusal(workload) -> str | None:
+    """Why the workload's batches cannot be packed, or None."""
+    layout = workload.layout
+    if not workload.varying:
+        return "the workload has no varying dimension"
+    if layout is None:
+        return ("the workload declares no SequenceLayout (Workload.layout): which key its forward passes as "
+                "position ids, and its mask, so that packed sequences attend only to themselves")
+    if layout.positions is None:
+        return ("the workload's forward passes no position ids (SequenceLayout.positions is None): packed "
+                "sequences would attend to each other")
+    along = {key: dim for key, (dim, _) in workload.varying.items() if dim != 1}
+    if along:
+        return f"packing joins sequences along dimension 1, and {', '.join(f'{k} varies along {d}' for k, d in along.items())}"
+    if not layout.causal and layout.mask is None:
+        return "an encoder's packed sequences need a block-diagonal mask, and its SequenceLayout names no mask key"
+    if layout.mask is not None and layout.mask not in workload.varying:
+        return f"the mask key {layout.mask!r} is not one of the varying keys, so it is not packed with them"
+    return None
+
+
+def flex_switchable(model) -> bool:
+    """Whether the model is a Hugging Face model (itself, or inside a wrapper) that can switch its attention
+    to FlexAttention (`set_attn_implementation("flex_attention")`), with torch's FlexAttention here."""
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    for module in model.modules():
+        if callable(getattr(type(module), "set_attn_implementation", None)):
+            return bool(getattr(module, "_supports_flex_attn", False))
+    return False

@@ -1,0 +1,130 @@
+"""Variable-length batches packed instead of padded: the snippet packs each batch's own sequences into rows,
+the model trains on the same tokens to the same losses, shapes repeat, and a model that lets packed
+sequences see each other is refused by the numerics guard with that reason."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet
+from autocompile.engine.study import build_space
+from autocompile.space import DEFAULTS, EAGER
+from autocompile.space.rules import compiled_shapes
+from autocompile.workloads import WorkloadOptions, get_workload
+from conftest import ROOT, toy
+
+OPTIONS = WorkloadOptions(device="cpu", seed=0)
+ENCODER = toy("tiny_encoder")
+
+
+def cli(*args):
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "autocompile", *args], capture_output=True, text=True, env=env)
+
+
+def _info(workload, model):
+    return ModelInfo(regions=find_repeated_blocks(model), parts=workload.parts, varying=dict(workload.varying),
+                     max_len=workload.max_len(OPTIONS), layout=workload.layout)
+
+
+def _train(workload, config, batches):
+    """A plain loop with the snippet of `config` pasted in: its losses, and the batches as packed."""
+    model, optimizer = workload.build(OPTIONS)
+    snippet = load_snippet(render_snippet({**DEFAULTS, **config}, _info(workload, model)))
+    model, optimizer = snippet["apply_compilation"](model, optimizer)
+    losses, seen = [], []
+    for batch in batches:
+        batch = snippet["prepare_batch"](dict(batch))
+        loss = workload.criterion(workload.forward(model, batch), batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss))
+        seen.append(batch)
+    return losses, seen
+
+
+@pytest.mark.parametrize("model, config", [
+    ("tiny-llama", {"scope": "regional", "padding": "pack"}),
+    ("tiny-llama", {"scope": "full", "padding": "pack", "pack_length": "batch", "pad_multiple": 8}),
+    (ENCODER, {"scope": "full", "padding": "pack"}),
+    (ENCODER, {"scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 32}),
+])
+def test_packed_batches_train_like_the_padded_batch(model, config):
+    """Pasted into a plain loop, the snippet's prepare_batch packs each batch's sequences into rows with
+    position ids restarting per sequence (an encoder: its block-diagonal mask), so the compiled model trains
+    on the same tokens to eager-on-the-padded-batch's losses, computing less padding."""
+    workload = get_workload(model)
+    batches = workload.batches(OPTIONS, 3) * 2
+    packed, seen = _train(workload, config, batches)
+    padded, _ = _train(workload, EAGER, batches)
+    assert packed == pytest.approx(padded, rel=1e-3)
+    assert sum(packed[3:]) < sum(packed[:3])  # the second pass over the same batches: it learned
+    for before, after in zip(batches, seen):
+        assert int((after["labels"] != -100).sum()) == int((before["labels"] != -100).sum())  # the same tokens
+        assert after["position_ids"].shape == after["input_ids"].shape
+        if config.get("pack_length") == "batch":  # one row: no padding but its tail, to a multiple
+            assert after["input_ids"].shape[0] == 1 and after["input_ids"].shape[1] % config["pad_multiple"] == 0
+            assert after["input_ids"].numel() < before["input_ids"].numel()
+        else:  # rows of the workload's longest: one length for every batch, fewer rows
+            assert after["input_ids"].shape[1] == workload.max_len(OPTIONS)
+            assert after["input_ids"].shape[0] <= before["input_ids"].shape[0]
+        if workload.layout.causal:
+            assert after["position_ids"][0, 0] == 0 and (after["position_ids"].diff(dim=1) != 1).any()
+        else:
+            assert after["attention_mask"].dim() == 4  # the block-diagonal mask the encoder needs
+
+
+def test_packed_shapes_repeat_within_the_row_count_rule():
+    """Rows of the workload's longest: every batch packs into one of at most `rows` shapes (the row count),
+    so a whole-model compile with dynamic=False compiles no more graphs than that rule counts."""
+    from torch._dynamo.utils import counters
+
+    workload = get_workload("tiny-llama")
+    batches = workload.batches(OPTIONS, 8)
+    space = build_space("tiny-llama", "cpu")
+    bound = compiled_shapes("pack", None, space.traits.lengths, [], space.traits.rows, "longest")
+    assert bound == space.traits.rows == 8
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
+    _, seen = _train(workload, {"scope": "full", "dynamic": False, "padding": "pack"}, batches * 2)
+    shapes = {tuple(b["input_ids"].shape) for b in seen}
+    padded = {tuple(b["input_ids"].shape) for b in batches}
+    assert len(shapes) < len(padded)  # shapes repeat: fewer distinct shapes than the batches padded to their longest
+    assert all(width == workload.max_len(OPTIONS) for _, width in shapes)
+    assert counters["stats"]["unique_graphs"] - before <= bound
+
+
+def test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard(tmp_path):
+    """A forward that drops the position ids its layout declares: packed, its sequences attend to each
+    other. The trial's packing check (eager, before the compile) finds it and makes the trial infeasible,
+    saying why; a model that passes them (tiny-llama) is found exact."""
+    from autocompile.trial import TrialRequest, run_trial
+
+    measure = {"min_window_s": 0.05, "min_windows": 2, "max_windows": 2}
+    packed = {**DEFAULTS, "scope": "regional", "padding": "pack"}
+    record = run_trial(TrialRequest(model=toy("llama_positions_dropped"), config=packed, device="cpu",
+                                    trial_dir=str(tmp_path / "dropped"), timeout_s=300, measure=measure))
+    assert record["status"] == "infeasible" and record["reason"].startswith("numerics (packing check)")
+    assert "the sequences of a packed row see each other" in record["reason"]
+    assert record["packing_check"]["max_rel_diff"] > 0.1 and "warmup_s" not in record  # refused before compiling
+    record = run_trial(TrialRequest(model="tiny-llama", config=packed, device="cpu", trial_dir=str(tmp_path / "kept"),
+                                    timeout_s=300, measure=measure))
+    assert record["status"] == "ok" and record["packing_check"]["max_rel_diff"] < 1e-5
+    assert 0 < record["padding_share"] < 0.5  # rows of the longest: the rows' tails
+
+
+def test_space_lists_pack_with_its_conditions_and_says_why_a_workload_cannot_pack():
+    out = cli("space", "--model", "tiny-llama", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert '"pack"]' in out.stdout and "pack_length" in out.stdout and "(where padding is pack)" in out.stdout
+    assert "FlexAttention has no backward on the CPU" in out.stdout  # pack_attention: left out here, with why
+    out = cli("space", "--model", "tiny-captioner", "--device", "cpu")
+    assert "padding=pack" in out.stdout and "declares no SequenceLayout" in out.stdout
+    described = json.loads(cli("space", "--model", ENCODER, "--device", "cpu", "--json").stdout)
+    [padding] = [d for d in described["dimensions"] if d["name"] == "padding"]
+    assert "pack" in padding["choices"]
