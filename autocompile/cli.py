@@ -571,39 +571,47 @@ def cmd_space(args) -> int:
 
 def _remembered(space, device: str, path: str | None) -> list[dict]:
     """The failure memory's left-out values for this space's torch and device, as `left_out` items."""
-    from autocompile.engine.memory import FailureMemory, device_name, store_path, why
+    from autocompile.engine.knowledge import Failures, device_name, store_path, why
 
     path = store_path(path)
     if not os.path.exists(path):
         return []
-    memory = FailureMemory(path, space, device_name(device))
-    return [{"name": entry["item"], "why": why(entry), "trials": entry["trials"]} for entry in memory.left_out()]
+    failures = Failures(path, space, device_name(device))
+    return [{"name": entry["item"], "why": why(entry), "trials": entry["trials"]} for entry in failures.left_out()]
 
 
 def cmd_failures(args) -> int:
-    from autocompile.engine import cold_memory, compile_memory
-    from autocompile.engine.memory import listing, store_path, why
+    from autocompile.engine import knowledge
+    from autocompile.engine.study import learn_from
 
-    path = store_path(args.failure_memory)
+    path = knowledge.store_path(args.failure_memory)
     if args.learn:
         study, _ = _existing_study(argparse.Namespace(study=args.learn, dir=args.dir, storage=None))
-        held = compile_memory.learn(path, study)
-        cold = cold_memory.learn(path, study, compile_memory.study_key(study))
+        learned = learn_from(path, study)
+        held, cold = learned["cuts"], learned["cold"]
         print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy or "
               f"implicated values remembered, and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
               f"in {path}")
         return 0
     if args.forget or args.forget_all:
-        count = compile_memory.forget(path, None if args.forget_all else args.forget)
-        count += cold_memory.forget(path) if args.forget_all else 0
+        count = knowledge.forget(path, None if args.forget_all else args.forget)
         print(f"forgot {count} remembered {'outcome' if count == 1 else 'outcomes'} in {path}")
         return 0
-    entries, trials = listing(path)
+    _list_knowledge(path)
+    return 0
+
+
+def _list_knowledge(path: str) -> None:
+    """`autocompile failures`: the values left out, the compile cuts and the cold runs the store holds."""
+    from autocompile.engine.knowledge import listing, why
+
+    known = listing(path)
+    entries, trials = known["left_out"], known["failed_trials"]
     print(f"failure memory {path}: {trials} failed {'trial' if trials == 1 else 'trials'} remembered, "
           f"{len(entries)} {'value' if len(entries) == 1 else 'values'} left out")
     for entry in entries:
         print(f"  {entry['item']}  [torch {entry['torch']}, {entry['device']}]  {why(entry)}")
-    cuts = compile_memory.listing(path) if os.path.exists(path) else []
+    cuts = known["cuts"]
     if cuts:
         print("ran out of the trial limit while compiling (for that model, a configuration with one is refused under a "
               "trial limit where two such cuts took 90% of it or more):")
@@ -611,11 +619,10 @@ def cmd_failures(args) -> int:
         warmed = f", warmed up in {cut['warmed_in_s']:.0f} s at most" if cut["warmed_in_s"] else ""
         print(f"  {cut['item']}  [torch {cut['torch']}, {cut['device']}, {cut['model']}]  cut {cut['cuts']} times, "
               f"after {cut['cut_after_s']} s{warmed}")
-    for cold in cold_memory.listing(path) if os.path.exists(path) else []:
+    for cold in known["cold"]:
         print(f"cold runs of the finalist round [torch {cold['torch']}, {cold['device']}, {cold['model']}]: the latest "
               f"{cold['runs']} took {cold['scale']:.2f}x the seconds their reconstructed warm-ups added (the next "
               f"round plans with it)")
-    return 0
 
 
 def cmd_export(args) -> int:

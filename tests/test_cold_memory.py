@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from autocompile.cli import main
-from autocompile.engine.cold_memory import ColdMemory
+from autocompile.engine.knowledge import ColdRuns as ColdMemory
 from autocompile.engine.study import SearchSettings, load_study, open_search
 from conftest import ROOT, toy
 

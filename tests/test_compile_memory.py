@@ -3,8 +3,8 @@ the records of the committed GPU studies: the captioner's compiled autograd ran 
 limit in captioner-fresh-5 and captioner-fresh-6 (TPE's trial 11 in each, H200, 2026-11-26)."""
 
 from autocompile.cli import main
-from autocompile.engine.compile_memory import CompileMemory, implicated
-from autocompile.engine.study import SearchSettings, load_study, open_search
+from autocompile.engine.knowledge import implicated
+from autocompile.engine.study import SearchSettings, compile_cuts as CompileMemory, load_study, open_search
 from conftest import ROOT, toy
 
 HISTORY = f"{ROOT}/studies/history"

@@ -7,7 +7,7 @@ import pytest
 
 from autocompile.cli import main
 from autocompile.space import DEFAULTS
-from autocompile.engine.memory import FailureMemory, device_name, signature
+from autocompile.engine.knowledge import Failures as FailureMemory, device_name, signature
 from autocompile.engine.strategy import next_neighbour
 from autocompile.api import run_search
 from autocompile.engine.study import SearchSettings, build_space, load_study

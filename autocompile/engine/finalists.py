@@ -102,7 +102,7 @@ def cold_check_s(study, k: int, limit_s: float | None = None) -> float:
 def cold_scale(study) -> float:
     """How many times the seconds a reconstruction added a cold run is expected to take over the
     warm-up measured with the cache: what the device's earlier cold runs of this model took
-    (`cold_memory`, recorded by the study as `cold_scale`), else 1."""
+    (`knowledge.cold`, recorded by the study as `cold_scale`), else 1."""
     return (study.user_attrs.get("cold_scale") or {}).get("scale", 1.0)
 
 

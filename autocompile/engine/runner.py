@@ -146,18 +146,18 @@ class Runner:
         self.callbacks = callbacks  # Optuna's signature, callback(study, frozen_trial): after each tell
         self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
         self.started = time.time()  # when the search began (set by open_search)
-        self.space = self.memory = self.compile_memory = None  # set by open_search
+        self.space = self.failures = self.cuts = None  # set by open_search (the knowledge store's observers)
         self.cut_baselines: set[str] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
 
     def refusal(self, config: dict) -> str | None:
         """Why `config` is not launched, before any process: it cannot work or is doomed here,
         it failed the same way twice before, or it is expected not to warm up in time (from this
-        study's trials, or from the device's other studies of this model: compile_memory)."""
+        study's trials, or from the device's other studies of this model: knowledge.cuts)."""
         limit = self.settings.trial_timeout_s
-        return (self.space.rejection(config) or self.memory.reason(config)
+        return (self.space.rejection(config) or self.failures.reason(config)
                 or too_slow(self.study, config, limit, self.space.rejection)
-                or (self.compile_memory and self.compile_memory.reason(config, limit)))
+                or (self.cuts and self.cuts.reason(config, limit)))
 
     def tried(self, config: dict, params: dict) -> bool:
         """Measured, queued or claimed, or refused before launch (see refusal)."""

@@ -30,16 +30,16 @@ import optuna
 
 from autocompile.errors import UserError
 from autocompile.engine.finalists import reserve_note, run_finalists
-from autocompile.engine.cold_memory import ColdMemory
-from autocompile.engine.compile_memory import CompileMemory
-from autocompile.engine.memory import FailureMemory, store_path
-from autocompile.engine.memory import device_name as _device_name
+from autocompile.engine import knowledge
+from autocompile.engine.knowledge import ColdRuns, CompileCuts, Failures, store_path
+from autocompile.engine.knowledge import device_name as _device_name
 from autocompile.engine.runner import Progress, Runner
 from autocompile.engine.screening import make_pruner
 from autocompile.engine.settings import DEFAULT_FINALISTS, SearchSettings  # noqa: F401
 from autocompile.space import Capabilities, SearchSpace, WorkloadTraits
 from autocompile.engine.storage import (check_study_name, counted, create_or_load, fail_stale,  # noqa: F401
                                  load_study, open_storage, set_budget, storage_url)
+from autocompile.engine.strategy import compile_heavy_values
 from autocompile.trial import caches, prestart, reap_orphans
 from autocompile.engine.records import trial_folder
 
@@ -191,18 +191,32 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     if finished:
         progress.line(f"resuming study {settings.study!r}: {len(finished)} trials already finished"
                       + (f", {stale} interrupted ones marked failed" if stale else ""))
-    memory = FailureMemory(store_path(settings.memory_path), space, _device_name(settings.device), url)
+    path = store_path(settings.memory_path)
     key = (space.caps.torch_version, _device_name(settings.device), settings.model)
-    cuts, cold = CompileMemory(store_path(settings.memory_path), *key), ColdMemory(store_path(settings.memory_path), *key)
+    failures, cuts, cold = Failures(path, space, key[1], url), compile_cuts(path, *key), ColdRuns(path, *key)
     _plan_cold_runs(study, cold, progress)
-    runner = Runner(study, storage, url, settings, progress, callbacks=(memory, cuts, cold, *callbacks), deadline=None)
-    runner.space, runner.memory, runner.compile_memory, runner.started = space, memory, cuts, started
+    callbacks = (failures, cuts, cold, *callbacks)  # the knowledge store's observers first
+    runner = Runner(study, storage, url, settings, progress, callbacks=callbacks, deadline=None)
+    runner.space, runner.failures, runner.cuts, runner.started = space, failures, cuts, started
     return runner
 
 
-def _plan_cold_runs(study, cold: ColdMemory, progress: Progress) -> None:
+def compile_cuts(path: str, torch: str, device: str, model: str) -> CompileCuts:
+    """The store's compile cuts of one model here, told what the search counts as compile-heavy
+    (`strategy.COMPILE_HEAVY`)."""
+    return CompileCuts(path, torch, device, model, heavy=compile_heavy_values)
+
+
+def learn_from(path: str, study) -> dict[str, int]:
+    """Feed a finished study into the store's compile cuts and cold runs, keyed by its model and the
+    torch and device its trials recorded (`knowledge.study_key`): how many trials each stored."""
+    key = knowledge.study_key(study)
+    return knowledge.learn(study, {"cuts": compile_cuts(path, *key), "cold": ColdRuns(path, *key)})
+
+
+def _plan_cold_runs(study, cold: ColdRuns, progress: Progress) -> None:
     """The study records what the device's earlier cold runs of the finalist round showed of the
-    reconstruction (`cold_memory`), which its own round plans with (`finalists.cold_scale`), and says so."""
+    reconstruction (`knowledge.cold`), which its own round plans with (`finalists.cold_scale`), and says so."""
     prior = cold.scale()
     study.set_user_attr("cold_scale", prior)
     if prior:

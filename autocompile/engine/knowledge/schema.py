@@ -1,0 +1,105 @@
+"""The knowledge store's file: where it lives, its tables, how a value is named, the observers' interface.
+
+One SQLite file (sqlite-utils) on the machine keeps what finished trials taught across studies,
+each row keyed by the torch version and the device's name (a newer torch starts clean). Each
+observer (`failures`, `cuts`, `cold`) is told every finished trial, as an Optuna callback, and keeps
+its own tables here; `store` forgets, lists and learns over all of them. The tables and columns are
+those the first stores wrote: a file they wrote (studies/gpu-failures.db) reads as it did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import sqlite_utils
+
+from autocompile.errors import UserError
+
+FILE_NAME = "failures.db"
+TIMES = 2  # what happened this many times here is known: a value left out, a limit expected not to fit
+
+# table: (columns, primary key)
+TABLES = {
+    "failures": ({"torch": str, "device": str, "item": str, "dims": str, "signature": str, "storage": str,
+                  "study": str, "trial": int, "status": str},
+                 ("torch", "device", "item", "signature", "storage", "study", "trial")),
+    "ran": ({"torch": str, "device": str, "item": str, "study": str, "trial": int}, ("torch", "device", "item")),
+    "compile_cuts": ({"torch": str, "device": str, "model": str, "item": str, "study": str, "trial": int,
+                      "outcome": str, "seconds": float}, ("torch", "device", "model", "item", "study", "trial")),
+    "cold_runs": ({"torch": str, "device": str, "model": str, "study": str, "trial": int, "of": int,
+                   "added_s": float, "cold_added_s": float}, ("torch", "device", "model", "study", "trial")),
+}
+
+
+def store_path(override: str | None = None) -> str:
+    """--failure-memory, else $AUTOCOMPILE_CACHE/failures.db, else ~/.cache/autocompile/ (XDG_CACHE_HOME)."""
+    if override:
+        return override
+    folder = os.environ.get("AUTOCOMPILE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autocompile")
+    return os.path.join(folder, FILE_NAME)
+
+
+def device_name(device: str) -> str:
+    """The device's name as the store keys it: the GPU's model, or "cpu" (a CUDA space listed on
+    a machine without a GPU: "cuda", which no measured trial is keyed by)."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return "cpu"
+    return torch.cuda.get_device_name(device) if torch.cuda.is_available() else "cuda"
+
+
+def open_file(path: str | None) -> sqlite_utils.Database:
+    """The store at `path`, made with its tables where it or they are missing (None: an empty one in memory)."""
+    if path is None:
+        db = sqlite_utils.Database(memory=True)
+    else:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        db = sqlite_utils.Database(path)
+    for name, (columns, pk) in TABLES.items():
+        if not db[name].exists():
+            db[name].create(columns, pk=pk)
+    return db
+
+
+def item(name: str, value) -> str:
+    """One value of a configuration as the store names it: `DIM=VALUE`, the value as JSON."""
+    return f"{name}={json.dumps(value)}"
+
+
+def parse(text: str) -> tuple[str, str]:
+    """"dim=value" -> (dim, the value as JSON): the value read as JSON, else as a plain string."""
+    if "=" not in text:
+        raise UserError(f"--forget takes DIM=VALUE (e.g. fullgraph=true), got {text!r}")
+    name, raw = (part.strip() for part in text.split("=", 1))
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return name, json.dumps(value)
+
+
+class Observer:
+    """One question the store answers from finished trials. It is told each one as an Optuna
+    callback, `observer(study, frozen_trial)`, which `take`s it; it answers with its own query
+    (`Failures.reason`, `CompileCuts.reason`, `ColdRuns.scale`). Over the whole file, `forget`
+    clears its rows (all, or those of one value) and `listing` says what it knows."""
+
+    def __call__(self, study, frozen_trial) -> None:
+        self.take(study, frozen_trial)
+
+    def take(self, study, trial) -> bool:
+        """Store what `trial` of `study` shows of this question; whether it stored anything."""
+        raise NotImplementedError
+
+    @staticmethod
+    def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
+        """Delete this observer's rows that hold `value` (DIM, VALUE as JSON), or all (None); how many went."""
+        raise NotImplementedError
+
+    @staticmethod
+    def listing(db: sqlite_utils.Database) -> dict:
+        """What `autocompile failures` shows of this observer's rows, by name."""
+        raise NotImplementedError
