@@ -195,9 +195,8 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     key = (space.caps.torch_version, _device_name(settings.device), settings.model)
     cuts, cold = CompileMemory(store_path(settings.memory_path), *key), ColdMemory(store_path(settings.memory_path), *key)
     _plan_cold_runs(study, cold, progress)
-    runner = Runner(study, storage, url, settings, progress, callbacks=(memory, cuts, cold, *callbacks), deadline=None)
-    runner.space, runner.memory, runner.compile_memory, runner.started = space, memory, cuts, started
-    return runner
+    return Runner(study, storage, url, settings, progress, callbacks=(memory, cuts, cold, *callbacks), deadline=None,
+                  space=space, memory=memory, compile_memory=cuts, started=started)
 
 
 def _plan_cold_runs(study, cold: ColdMemory, progress: Progress) -> None:
