@@ -159,7 +159,9 @@ def test_a_leader_with_a_reconstructed_warm_up_is_measured_cold_by_its_round_run
     """The round's run of a leader whose warm-up was reconstructed is from empty caches: one run that
     measures its speed again and its warm-up cold, its numerics carried (finalists._rerun), and its row
     takes that warm-up and score, the reconstructed one beside (the run a cold check would repeat)."""
-    from autocompile.engine.finalists import _check, _rerun, _row
+    from autocompile.engine.finalists.cold import cold_run_check as _check
+    from autocompile.engine.finalists.round import _rerun
+    from autocompile.engine.finalists.verdict import _row
     from autocompile.engine.runner import Progress, Runner
 
     settings, _ = shared_search
@@ -245,7 +247,7 @@ def test_each_cache_hit_of_a_key_is_given_its_own_cold_compile():
 def test_a_cold_check_that_puts_another_reconstructed_finalist_ahead_measures_that_one_too():
     """The round's check goes on while the winner it leaves had its warm-up reconstructed and was not
     measured cold yet (finalists._reconstructed_winner), and the table takes the winner's own check."""
-    from autocompile.engine.finalists import _reconstructed_winner
+    from autocompile.engine.finalists.cold import _reconstructed_winner
     from autocompile.outputs.table import _cold_warm_up
 
     study = optuna.create_study(direction="maximize")

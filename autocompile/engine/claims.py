@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
 import optuna
 
@@ -24,37 +25,60 @@ from autocompile.engine.runner import MIN_TRIAL_S, Runner, already_tried, ask, b
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
 
 
+@dataclass
+class LoopState:
+    """What one worker's loop carries from one trial to the next."""
+
+    recipes_queued: bool = False  # the recipes are queued (once the baselines were claimed)
+    proposals: int = 0  # the sampler's and the neighbours' proposals claimed (strategy.neighbours_turn)
+    duplicates: int = 0  # proposals in a row already claimed elsewhere (MAX_DUPLICATES ends the search)
+    # near --timeout, the next neighbour fits what is left where a typical trial does not: it is
+    # proposed next (set by _out_of_time, taken by _queue_proposals)
+    neighbour_next: bool = False
+    claimed: object = None  # this turn's trial, claimed and not yet told: Ctrl-C fails it
+
+    def neighbour_goes_next(self) -> bool:
+        """Make the next proposal the next neighbour; whether it was not so already (then the search says so)."""
+        already, self.neighbour_next = self.neighbour_next, True
+        return not already
+
+    def neighbours_turn_now(self) -> bool:
+        """Whether the next proposal is to be the next neighbour (`neighbour_goes_next`); taken once."""
+        turn, self.neighbour_next = self.neighbour_next, False
+        return turn
+
+
 def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
     """Claim and run trials until the study's budget is spent, or --timeout (less the finalist round's
     reserve). With `study_wide`, the progress counts the study's trials (a worker), not this process's.
     Ctrl-C once a trial is claimed (running in the study) fails it as interrupted, wherever it comes:
     none is left running (a 2-worker test on a loaded machine caught one between claim and launch)."""
-    state = {"recipes_queued": False, "proposals": 0, "duplicates": 0}
+    loop = LoopState()
     while True:
-        held: dict = {}
+        loop.claimed = None
         try:
-            if not _next_trial(runner, budget, study_wide, state, held):
+            if not _next_trial(runner, budget, study_wide, loop):
                 return
         except KeyboardInterrupt:
-            if "trial" in held:
-                runner.abandon(held["trial"])
+            if loop.claimed is not None:
+                runner.abandon(loop.claimed)
             raise
 
 
-def _next_trial(runner: Runner, budget: dict, study_wide: bool, state: dict, held: dict) -> bool:
-    """Claim the next trial (into `held`) and run it; False when the search is done."""
+def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState) -> bool:
+    """Claim the next trial (`loop.claimed`) and run it; False when the search is done."""
     study, settings, progress = runner.study, runner.settings, runner.progress
     reserve = finalist_reserve(study, settings.finalists, settings.trial_timeout_s) if runner.remaining() is not None else 0.0
-    if _out_of_time(runner, reserve, state):
+    if _out_of_time(runner, reserve, loop):
         return False
     with claim_lock(runner.storage, runner.url, settings.study):
         fail_stale(study)
-        claim = None if counted(study) >= budget["trials"] else _claim(runner, state)
+        claim = None if counted(study) >= budget["trials"] else _claim(runner, loop)
         if isinstance(claim, tuple):
-            held["trial"] = claim[0]
+            loop.claimed = claim[0]
     if claim is None and counted(study) >= budget["trials"]:
         return False
-    if state["duplicates"] >= MAX_DUPLICATES:
+    if loop.duplicates >= MAX_DUPLICATES:
         progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
         return False
     if claim in (None, "wait"):
@@ -98,7 +122,7 @@ def _baseline_limit(runner: Runner, role: str, reserve: float) -> float:
     return bounded
 
 
-def _out_of_time(runner: Runner, reserve: float, state: dict) -> bool:
+def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
     """Whether the next trial is not expected to fit what is left of --timeout, less the finalist
     round's reserve. A typical trial (expected_trial_s) is the bound, unless the next neighbour is
     expected to fit (neighbour_cost): then it goes next, before TPE's turn."""
@@ -108,12 +132,11 @@ def _out_of_time(runner: Runner, reserve: float, state: dict) -> bool:
     expected = MIN_TRIAL_S if _owed_baselines(runner) else expected_trial_s(runner.study)
     if remaining - reserve >= expected:
         return False
-    cost = neighbour_cost(runner.space, runner.study, runner.predictor(), runner.tried) if state["recipes_queued"] else None
+    cost = neighbour_cost(runner.space, runner.study, runner.predictor(), runner.tried) if loop.recipes_queued else None
     if cost is not None and remaining - reserve >= cost:
-        if not state.get("neighbour_now"):
+        if loop.neighbour_goes_next():
             runner.progress.line(f"{max(remaining - reserve, 0):.0f} s left before the finalist round: a trial is "
                                  f"expected to take {expected:.0f} s, the next neighbour about {cost:.0f} s; it goes next")
-        state["neighbour_now"] = True
         return False
     runner.progress.line(f"search timeout of {settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
                          f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
@@ -153,7 +176,7 @@ def _eager_running(study) -> bool:
                for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
 
 
-def _claim(runner: Runner, state: dict):
+def _claim(runner: Runner, loop: LoopState):
     """Under the study's lock: choose the next trial and claim it (role, config and worker recorded
     at once, so no other worker starts the same). Returns (trial, config, role); None when it was
     refused before launch or is a duplicate; "wait" while eager runs (the reference of every judge, as in a single search)."""
@@ -161,10 +184,10 @@ def _claim(runner: Runner, state: dict):
     if _eager_running(study):
         return "wait"
     pending = _owed_baselines(runner)
-    _queue_proposals(runner, state, pending)
+    _queue_proposals(runner, loop, pending)
     trial = ask(study)
     try:
-        return _attribute(runner, trial, pending, state)
+        return _attribute(runner, trial, pending, loop)
     except KeyboardInterrupt:  # Ctrl-C between ask and launch: nothing ran
         trial.set_user_attr("status", "interrupted")
         trial.set_user_attr("reason", "interrupted")
@@ -172,20 +195,20 @@ def _claim(runner: Runner, state: dict):
         raise
 
 
-def _queue_proposals(runner: Runner, state: dict, pending: list) -> None:
+def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
     """The recipes once the baselines are claimed (those not tried yet), then a neighbour of the
     incumbent every other proposal, alternating with TPE's, and in a row while TPE's proposals have
     taken more time than the neighbours (strategy.neighbours_turn)."""
     study, settings, space = runner.study, runner.settings, runner.space
-    if not pending and not state["recipes_queued"]:
+    if not pending and not loop.recipes_queued:
         # After the baselines (study.ask would hand a queued recipe to a baseline); a
         # recipe already tried in this study is not queued again.
         for params in space.starting_points():
             config = space.suggest(optuna.trial.FixedTrial(params))
             if not already_tried(study, config, params, settings.trial_timeout_s):
                 study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
-        state["recipes_queued"] = True
-    if state["recipes_queued"] and (neighbours_turn(study, state["proposals"]) or state.pop("neighbour_now", False)) \
+        loop.recipes_queued = True
+    if loop.recipes_queued and (neighbours_turn(study, loop.proposals) or loop.neighbours_turn_now()) \
             and not waiting(study):
         cost = runner.predictor().predict  # the cheaper of equally promising moves first
         neighbour = next_neighbour(space, study, runner.tried, cost)  # alternating with TPE's proposals
@@ -194,19 +217,19 @@ def _queue_proposals(runner: Runner, state: dict, pending: list) -> None:
                 "role": "neighbour", **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
 
 
-def _attribute(runner: Runner, trial, pending: list, state: dict):
+def _attribute(runner: Runner, trial, pending: list, loop: LoopState):
     """Give the asked trial its role and config, and record them with this worker; refuse it (None)
     if it is a duplicate or cannot work here."""
     study, settings, space = runner.study, runner.settings, runner.space
     if hasattr(runner.storage, "record_heartbeat"):
         runner.storage.record_heartbeat(trial._trial_id)  # stale from now on if this worker dies
-    role, config = _role_and_config(runner, trial, pending, state)
+    role, config = _role_and_config(runner, trial, pending, loop)
     if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
         config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
     baseline = role in ("eager", "compile-defaults")
     if not baseline and already_tried(study, config, trial.params, settings.trial_timeout_s, exclude=trial.number):
-        return _duplicate(runner, trial, config, state)
-    state["duplicates"] = 0
+        return _duplicate(runner, trial, config, loop)
+    loop.duplicates = 0
     for key, value in (("role", role), ("config", config), ("worker", this_worker())):
         trial.set_user_attr(key, value)
     why_not = None if baseline else runner.refusal(config)
@@ -220,7 +243,7 @@ def _attribute(runner: Runner, trial, pending: list, state: dict):
     return trial, config, role
 
 
-def _role_and_config(runner: Runner, trial, pending: list, state: dict) -> tuple[str, dict]:
+def _role_and_config(runner: Runner, trial, pending: list, loop: LoopState) -> tuple[str, dict]:
     """A retried trial (its worker died) keeps its role and config; else the next baseline owed, or the sampler's proposal."""
     if "failed_trial" in runner.storage.get_trial_system_attrs(trial._trial_id) and "config" in trial.user_attrs:
         return trial.user_attrs.get("role", "search"), dict(trial.user_attrs["config"])
@@ -233,14 +256,14 @@ def _role_and_config(runner: Runner, trial, pending: list, state: dict) -> tuple
         runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise
     role = trial.user_attrs.get("role", "search")
-    state["proposals"] += role in ("search", "neighbour")
+    loop.proposals += role in ("search", "neighbour")
     return role, config
 
 
-def _duplicate(runner: Runner, trial, config: dict, state: dict) -> None:
+def _duplicate(runner: Runner, trial, config: dict, loop: LoopState) -> None:
     """A proposal already measured or claimed: failed (TPE ignores it, the budget does not count it), not run."""
     trial.set_user_attr("status", "duplicate")
     trial.set_user_attr("config", config)
     runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    state["duplicates"] += 1
+    loop.duplicates += 1
     return None

@@ -31,6 +31,7 @@ from autocompile.trial.protocol import STOP_S
 
 if TYPE_CHECKING:
     from autocompile.engine.settings import SearchSettings
+    from autocompile.space import SearchSpace
 
 BASELINES = (("eager", EAGER), ("compile-defaults", DEFAULTS))
 MIN_TRIAL_S = 30.0  # with less of --timeout left, no trial is started
@@ -140,13 +141,16 @@ class Runner:
     """Runs trials of one search against its study: launch, prune, triage, judge, tell."""
 
     def __init__(self, study, storage, url: str, settings: SearchSettings, progress: Progress, deadline: float | None,
-                 callbacks=()):
+                 callbacks=(), *, space: SearchSpace | None = None, failures=None, cuts=None,
+                 started: float | None = None):
         self.study, self.storage, self.url, self.settings, self.progress = study, storage, url, settings, progress
         self.deadline = deadline
         self.callbacks = callbacks  # Optuna's signature, callback(study, frozen_trial): after each tell
         self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
-        self.started = time.time()  # when the search began (set by open_search)
-        self.space = self.failures = self.cuts = None  # set by open_search (the knowledge store's observers)
+        self.started = time.time() if started is None else started  # when the search began
+        self.space = space  # what is searched, and what it refuses before launch
+        self.failures = failures  # the knowledge store's failures: values that failed twice the same way
+        self.cuts = cuts  # the knowledge store's compile cuts: values cut twice while compiling (or None)
         self.cut_baselines: set[str] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
 

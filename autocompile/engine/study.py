@@ -195,10 +195,8 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     key = (space.caps.torch_version, _device_name(settings.device), settings.model)
     failures, cuts, cold = Failures(path, space, key[1], url), compile_cuts(path, *key), ColdRuns(path, *key)
     _plan_cold_runs(study, cold, progress)
-    callbacks = (failures, cuts, cold, *callbacks)  # the knowledge store's observers first
-    runner = Runner(study, storage, url, settings, progress, callbacks=callbacks, deadline=None)
-    runner.space, runner.failures, runner.cuts, runner.started = space, failures, cuts, started
-    return runner
+    return Runner(study, storage, url, settings, progress, callbacks=(failures, cuts, cold, *callbacks), deadline=None,
+                  space=space, failures=failures, cuts=cuts, started=started)  # the knowledge store's observers first
 
 
 def compile_cuts(path: str, torch: str, device: str, model: str) -> CompileCuts:

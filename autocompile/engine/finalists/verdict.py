@@ -1,0 +1,194 @@
+"""The finalist round's verdict, pure: given the measured rows, which finalist wins and why.
+
+No I/O and no trial running: the rows are built here from the runs the round made
+(`finalists.round`), or from a stored round's trials (`rechosen`), and the winner chosen from them.
+The reasons behind each rule are in docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+
+from autocompile.engine.scoring import score
+from autocompile.trial.protocol import REPLAY_VERSION
+
+# choose_winner's rule; a stored verdict of an older rule is chosen again from its own rows (rechoose).
+# 2: a runner-up's disagreement between its two runs no longer counts as noise against the leader.
+# 3: each configuration's speed and score in the verdict, eager's alike, are the median of all its
+#    measurements (its run in the search and its runs in the round; of two, their mean), not its
+#    round's alone (`pooled`): one disturbed rerun must not hand the win to another.
+# 4: two finalists within noise compare warm-ups on one footing: a warm-up reconstructed from cache
+#    hits, against one measured cold, is scaled by what the round's cold runs showed of the
+#    reconstruction (`expected_cold`).
+# 5: where the round has no cold run of a reconstructed finalist to scale by, a reconstructed warm-up
+#    counts as what the device's earlier cold runs of the model showed (`cold_scale`), as `cold_pick`
+#    counted it when it chose which finalist to run cold.
+WINNER_RULE = 5
+
+
+def reconstructed(trial) -> bool:
+    """Whether a trial's warm-up was reconstructed from the shared cache's hits, not measured cold."""
+    return trial.user_attrs.get("warmup_kind") == "reconstructed"
+
+
+def added_s(trial) -> float:
+    """The seconds a trial's reconstructed warm-up added for the graphs the shared cache had (0: none)."""
+    return (trial.user_attrs.get("reconstruction") or {}).get("added_s", 0.0)
+
+
+def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int, scale: float = 1.0) -> dict:
+    """The finalist round's verdict from its rows (trial, status, score, noise, spread, warmup_s):
+    the best score, unless the top two are within noise (then the shorter warm-up), or eager
+    scores above the chosen one. Returns winner, why, and the margin. A reconstructed warm-up counts
+    as the round's cold runs measured the reconstruction, else as `scale` says (`expected_cold`).
+
+    The noise is the leader's (its window spread or the gap between its two measurements, the
+    larger) plus the runner-up's window spread: a runner-up whose own measurements disagree is
+    less to be trusted, not a closer rival (WINNER_RULE 2)."""
+    ranked = sorted((row for row in rows if row["status"] == "ok"), key=lambda row: row["score"], reverse=True)
+    if not ranked:
+        return {"winner": None}
+    verdict = {}
+    winner, why = ranked[0], f"trial {ranked[0]['trial']} has the best score in the finalist round"
+    if len(ranked) > 1:
+        second = ranked[1]
+        margin = winner["score"] / second["score"] - 1
+        noise = winner["noise"] + second.get("spread", second["noise"])
+        verdict.update(margin=margin, noise=noise, within_noise=margin <= noise)
+        if margin <= noise:
+            winner, why = _within_noise(rows, winner, second, margin, noise, scale)
+        else:
+            why += f", {margin:.1%} ahead of trial {second['trial']} (noise {noise:.1%})"
+    if eager_score > winner["score"]:
+        why = (f"eager scores {eager_score:.3g} in the finalist round, above trial {winner['trial']}'s "
+               f"{winner['score']:.3g}: at horizon {horizon} no compiled setting pays for its warm-up")
+        winner = {"trial": eager_number}
+    return {**verdict, "winner": winner["trial"], "why": why}
+
+
+def _within_noise(rows: list[dict], winner: dict, second: dict, margin: float, noise: float,
+                  scale: float) -> tuple[dict, str]:
+    """Of the top two within noise, the one with the shorter warm-up (each as a cold run would measure
+    it: `expected_cold`), and why."""
+    ratio = _cold_ratio(rows)
+    cold = functools.partial(expected_cold, ratio=ratio, scale=scale)
+    quicker = min(winner, second, key=cold)
+    why = (f"trials {winner['trial']} and {second['trial']} are within noise ({margin:.1%} apart, "
+           f"noise {noise:.1%}): trial {quicker['trial']} wins with the shorter warm-up")
+    scaled = [row for row in (winner, second) if cold(row) != row["warmup_s"]]
+    source = "the round's cold runs" if ratio else "earlier cold runs of this model"
+    why += "".join(f" (trial {row['trial']}'s {row['warmup_s']:.1f} s reconstructed is {cold(row):.1f} s "
+                   f"as {source} measured the reconstruction)" for row in scaled)
+    return quicker, why
+
+
+def _cold_ratio(rows: list[dict]) -> float | None:
+    """Cold over reconstructed warm-up, as the round's cold runs measured them (their median), or None."""
+    ratios = [row["warmup_s"] / row["reconstructed_warmup_s"] for row in rows
+              if row.get("status") == "ok" and row.get("reconstructed_warmup_s")]
+    return statistics.median(ratios) if ratios else None
+
+
+def expected_cold(row: dict, ratio: float | None, scale: float = 1.0) -> float:
+    """A finalist's warm-up as a cold run would measure it: a reconstructed one scaled by `ratio` (the
+    round's cold runs), else with the seconds its reconstruction added scaled by `scale` (`cold_scale`)."""
+    if not row.get("warmup_reconstructed"):
+        return row["warmup_s"]
+    if ratio:
+        return row["warmup_s"] * ratio
+    return row["warmup_s"] + (scale - 1) * row.get("reconstruction_added_s", 0.0)
+
+
+def pooled(measurements: list[dict], horizon: int, warmup_s: float | None = None) -> tuple[float, float]:
+    """A configuration's steady speed and score from all its measurements (its run in the search and
+    its runs in the round, records or trial attributes): the median of each, the mean of two. Each
+    score is taken at `warmup_s` (a finalist's carried or cold warm-up), else at its own (eager's)."""
+    paces = [m["steps_per_s"] for m in measurements]
+    scores = [score({**m, "status": "ok", **({} if warmup_s is None else {"warmup_s": warmup_s})}, horizon)
+              for m in measurements]
+    return statistics.median(paces), statistics.median(scores)
+
+
+def round_verdict(eager, finalists: list, runs: dict[int, list[dict]], rounds: int, horizon: int,
+                  scale: float) -> dict:
+    """The round's verdict from its runs: each finalist's row and eager's speed and score, each from
+    all its measurements (`pooled`: its run in the search and its runs in the round), and the winner."""
+    eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"] if eager is not None else []
+    eager_measured = [eager.user_attrs, *eager_runs] if eager_runs else []
+    eager_pace, eager_score = pooled(eager_measured, horizon) if eager_measured else (None, 0.0)
+    rows = [_row(t, runs[t.number], eager_pace, horizon) for t in finalists]
+    return {"finalists": [t.number for t in finalists], "rounds": rounds, "eager_steps_per_s": eager_pace,
+            "eager_paces": [m["steps_per_s"] for m in eager_measured], "eager_score": eager_score,
+            "candidates": rows, "numerics_guard": REPLAY_VERSION, "winner_rule": WINNER_RULE,
+            **choose_winner(rows, eager.number if eager else None, eager_score, horizon, scale)}
+
+
+def _row(t, runs: list[dict], eager_pace: float | None, horizon: int) -> dict:
+    """A finalist's row in the verdict: its measurements in the search and in the round, their noise,
+    and its speed and score from all of them (`pooled`)."""
+    ok = [x for x in runs if x["status"] == "ok"]
+    if not runs:
+        return {"trial": t.number, "config": t.user_attrs["config"], "status": "not run",
+                "reason": "no time left in the round"}
+    if not ok:
+        return {"trial": t.number, "config": t.user_attrs["config"], "status": "failed again",
+                "reason": "; ".join(x.get("reason", "") for x in runs)}
+    cold = [x for x in ok if x.get("cold")]  # its warm-up measured cold in the round: that one stands
+    warmup_s = statistics.mean(x["warmup_s"] for x in cold or ok)
+    row = {"trial": t.number, "config": t.user_attrs["config"], "status": "ok", "reruns": [x["trial"] for x in ok],
+           "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value, "warmup_s": warmup_s}
+    if cold:
+        row["reconstructed_warmup_s"] = t.user_attrs["warmup_s"]
+    else:
+        row["warmup_reconstructed"] = reconstructed(t)
+        if reconstructed(t):
+            row["reconstruction_added_s"] = added_s(t)
+    return pool_row(row, [t.user_attrs, *ok], eager_pace, horizon)
+
+
+def pool_row(row: dict, measurements: list[dict], eager_pace: float | None, horizon: int) -> dict:
+    """`row` with its speed, score and noise from `measurements` (its first run's, then its reruns')."""
+    paces = [m["steps_per_s"] for m in measurements]
+    steady, pooled_score = pooled(measurements, horizon, row["warmup_s"])
+    agreement = (max(paces) - min(paces)) / statistics.mean(paces)
+    spread = max(m.get("cv", 0) for m in measurements)
+    return {**row, "paces": paces, "steps_per_s": steady, "score": pooled_score,
+            "vs_eager": steady / eager_pace if eager_pace else None,
+            "agreement": agreement, "spread": spread, "noise": max(agreement, spread)}
+
+
+def measurements(trials: list, row: dict) -> list[dict]:
+    """A finalist's measurements as its trials (the study's, by number) hold them: its first run's,
+    then its reruns'."""
+    return [trials[row["trial"]].user_attrs, *(trials[n].user_attrs for n in row["reruns"])]
+
+
+def rechosen(verdict: dict, eager, trials: list, horizon: int, scale: float) -> dict:
+    """A stored verdict of an older rule chosen again under WINNER_RULE from the round's own runs
+    (`trials`: the study's, by number), without measuring: each candidate's speed, score and noise from
+    its trials (`pooled`), eager's from its run in the search and its speed and score in the round."""
+    eager_measured = [eager.user_attrs]
+    if verdict.get("eager_steps_per_s"):  # the round's eager, its warm-up eager's first
+        eager_measured.append({**eager.user_attrs, "steps_per_s": verdict["eager_steps_per_s"]})
+    eager_pace, _ = pooled(eager_measured, horizon)
+    eager_score = (statistics.median([eager.value, _round_eager_score(verdict, eager, trials)])
+                   if verdict.get("eager_steps_per_s") else eager.value)
+    rows = [row if row["status"] != "ok" else pool_row(
+        {"warmup_reconstructed": not row.get("reconstructed_warmup_s") and reconstructed(trials[row["trial"]]),
+         **row}, measurements(trials, row), eager_pace, horizon) for row in verdict["candidates"]]
+    kept = {k: v for k, v in verdict.items() if k not in ("margin", "noise", "within_noise", "winner", "why")}
+    return {**kept, "candidates": rows, "eager_steps_per_s": eager_pace, "eager_score": eager_score,
+            "eager_paces": [m["steps_per_s"] for m in eager_measured], "winner_rule": WINNER_RULE,
+            **choose_winner(rows, eager.number, eager_score, horizon, scale)}
+
+
+def _round_eager_score(verdict: dict, eager, trials: list) -> float:
+    """Eager's score in a stored round: as the verdict kept it, else (an older round kept eager's speed
+    only) its rerun's, found by that speed."""
+    eager_score = verdict.get("eager_score")
+    if eager_score is None:
+        reruns = [t.value for t in trials if t.user_attrs.get("remeasure_of") == eager.number
+                  and t.user_attrs.get("steps_per_s") == verdict.get("eager_steps_per_s")]
+        eager_score = reruns[-1] if reruns else verdict.get("eager_steps_per_s") or 0.0
+    return eager_score
