@@ -178,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline-timeout", type=_positive_float,
                    help="limit for the baselines (eager, plain torch.compile), seconds (default: --trial-timeout); "
                         "a baseline that timed out under a shorter limit is measured again on resume")
-    p.add_argument("--horizon-steps", type=_positive_int, default=None, help="steps the warm-up is amortised over (default 1000)")
+    p.add_argument("--horizon-steps", type=_positive_int, default=None,
+                   help="steps of your training run, over which the warm-up is amortised (default: the steps eager "
+                        "runs in ten times this search's budget, --timeout or its trials at their limit)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="pin a search dimension, e.g. --set scope=regional")
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
     p.add_argument("--max-memory-gb", type=_memory_limit, metavar="GB|eager",
@@ -332,13 +334,12 @@ def cmd_search(args) -> int:
     from autocompile.outputs.dashboard import tlparse_command
     from autocompile.api import run
     from autocompile.outputs.table import format_summary, no_winner_line
-    from autocompile.engine.scoring import DEFAULT_HORIZON
     from autocompile.engine.settings import SearchSettings
 
     settings = SearchSettings(
         model=args.model, device=_device(args.device), study=args.study or study_name(args.model),
         directory=args.dir, storage=args.storage, trials=args.trials, timeout_s=args.timeout,
-        trial_timeout_s=args.trial_timeout, baseline_timeout_s=args.baseline_timeout, horizon=args.horizon_steps or DEFAULT_HORIZON,
+        trial_timeout_s=args.trial_timeout, baseline_timeout_s=args.baseline_timeout, horizon=args.horizon_steps,
         batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
         space_file=args.space, max_memory_gb=args.max_memory_gb, finalists=args.finalists,
         prune=not args.no_prune, triage=not args.no_triage,
@@ -588,10 +589,11 @@ def cmd_failures(args) -> int:
     if args.learn:
         study, _ = _existing_study(argparse.Namespace(study=args.learn, dir=args.dir, storage=None))
         learned = learn_from(path, study)
-        held, cold = learned["cuts"], learned["cold"]
+        held, cold, gains = learned["cuts"], learned["cold"], learned["gains"]
         print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy or "
               f"implicated values remembered, and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
-              f"in {path}")
+              f"in {path}; {gains} {'neighbour' if gains == 1 else 'neighbours'} against "
+              f"{'its parent' if gains == 1 else 'their parents'} too")
         return 0
     if args.forget or args.forget_all:
         count = knowledge.forget(path, None if args.forget_all else args.forget)
@@ -619,6 +621,9 @@ def _list_knowledge(path: str) -> None:
         warmed = f", warmed up in {cut['warmed_in_s']:.0f} s at most" if cut["warmed_in_s"] else ""
         print(f"  {cut['item']}  [torch {cut['torch']}, {cut['device']}, {cut['model']}]  cut {cut['cuts']} times, "
               f"after {cut['cut_after_s']} s{warmed}")
+    for gain in known["gains"]:
+        print(f"neighbours against their parents [torch {gain['torch']}, {gain['device']}, {gain['model']}]: {gain['moves']}, the most "
+              f"one gained {gain['ratio']:.2f}x its parent's steady speed (the ceiling of a neighbour's pruning bound)")
     for cold in known["cold"]:
         print(f"cold runs of the finalist round [torch {cold['torch']}, {cold['device']}, {cold['model']}]: the latest "
               f"{cold['runs']} took {cold['scale']:.2f}x the seconds their reconstructed warm-ups added (the next "

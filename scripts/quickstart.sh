@@ -6,10 +6,11 @@ python3 -m venv .venv
 . .venv/bin/activate
 pip install -q torch==2.13.0 -e .
 if python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-  # 30 minutes on one H200: baselines, the recipes, TPE, then the finalist round. Plain
-  # torch.compile needed 499 s to warm up on llama-8b (studies/README.md), so the baselines
-  # get 600 s where every other trial gets 300.
-  autocompile search --model llama-8b --trials 12 --timeout 1800 --trial-timeout 300 --baseline-timeout 600 "$@"
+  # 30 minutes on one GPU, used whole: baselines, the recipes, neighbours and TPE until --timeout
+  # leaves the finalist round its time (--trials only caps it). Plain torch.compile needed 499 s to
+  # warm up on llama-8b (studies/README.md), so the baselines get 600 s where every other trial gets
+  # 300; the horizon is the steps eager runs in ten times the budget (engine/horizon.py).
+  autocompile search --model llama-8b --trials 100 --timeout 1800 --trial-timeout 300 --baseline-timeout 600 "$@"
 else
   # About 3 minutes on 2 CPU cores: eager and plain torch.compile, the recipe, a neighbour of the
   # best, then the finalist round against eager. studies/quickstart-cpu.toml keeps the space to

@@ -252,3 +252,20 @@ def test_a_compile_stack_cut_at_100_frames_names_its_compile_stage(tmp_path):
     where, stack = stuck_in(str(log))
     assert where == "torch/_functorch/_aot_autograd/graph_capture.py:96 in _create_graph"
     assert stack[0] == "torch/_subclasses/fake_tensor.py:1000 in dispatch" and len(stack) == 40
+
+
+def test_measurement_stops_once_its_windows_agree(tmp_path):
+    """Windows of whole passes until the steady speed's 95% interval is within TARGET_INTERVAL: the record
+    keeps every window, and the measurement stopped at the first window count where the interval was tight
+    enough (at least two), or at the cap."""
+    from autocompile.trial.worker import MAX_WINDOWS, TARGET_INTERVAL, interval
+
+    assert interval([10.0, 10.0]) == 0 and interval([10.0]) == float("inf")
+    assert interval([9.0, 11.0]) > TARGET_INTERVAL > interval([10.0, 10.01, 9.99])
+    record = run_trial(TrialRequest(model=toy("toy_fixed"), config=EAGER, device="cpu", trial_dir=str(tmp_path),
+                                    timeout_s=120, measure={"min_window_s": 0.1}))
+    rates = record["window_rates"]
+    assert record["status"] == "ok" and 2 <= len(rates) <= MAX_WINDOWS
+    first = next((k for k in range(2, len(rates) + 1) if interval(rates[:k]) <= TARGET_INTERVAL), None)
+    assert first == len(rates) or (first is None and len(rates) == MAX_WINDOWS), rates
+    assert record["interval"] == pytest.approx(interval(rates))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import optuna
 
 from autocompile.apply import describe_config
+from autocompile.engine import horizon
 from autocompile.engine.records import (baseline_value, memory_limit, best_trial, carried, concise, eager_record, full_record,
                                         save_record, snippet_header, speedup, trial_folder)
 from autocompile.engine.learned import mark_refused_in, measured_as, rng_dependent
@@ -141,7 +142,7 @@ class Runner:
     """Runs trials of one search against its study: launch, prune, triage, judge, tell."""
 
     def __init__(self, study, storage, url: str, settings: SearchSettings, progress: Progress, deadline: float | None,
-                 callbacks=(), *, space: SearchSpace | None = None, failures=None, cuts=None,
+                 callbacks=(), *, space: SearchSpace | None = None, failures=None, cuts=None, gains=None,
                  started: float | None = None):
         self.study, self.storage, self.url, self.settings, self.progress = study, storage, url, settings, progress
         self.deadline = deadline
@@ -151,6 +152,7 @@ class Runner:
         self.space = space  # what is searched, and what it refuses before launch
         self.failures = failures  # the knowledge store's failures: values that failed twice the same way
         self.cuts = cuts  # the knowledge store's compile cuts: values cut twice while compiling (or None)
+        self.gains = gains  # the knowledge store's gains: how far a neighbour has gone past its parent (or None)
         self.cut_baselines: set[str] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
 
@@ -294,7 +296,8 @@ class Runner:
             measured = replace(request, config=record.get("config", request.config))
             record = divergence.locate(measured, record, numerics_tolerance(settings.device), time_left=self.remaining())
             self.trials_wall += record.get("divergence", {}).get("wall_s", 0)
-        record["score"] = score(record, settings.horizon)
+        horizon.settle(self, record)  # without --horizon-steps: from the first speed measured (eager's)
+        record["score"] = score(record, horizon.scoring(settings))
         save_record(request.trial_dir, record)  # the whole record; the study keeps it concise
         for key, value in concise(record).items():
             trial.set_user_attr(key, value)
@@ -325,7 +328,7 @@ class Runner:
         """Why `config` cannot win, predicted before launch (autocompile.engine.prediction), or None."""
         if not self.settings.prune:
             return None
-        return self.predictor().ruled_out(config, best_score(self.study), self.settings.horizon)
+        return self.predictor().ruled_out(config, best_score(self.study), horizon.scoring(self.settings))
 
     def predictor(self) -> Predictor:
         """The study's warm-up predictor (it reads every trial's record), built again only when a
@@ -368,20 +371,35 @@ class Runner:
     def _pruning(self, trial):
         """should_stop for run_trial: report the optimistic score, ask the study's pruner."""
         # After a screen's step (autocompile.engine.screening): a full trial's steps come later
-        horizon, state = self.settings.horizon, {"step": (self.settings.screen or -1) + 1, "last": None}
+        at, state = horizon.scoring(self.settings), {"step": (self.settings.screen or -1) + 1, "last": None}
+        ceiling, because = self._ceiling(trial)
 
         def should_stop(events: list[dict]) -> str | None:
-            bound = optimistic_score(events, horizon)
+            bound = optimistic_score(events, at, ceiling)
             if bound is None or bound == state["last"]:
                 return None
             state["last"] = bound
             trial.report(bound, state["step"])
             state["step"] += 1
             if trial.should_prune():
-                return f"pruned: it can reach a score of at most {bound:.3g} at horizon {horizon}, below the best so far"
+                return f"pruned: it can reach a score of at most {bound:.3g} at horizon {at}{because}, below the best so far"
             return None
 
         return should_stop
+
+    def _ceiling(self, trial) -> tuple[float | None, str]:
+        """A neighbour's steady speed at most: its parent's, times the largest gain a neighbour of the same move
+        has made over its parent on this device (the knowledge store's gains), and the words that say so."""
+        parent = trial.user_attrs.get("parent")
+        moved = trial.user_attrs.get("changed") or []
+        known = self.gains.ceiling(moved) if self.gains is not None and parent is not None else None
+        pace = self.study.trials[parent].user_attrs.get("steps_per_s") if known else None
+        if not pace:
+            return None, ""
+        ceiling = pace * known["ratio"]
+        return ceiling, (f" (its steady speed at most {ceiling:.3g} steps/s: trial {parent}'s {pace:.3g} times "
+                         f"{known['ratio']:.2f}, the most a move of {', '.join(moved)} has gained over its parent here, "
+                         f"{known['by']}, of {known['of']})")
 
     def _report(self, number: int, label: str, record: dict) -> None:
         eager = baseline_value(self.study, "eager", "steps_per_s")

@@ -157,12 +157,15 @@ def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | 
     return record
 
 
-def optimistic_score(events: list[dict], horizon: int, now: float | None = None) -> float | None:
+def optimistic_score(events: list[dict], horizon: int, ceiling: float | None = None,
+                     now: float | None = None) -> float | None:
     """The highest score a running trial could still reach, from its progress events.
 
-    While it warms up: horizon / warm-up so far (even infinitely fast steps cannot beat that).
-    Once two steady windows are in: the score at their pace, plus the larger of PRUNE_SLACK
-    and three times their spread. None before the warm-up starts.
+    While it warms up: the score of the steps left at `ceiling` steps/s (a neighbour's: its parent's speed
+    times the most a neighbour has gained over its parent, `Runner._ceiling`), after the warm-up so far;
+    without a ceiling, horizon / warm-up so far (even infinitely fast steps cannot beat that). Once two
+    steady windows are in: the score at their pace, plus the larger of PRUNE_SLACK and three times their
+    spread. None before the warm-up starts.
     """
     now = time.time() if now is None else now
     start = next((e["t"] for e in events if e.get("phase") in ("compiling", "warming up")), None)
@@ -170,15 +173,24 @@ def optimistic_score(events: list[dict], horizon: int, now: float | None = None)
         return None
     warmed = next((e for e in events if e.get("phase") == "measuring" and "warmup_s" in e), None)
     if warmed is None:
-        return horizon / max(now - start, 1e-9)
+        steps = max((e.get("step", 0) for e in events if e.get("phase") in ("compiling", "warming up")), default=0)
+        return _at_most(horizon, max(now - start, 1e-9), steps, ceiling)
     rates = [e["steps_per_s"] for e in events if e.get("phase") == "measuring" and "window" in e]
     if len(rates) < 2:
-        return horizon / max(warmed["warmup_s"], 1e-9)
+        return _at_most(horizon, max(warmed["warmup_s"], 1e-9), warmed["warmup_steps"], ceiling)
     pace = statistics.mean(rates)
     slack = max(PRUNE_SLACK, 3 * statistics.pstdev(rates) / pace)
     at_pace = score({"status": "ok", "warmup_s": warmed["warmup_s"], "warmup_steps": warmed["warmup_steps"],
                      "steps_per_s": pace}, horizon)
     return at_pace * (1 + slack)
+
+
+def _at_most(horizon: int, elapsed_s: float, steps: int, ceiling: float | None) -> float:
+    """The best score after `elapsed_s` of warm-up and `steps`: the rest at `ceiling` (with PRUNE_SLACK), else
+    at any speed."""
+    if not ceiling:
+        return horizon / elapsed_s
+    return horizon / (elapsed_s + max(horizon - steps, 0) / (ceiling * (1 + PRUNE_SLACK)))
 
 
 def best_score(study) -> float | None:

@@ -23,7 +23,7 @@ class SearchSettings:
     timeout_s: float | None = None
     trial_timeout_s: float = 900.0
     baseline_timeout_s: float | None = None  # the baselines' own limit (default: trial_timeout_s)
-    horizon: int = DEFAULT_HORIZON
+    horizon: int | None = DEFAULT_HORIZON  # None: the budget's, once the first speed is measured (engine/horizon.py)
     batch_size: int | None = None
     seq_len: int | None = None
     seed: int = 0

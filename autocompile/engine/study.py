@@ -33,6 +33,7 @@ from autocompile.engine.finalists import reserve_note, run_finalists
 from autocompile.engine import knowledge
 from autocompile.engine.knowledge import ColdRuns, CompileCuts, Failures, store_path
 from autocompile.engine.knowledge import device_name as _device_name
+from autocompile.engine import horizon
 from autocompile.engine.runner import Progress, Runner
 from autocompile.engine.screening import make_pruner
 from autocompile.engine.settings import DEFAULT_FINALISTS, SearchSettings  # noqa: F401
@@ -147,7 +148,8 @@ def _check_resume(study, settings: SearchSettings) -> None:
     stored = study.user_attrs.get("settings")
     if stored is None:
         study.set_user_attr("settings", expected)
-        study.set_user_attr("horizon", settings.horizon)
+        if settings.horizon is not None:  # else the budget's, once the first speed is measured (engine/horizon.py)
+            study.set_user_attr("horizon", settings.horizon)
         study.set_user_attr("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
         return
     for key in ("parallel", "nproc"):
@@ -178,13 +180,17 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     study = create_or_load(settings.study, storage, direction="maximize", sampler=_sampler(settings.seed + seed_offset),
                            pruner=pruner)
     _check_resume(study, settings)
+    horizon.resume(settings, study)
     if not bound and (bound := memory_bound(None, settings.device, study)):  # a resumed study's eager says so
         space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
                             settings.seed, settings.fixed, settings.space_file, bound, settings.parallel)
-    _name_the_objective(study, settings.horizon)
+    horizon.name_objective(study, settings.horizon)
     progress = progress or Progress(settings.trials)
     progress.line(f"autocompile search: {settings.model} on {_device_name(settings.device)} "
                   f"(torch {space.caps.torch_version}), study {settings.study!r} in {url}")
+    if settings.horizon is None:
+        progress.line(f"horizon: the steps eager runs in {horizon.RUNS_PER_SEARCH} times this search's budget, once "
+                      "it is measured (--horizon-steps to say how long your training run is)")
     reap_orphans(settings.study_dir)
     stale = fail_stale(study)
     finished = [t for t in study.trials if t.state.is_finished()]
@@ -194,9 +200,11 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     path = store_path(settings.memory_path)
     key = (space.caps.torch_version, _device_name(settings.device), settings.model)
     failures, cuts, cold = Failures(path, space, key[1], url), compile_cuts(path, *key), ColdRuns(path, *key)
+    gains = knowledge.MoveGains(path, *key)
     _plan_cold_runs(study, cold, progress)
-    return Runner(study, storage, url, settings, progress, callbacks=(failures, cuts, cold, *callbacks), deadline=None,
-                  space=space, failures=failures, cuts=cuts, started=started)  # the knowledge store's observers first
+    return Runner(study, storage, url, settings, progress, callbacks=(failures, cuts, cold, gains, *callbacks),
+                  deadline=None, space=space, failures=failures, cuts=cuts, gains=gains,
+                  started=started)  # the knowledge store's observers first
 
 
 def compile_cuts(path: str, torch: str, device: str, model: str) -> CompileCuts:
@@ -206,10 +214,11 @@ def compile_cuts(path: str, torch: str, device: str, model: str) -> CompileCuts:
 
 
 def learn_from(path: str, study) -> dict[str, int]:
-    """Feed a finished study into the store's compile cuts and cold runs, keyed by its model and the
+    """Feed a finished study into the store's compile cuts, cold runs and gains, keyed by its model and the
     torch and device its trials recorded (`knowledge.study_key`): how many trials each stored."""
     key = knowledge.study_key(study)
-    return knowledge.learn(study, {"cuts": compile_cuts(path, *key), "cold": ColdRuns(path, *key)})
+    return knowledge.learn(study, {"cuts": compile_cuts(path, *key), "cold": ColdRuns(path, *key),
+                                   "gains": knowledge.MoveGains(path, *key)})
 
 
 def _plan_cold_runs(study, cold: ColdRuns, progress: Progress) -> None:
@@ -221,15 +230,6 @@ def _plan_cold_runs(study, cold: ColdRuns, progress: Progress) -> None:
         progress.line(f"the finalist round plans a cold run at {prior['scale']:.2f}x the seconds a reconstructed "
                       f"warm-up adds: what {prior['runs']} earlier cold {'run' if prior['runs'] == 1 else 'runs'} "
                       f"of this model here took ({', '.join(prior['from'][-3:])})")
-
-
-def _name_the_objective(study, horizon: int) -> None:
-    """The objective's name where Optuna shows it (the dashboard's history plot said "Objective 0")."""
-    name = f"score at {horizon} steps (steps/s, warm-up included)"
-    if study.metric_names != [name]:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([name])
 
 
 def plan(runner: Runner, trials: int, timeout_s: float | None) -> dict:

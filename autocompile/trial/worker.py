@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 
 
+MEASURE_MARGIN_S = 20.0  # of the trial's limit, kept for writing the result (and the replay to start)
+
+
 class Events:
     """Append-only JSON lines the parent follows for progress."""
 
@@ -220,6 +223,8 @@ def run(spec: dict, events: Events, result: dict) -> None:
     """One trial, step by step: build, apply, warm up, measure, replay; all it finds goes into `result`."""
     events.emit(phase="building")
     start = time.perf_counter()
+    if spec.get("timeout_s"):  # when measuring must end: the limit, less the time the replay and stopping take
+        spec["_deadline"] = time.time() + spec["timeout_s"] - MEASURE_MARGIN_S
     import torch
 
     result["build_s"] = {"import_torch": time.perf_counter() - start}  # where a trial's first seconds go
@@ -639,20 +644,40 @@ def _cold_warm_up(spec: dict, result: dict, ledger: GraphLedger) -> None:
         result["warmup_kind"] = "cold" if spec["config"]["compile"] else "eager"
 
 
+# The steady speed's 95% interval (half its width, over the mean) the measurement stops at: two
+# measurements of one configuration then agree within about 2%. Windows of whole passes over the pool
+# (every window sees the same lengths), at least two, at most MAX_WINDOWS or what the trial's limit leaves.
+TARGET_INTERVAL = 0.015
+MIN_WINDOWS, MAX_WINDOWS = 2, 8
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)  # Student's t, 1-10 degrees of freedom
+
+
+def interval(rates: list[float]) -> float:
+    """Half the width of the 95% interval of the mean of the window rates, over that mean (inf for one window)."""
+    if len(rates) < 2:
+        return math.inf
+    t = _T975[len(rates) - 2] if len(rates) - 1 <= len(_T975) else 1.96
+    return t * statistics.stdev(rates) / math.sqrt(len(rates)) / statistics.mean(rates)
+
+
 def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events: Events, result: dict, sync,
              counts: list[int], unit: str) -> None:
-    """Steady state: windows of whole passes over the pool (so every window sees the same
-    lengths), at least `min_window_s` long; more windows while their spread is high."""
+    """Steady state: windows of whole passes over the pool (so every window sees the same lengths), at
+    least `min_window_s` long, until the steady speed's interval is tight enough (`interval`), the
+    window cap is reached, or the next window would run past the trial's limit."""
     index, pool = warm["steps"], len(counts)
     events.emit(phase="measuring", warmup_s=result["warmup_s"], warmup_steps=index)  # the parent's pruning reads these
     passes = int(_slowest(max(1, math.ceil(spec.get("min_window_s", 0.5) / max(warm["typical_step_s"] * pool, 1e-6)))))
     window_steps = passes * pool
-    min_windows, max_windows = spec.get("min_windows", 3), spec.get("max_windows", 6)
-    target_cv = spec.get("target_cv", 0.02)
+    min_windows, max_windows = spec.get("min_windows", MIN_WINDOWS), spec.get("max_windows", MAX_WINDOWS)
+    target = spec.get("target_interval", TARGET_INTERVAL)
     rates: list[float] = []
     total_steps = total_items = 0
     total_time = 0.0
     while len(rates) < max_windows:
+        if len(rates) >= min_windows and _all_ranks(time.time() + total_time / len(rates) > spec.get("_deadline", math.inf)):
+            result["notes"].append(f"measurement stopped after {len(rates)} windows: another would pass the trial's limit")
+            break
         sync()
         t0 = time.perf_counter()
         for _ in range(window_steps):
@@ -665,7 +690,7 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
         total_steps += window_steps
         total_time += elapsed
         events.emit(phase="measuring", window=len(rates), steps_per_s=round(rates[-1], 3))
-        if _all_ranks(len(rates) >= min_windows and statistics.pstdev(rates) / statistics.mean(rates) <= target_cv):
+        if _all_ranks(len(rates) >= min_windows and interval(rates) <= target):
             break
     cv = statistics.pstdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
     peak, peak_kind = _peak_memory_gb(torch, spec["device"])
@@ -678,6 +703,7 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
         unit=unit,
         window_steps=window_steps,
         window_rates=rates,
+        interval=interval(rates) if len(rates) > 1 else None,
         cv=cv,
         measured_steps=total_steps,
         compiles=watcher.compiles_started,
@@ -691,8 +717,9 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
         peak_mem_kind=peak_kind,
     )
     _gather_ranks(result)
-    if cv > target_cv:
-        result["notes"].append(f"throughput spread {cv:.1%} stayed above {target_cv:.0%} after {len(rates)} windows")
+    if len(rates) > 1 and interval(rates) > target:
+        result["notes"].append(f"the steady speed's 95% interval stayed at +-{interval(rates):.1%}, above "
+                               f"+-{target:.1%}, after {len(rates)} windows")
     if watcher.limit_hits:
         result["status"] = "infeasible"
         result["reason"] = "hit the recompile limit, so part of the model fell back to eager: " + watcher.limit_hits[0]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autocompile.engine.horizon import budget_horizon
+from autocompile.engine.horizon import scoring as horizon_of
 from autocompile.engine.finalists.plan import ROUND_MEASURE, cold_run_s, cold_scale, rerun_limit_s
 from autocompile.engine.finalists.verdict import choose_winner, measurements, pool_row
 from autocompile.engine.records import baseline_trial
@@ -79,14 +81,15 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
 def _chosen_again(runner: Runner, verdict: dict, row: dict, record: dict, check: dict) -> dict:
     """The verdict with finalist `row`'s warm-up the one its cold run measured (`record`, listed as
     `check`), the reconstructed one kept beside, and the winner chosen again; its line says so."""
-    study, horizon = runner.study, runner.settings.horizon
+    study, horizon = runner.study, horizon_of(runner.settings)
     cold_row = {**row, "warmup_s": record["warmup_s"], "reconstructed_warmup_s": row["warmup_s"],
                 "warmup_reconstructed": False, "reruns": [*row["reruns"], check["trial"]]}
     cold_row = pool_row(cold_row, measurements(study.trials, cold_row), verdict["eager_steps_per_s"], horizon)
     rows = [r if r is not row else cold_row for r in verdict["candidates"]]
     eager = baseline_trial(study, "eager")
     again = {**verdict, "candidates": rows,
-             **choose_winner(rows, eager.number if eager else None, verdict["eager_score"], horizon, cold_scale(study))}
+             **choose_winner(rows, eager.number if eager else None, verdict["eager_score"], horizon, cold_scale(study),
+                             budget_horizon(study))}
     runner.progress.line(f"finalist round: trial {check['of']} warmed up in {record['warmup_s']:.1f} s cold, "
                          f"reconstructed {row['warmup_s']:.1f} s ({check['agreement']:+.0%}); " + again["why"])
     return again

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autocompile.engine.finalists.cold import cold_check, cold_run_check
+from autocompile.engine.horizon import budget_horizon
+from autocompile.engine.horizon import scoring as horizon_of
 from autocompile.engine.finalists.plan import (ROUND_MEASURE, cold_pick, cold_run_s, cold_scale, contenders,
                                                plan_round, rerun_estimate_s, rerun_limit_s, say_left_out)
 from autocompile.engine.finalists.verdict import WINNER_RULE, rechosen, round_verdict
@@ -45,7 +47,7 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     done = study.user_attrs.get("finalists")
     if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
         # this round was run already for these finalists, under the current numerics guard
-        return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, runner.settings.horizon, progress.line)
+        return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, horizon_of(runner.settings), progress.line)
     pick = cold_pick(finalists, cold_scale(study))
     cold = f"; trial {pick.number}, its warm-up reconstructed, from empty caches: its warm-up measured cold" \
         if pick is not None else ""
@@ -97,7 +99,8 @@ def _runs_of(runner: Runner, original, r: int, overrun: float, cold: bool) -> li
 
 def _verdict(runner: Runner, eager, finalists: list, runs: dict[int, list[dict]], rounds: int) -> dict:
     """The round's verdict from its runs (`verdict.round_verdict`), at the search's horizon."""
-    return round_verdict(eager, finalists, runs, rounds, runner.settings.horizon, cold_scale(runner.study))
+    return round_verdict(eager, finalists, runs, rounds, horizon_of(runner.settings), cold_scale(runner.study),
+                         budget_horizon(runner.study))
 
 
 def far_apart(row: dict) -> bool:
@@ -158,7 +161,7 @@ def rechoose(study, horizon: int, say=print) -> dict | None:
     eager = baseline_trial(study, "eager")
     if not verdict or verdict.get("winner_rule") == WINNER_RULE or eager is None:
         return verdict
-    again = rechosen(verdict, eager, study.trials, horizon, cold_scale(study))
+    again = rechosen(verdict, eager, study.trials, horizon, cold_scale(study), budget_horizon(study))
     if again["winner"] != verdict.get("winner"):
         say(f"finalist round of trials {', '.join(map(str, verdict['finalists']))} chosen again under the current "
             f"rule: trial {again['winner']} wins (was trial {verdict.get('winner')}): {again['why']}")

@@ -24,7 +24,10 @@ from autocompile.trial.protocol import REPLAY_VERSION
 # 5: where the round has no cold run of a reconstructed finalist to scale by, a reconstructed warm-up
 #    counts as what the device's earlier cold runs of the model showed (`cold_scale`), as `cold_pick`
 #    counted it when it chose which finalist to run cold.
-WINNER_RULE = 5
+# 6: where the horizon is the search's budget's (no --horizon-steps), two finalists within noise go to the
+#    faster steady speed where it is ahead by more than the noise: for any run longer than that horizon it
+#    wins; the shorter warm-up decides where the speeds are within noise too, or the user gave the horizon.
+WINNER_RULE = 6
 
 
 def reconstructed(trial) -> bool:
@@ -37,7 +40,8 @@ def added_s(trial) -> float:
     return (trial.user_attrs.get("reconstruction") or {}).get("added_s", 0.0)
 
 
-def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int, scale: float = 1.0) -> dict:
+def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int, scale: float = 1.0,
+                  prefer_speed: bool = False) -> dict:
     """The finalist round's verdict from its rows (trial, status, score, noise, spread, warmup_s):
     the best score, unless the top two are within noise (then the shorter warm-up), or eager
     scores above the chosen one. Returns winner, why, and the margin. A reconstructed warm-up counts
@@ -45,7 +49,8 @@ def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horiz
 
     The noise is the leader's (its window spread or the gap between its two measurements, the
     larger) plus the runner-up's window spread: a runner-up whose own measurements disagree is
-    less to be trusted, not a closer rival (WINNER_RULE 2)."""
+    less to be trusted, not a closer rival (WINNER_RULE 2). With `prefer_speed` (a horizon the budget
+    gave, not the user), the faster steady speed first (WINNER_RULE 6)."""
     ranked = sorted((row for row in rows if row["status"] == "ok"), key=lambda row: row["score"], reverse=True)
     if not ranked:
         return {"winner": None}
@@ -57,7 +62,7 @@ def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horiz
         noise = winner["noise"] + second.get("spread", second["noise"])
         verdict.update(margin=margin, noise=noise, within_noise=margin <= noise)
         if margin <= noise:
-            winner, why = _within_noise(rows, winner, second, margin, noise, scale)
+            winner, why = _within_noise(rows, winner, second, margin, noise, scale, prefer_speed)
         else:
             why += f", {margin:.1%} ahead of trial {second['trial']} (noise {noise:.1%})"
     if eager_score > winner["score"]:
@@ -68,9 +73,16 @@ def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horiz
 
 
 def _within_noise(rows: list[dict], winner: dict, second: dict, margin: float, noise: float,
-                  scale: float) -> tuple[dict, str]:
-    """Of the top two within noise, the one with the shorter warm-up (each as a cold run would measure
-    it: `expected_cold`), and why."""
+                  scale: float, prefer_speed: bool = False) -> tuple[dict, str]:
+    """Of the top two within noise, with `prefer_speed` the faster where its steady speed is ahead by more
+    than the noise; else the one with the shorter warm-up (each as a cold run would measure it:
+    `expected_cold`); and why."""
+    faster, slower = sorted((winner, second), key=lambda row: row["steps_per_s"], reverse=True)
+    ahead = faster["steps_per_s"] / slower["steps_per_s"] - 1
+    if prefer_speed and ahead > noise:
+        return faster, (f"trials {winner['trial']} and {second['trial']} are within noise ({margin:.1%} apart, noise "
+                        f"{noise:.1%}): trial {faster['trial']} wins with the faster steady speed ({ahead:.1%} ahead), "
+                        "which a run longer than the horizon this search's budget gave pays for")
     ratio = _cold_ratio(rows)
     cold = functools.partial(expected_cold, ratio=ratio, scale=scale)
     quicker = min(winner, second, key=cold)
@@ -111,7 +123,7 @@ def pooled(measurements: list[dict], horizon: int, warmup_s: float | None = None
 
 
 def round_verdict(eager, finalists: list, runs: dict[int, list[dict]], rounds: int, horizon: int,
-                  scale: float) -> dict:
+                  scale: float, prefer_speed: bool = False) -> dict:
     """The round's verdict from its runs: each finalist's row and eager's speed and score, each from
     all its measurements (`pooled`: its run in the search and its runs in the round), and the winner."""
     eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"] if eager is not None else []
@@ -121,7 +133,7 @@ def round_verdict(eager, finalists: list, runs: dict[int, list[dict]], rounds: i
     return {"finalists": [t.number for t in finalists], "rounds": rounds, "eager_steps_per_s": eager_pace,
             "eager_paces": [m["steps_per_s"] for m in eager_measured], "eager_score": eager_score,
             "candidates": rows, "numerics_guard": REPLAY_VERSION, "winner_rule": WINNER_RULE,
-            **choose_winner(rows, eager.number if eager else None, eager_score, horizon, scale)}
+            **choose_winner(rows, eager.number if eager else None, eager_score, horizon, scale, prefer_speed)}
 
 
 def _row(t, runs: list[dict], eager_pace: float | None, horizon: int) -> dict:
@@ -164,7 +176,7 @@ def measurements(trials: list, row: dict) -> list[dict]:
     return [trials[row["trial"]].user_attrs, *(trials[n].user_attrs for n in row["reruns"])]
 
 
-def rechosen(verdict: dict, eager, trials: list, horizon: int, scale: float) -> dict:
+def rechosen(verdict: dict, eager, trials: list, horizon: int, scale: float, prefer_speed: bool = False) -> dict:
     """A stored verdict of an older rule chosen again under WINNER_RULE from the round's own runs
     (`trials`: the study's, by number), without measuring: each candidate's speed, score and noise from
     its trials (`pooled`), eager's from its run in the search and its speed and score in the round."""
@@ -180,7 +192,7 @@ def rechosen(verdict: dict, eager, trials: list, horizon: int, scale: float) -> 
     kept = {k: v for k, v in verdict.items() if k not in ("margin", "noise", "within_noise", "winner", "why")}
     return {**kept, "candidates": rows, "eager_steps_per_s": eager_pace, "eager_score": eager_score,
             "eager_paces": [m["steps_per_s"] for m in eager_measured], "winner_rule": WINNER_RULE,
-            **choose_winner(rows, eager.number, eager_score, horizon, scale)}
+            **choose_winner(rows, eager.number, eager_score, horizon, scale, prefer_speed)}
 
 
 def _round_eager_score(verdict: dict, eager, trials: list) -> float:

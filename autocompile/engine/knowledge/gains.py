@@ -1,0 +1,67 @@
+"""Gains: how far a one-move neighbour has gone past its parent's steady speed, across the device's studies.
+
+Each neighbour that ran cleanly, from a parent that did, is stored with both speeds and the dimensions it
+moved, per torch, device and model. The largest ratio of the same move on the same model (`MoveGains.ceiling`),
+seen at least TIMES times, bounds what a neighbour can reach from its parent's measured speed: the pruning
+bound of a neighbour's warm-up (engine/runner.py) uses it instead of assuming any speed at all. A move not
+seen so has no ceiling: the first neighbour to pack a batch or to record CUDA graphs may gain what no earlier
+move did, and a move that slowed one model may speed up another.
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+from autocompile.engine.knowledge.schema import TIMES, Observer, open_file
+
+TABLE = "gains"
+
+
+class MoveGains(Observer):
+    """The one-move neighbours of one torch and device, each against its parent: told each finished trial,
+    it keeps the neighbours' and says how far the best went past its parent (`ceiling`)."""
+
+    def __init__(self, path: str | None, torch: str, device: str, model: str):
+        self.db = open_file(path)
+        self.key = {"torch": torch, "device": device, "model": model}
+
+    def take(self, study, trial) -> bool:
+        """Remember `trial` of `study` where it is a neighbour that ran cleanly from a parent that did."""
+        a = trial.user_attrs
+        if "parent" not in a or a.get("status") != "ok" or not a.get("steps_per_s"):
+            return False
+        parent = study.get_trials(deepcopy=False)[a["parent"]].user_attrs
+        if parent.get("status") != "ok" or not parent.get("steps_per_s"):
+            return False
+        self.db[TABLE].upsert({**self.key, "study": study.study_name, "trial": trial.number,
+                               "parent": a["parent"], "moved": ",".join(a.get("changed") or []),
+                               "parent_steps_per_s": parent["steps_per_s"], "steps_per_s": a["steps_per_s"]},
+                              pk=("torch", "device", "model", "study", "trial"))
+        return True
+
+    def ceiling(self, moved: list[str]) -> dict | None:
+        """The largest steady speed a stored neighbour of the same move (the dimensions `moved`) on this model
+        reached over its parent's (`ratio`), with the one that did (`by`) and how many were stored (`of`); None
+        where fewer than TIMES are."""
+        rows = list(self.db[TABLE].rows_where("torch = ? and device = ? and model = ? and moved = ?",
+                                              [*self.key.values(), ",".join(moved)]))
+        if len(rows) < TIMES:
+            return None
+        best = max(rows, key=lambda r: r["steps_per_s"] / r["parent_steps_per_s"])
+        return {"ratio": best["steps_per_s"] / best["parent_steps_per_s"], "of": len(rows),
+                "by": f"{best['study']} trial {best['trial']} ({best['moved']})"}
+
+    @staticmethod
+    def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
+        """--forget-all clears them; a single value's --forget leaves them (a gain is no failure)."""
+        if value is not None:
+            return 0
+        count = db[TABLE].count
+        db[TABLE].delete_where()
+        return count
+
+    @staticmethod
+    def listing(db: sqlite_utils.Database) -> dict:
+        rows = list(db.query(f"select torch, device, model, count(*) as moves, max(steps_per_s / parent_steps_per_s) "
+                             f"as ratio from {TABLE} group by torch, device, model"))
+        return {"gains": rows}
