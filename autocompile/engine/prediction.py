@@ -22,11 +22,12 @@ import optuna
 
 from autocompile.engine.records import config_columns, full_record
 from autocompile.trial import caches
+from autocompile.space import DEFAULTS, Graphs, shaping
 from autocompile.trial.graphs import cold_seconds, is_optimizer, ledger_path, read_ledger
 
 # Settings that do not change the model's graphs: a move of these reuses them (and a shared cache has them).
-NOT_MODEL = ("compile_optimizer", "fused_optimizer", "lr_tensor", "compile_loss")
-STEP = ("compile_optimizer", "fused_optimizer", "lr_tensor", "mode")  # what shapes the optimizer step's graphs
+NOT_MODEL = tuple(key for key in DEFAULTS if key not in shaping(Graphs.MODEL))
+STEP = shaping(Graphs.STEP)  # what shapes the optimizer step's graphs
 # A lower bound rules a configuration out only at this share of itself: graph compile times of one
 # configuration varied by up to 15% between runs (the captioner's cold runs, H200, 2026-11-25).
 SAFETY = 0.8

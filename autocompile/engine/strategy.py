@@ -25,6 +25,7 @@ import optuna
 from autocompile.engine.records import config_columns
 from autocompile.engine.scoring import DEFAULT_HORIZON
 from autocompile.engine.storage import same_machine
+from autocompile.space import Graphs, shaping
 
 # Dimensions in the order a change is most likely to pay, and why.
 PROMISE = (
@@ -186,7 +187,7 @@ def _order(space, study) -> list:
 MODE_WEIGHT = {"default": 0, "reduce-overhead": 0, "max-autotune-no-cudagraphs": 2, "max-autotune": 2}
 TUNING_WEIGHT = 1
 # Graphs compiled besides the model's (compiled autograd: the whole backward again, per length).
-_EXTRAS = ("compile_optimizer", "foreach_map_optimizer", "compile_loss", "compiled_autograd")
+_EXTRAS = shaping(Graphs.BESIDES)
 # A max-autotune mode benchmarks kernel candidates on top of what a lighter mode compiles: it took
 # more than twice a lighter twin's warm-up wherever measured (the captioner's regional reduce-overhead
 # step warmed up in 130 s, its max-autotune twin was still compiling at 240 s; llama-8b's regional
@@ -197,7 +198,7 @@ AUTOTUNE_FACTOR = 2.0
 # against 24.3 s; H200, torch 2.11, 2026-11-26). TPE's proposals with it were cut while compiling in
 # captioner-fresh-5 and -6 (240 s each) and llama-8b-fresh-7 (152 s, by the search's timeout).
 AUTOGRAD_FACTOR = 5.0
-_SHAPES = ("padding", "pad_multiple", "mark_dynamic", "dynamic")  # what sets the shapes a trial compiles
+_SHAPES = shaping(Graphs.SHAPES)  # what sets the shapes a trial compiles
 
 
 def too_slow(study, config: dict, limit_s: float, explained=lambda config: None) -> str | None:
