@@ -16,11 +16,12 @@ from dataclasses import dataclass
 import optuna
 
 from autocompile.errors import UserError
+from autocompile.engine.cost import BASELINE_SHARE, MIN_TRIAL_S, baseline_limit_s, expected_trial_s, neighbour_cost
 from autocompile.engine.screening import screen_trial
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
-from autocompile.engine.strategy import neighbours_turn, next_neighbour, twin_time
+from autocompile.engine.strategy import neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
-from autocompile.engine.runner import MIN_TRIAL_S, Runner, already_tried, ask, baselines_to_run, expected_trial_s, waiting
+from autocompile.engine.runner import Runner, already_tried, ask, baselines_to_run, waiting
 
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
 
@@ -99,24 +100,16 @@ def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState)
     return True
 
 
-# Plain torch.compile may take at most this share of what is left of --timeout before the finalist
-# round: llama-8b's whole-model compile took 558 s of a 1500 s search (38%) and left one neighbour
-# and no TPE trial (H200, 2026-11-25). Cut, it still says how long it had been warming up, which
-# bounds its score (the summary's "at least Nx plain torch.compile's").
-BASELINE_SHARE = 0.5
-
-
 def _baseline_limit(runner: Runner, role: str, reserve: float) -> float:
     """A baseline's time limit: --baseline-timeout; for plain torch.compile under --timeout, no more
-    than BASELINE_SHARE of what is left before the finalist round (and no less than --trial-timeout)."""
+    than BASELINE_SHARE of what is left before the finalist round (cost.baseline_limit_s), said."""
     settings, remaining = runner.settings, runner.remaining()
     limit = settings.baseline_limit_s
     if role != "compile-defaults" or remaining is None:
         return limit
-    share = BASELINE_SHARE * (remaining - reserve)
-    if share >= limit:
+    bounded = baseline_limit_s(limit, settings.trial_timeout_s, remaining - reserve)
+    if bounded is None:
         return limit
-    bounded = max(share, min(limit, settings.trial_timeout_s))
     runner.progress.line(f"plain torch.compile gets {bounded:.0f} s of the {limit:.0f} s --baseline-timeout: at most "
                          f"{BASELINE_SHARE:.0%} of the {max(remaining - reserve, 0):.0f} s left before the finalist round")
     return bounded
@@ -142,25 +135,6 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
                          f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
                          f"{expected:.0f} s")
     return True
-
-
-def neighbour_cost(space, study, predictor, tried) -> float | None:
-    """What the next neighbour is expected to take: its twins' time (strategy.twin_time), else its
-    predicted cold warm-up plus what its parent's run took besides warming up; None if unknown.
-    captioner-fresh-4 ended its exploration with 183 s left because a typical trial had taken 204
-    s, where the next neighbour (its leader without the compiled step: 41 s of model graphs
-    predicted, 94 s besides) needed about 135 s (H100, 2026-11-25)."""
-    neighbour = next_neighbour(space, study, tried, predictor.predict)
-    if not neighbour:
-        return None
-    need, _ = twin_time(study, neighbour["config"], exact=True)  # a lighter twin would say too little
-    if need is not None:
-        return need
-    warmup = predictor.predict(neighbour["config"])
-    parent = study.trials[neighbour["parent"]].user_attrs
-    if warmup is None or not parent.get("wall_s"):
-        return None
-    return warmup + max(parent["wall_s"] - (parent.get("warmup_measured_s") or parent.get("warmup_s") or 0), 0.0)
 
 
 def _owed_baselines(runner: Runner) -> list[tuple[str, dict]]:

@@ -19,13 +19,12 @@ import optuna
 from autocompile.apply import describe_config
 from autocompile.engine.records import (baseline_value, memory_limit, best_trial, carried, concise, eager_record, full_record,
                                         save_record, snippet_header, speedup, trial_folder)
+from autocompile.engine.cost import MIN_TRIAL_S, Predictor, too_slow, twin_time
 from autocompile.engine.learned import mark_refused_in, measured_as, rng_dependent
-from autocompile.engine.prediction import Predictor
 from autocompile.engine.scoring import (_judged_by_an_older_guard, best_score, judge, numerics_tolerance,
                                         optimistic_score, score, violation)
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.engine.storage import heartbeat_s, this_worker
-from autocompile.engine.strategy import too_slow, twin_time
 from autocompile.trial import TrialRequest, caches, divergence, run_trial, triage
 from autocompile.trial.protocol import STOP_S
 
@@ -34,7 +33,9 @@ if TYPE_CHECKING:
     from autocompile.space import SearchSpace
 
 BASELINES = (("eager", EAGER), ("compile-defaults", DEFAULTS))
-MIN_TRIAL_S = 30.0  # with less of --timeout left, no trial is started
+# A lower bound rules a configuration out only at this share of itself: graph compile times of one
+# configuration vary between runs.
+SAFETY = 0.8
 
 
 class Progress:
@@ -110,16 +111,6 @@ def baselines_to_run(finished: list, limit_s: float) -> list[tuple[str, dict]]:
     return [(role, config) for role, config in BASELINES if role not in done]
 
 
-def expected_trial_s(study) -> float:
-    """What the next compiled trial is expected to take: the median time of the compiled trials
-    measured so far (recipes, neighbours, TPE; pruned ones at the time they took), at least
-    MIN_TRIAL_S. A trial that is not expected to fit what is left of --timeout is not started."""
-    walls = sorted(t.user_attrs["wall_s"] for t in study.get_trials(deepcopy=False)
-                   if t.state.is_finished() and t.user_attrs.get("wall_s") and t.user_attrs.get("config", {}).get("compile")
-                   and t.user_attrs.get("role") not in ("compile-defaults", "finalist"))
-    return max(MIN_TRIAL_S, walls[len(walls) // 2]) if walls else MIN_TRIAL_S
-
-
 def waiting(study) -> bool:
     return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
 
@@ -172,7 +163,7 @@ class Runner:
 
     def out_of_time(self, trial, config: dict, keep_s: float) -> bool:
         """Whether `config` is not expected to finish in what is left of --timeout less `keep_s` (the
-        finalist round's): its twins measured so far took longer (strategy.twin_time). Such a trial
+        finalist round's): its twins measured so far took longer (cost.twin_time). Such a trial
         is not started: told failed, status "not started" (like a trial cut by --timeout, it says
         nothing of the configuration, and a resumed search may propose it again)."""
         remaining = self.remaining()
@@ -322,10 +313,19 @@ class Runner:
                            f"{self.url}; run the same command to resume")
 
     def ruled_out(self, config: dict) -> str | None:
-        """Why `config` cannot win, predicted before launch (autocompile.engine.prediction), or None."""
+        """Why `config` cannot win before it runs (its model graphs' cold compile, cost.Predictor, caps its
+        score at the horizon below the best), or None."""
         if not self.settings.prune:
             return None
-        return self.predictor().ruled_out(config, best_score(self.study), self.settings.horizon)
+        floor, best, horizon = self.predictor().model_floor(config), best_score(self.study), self.settings.horizon
+        if not config.get("compile") or floor is None or not best:
+            return None
+        bound = horizon / (SAFETY * floor)
+        if bound >= best:
+            return None
+        return (f"predicted: its model graphs took {floor:.0f} s to compile cold in this study, so its score at "
+                f"horizon {horizon} is at most {bound:.3g} (with {1 - SAFETY:.0%} margin), below the best so far "
+                f"({best:.3g})")
 
     def predictor(self) -> Predictor:
         """The study's warm-up predictor (it reads every trial's record), built again only when a
