@@ -466,7 +466,8 @@ def test_a_finalist_is_measured_again_when_its_warm_rerun_fits_the_trial_limit()
     up; a rerun starts from the code it compiled, so it fits the 240 s trial limit and is a
     contender. Plain torch.compile's first run, cut at its 300 s baseline limit, is not one."""
     from autocompile.engine.cost import rerun_estimate_s
-    from autocompile.engine.finalists import contenders, too_long
+    from autocompile.engine.finalists import contenders
+    from autocompile.engine.gates import too_long
     from autocompile.engine.study import load_study
     from conftest import ROOT
 

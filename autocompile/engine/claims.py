@@ -21,7 +21,8 @@ from autocompile.engine.screening import screen_trial
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
 from autocompile.engine.strategy import neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
-from autocompile.engine.runner import Runner, already_tried, ask, baselines_to_run, waiting
+from autocompile.engine.gates import Outcome, why_not
+from autocompile.engine.runner import Runner, ask, baselines_to_run, waiting
 
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
 
@@ -173,13 +174,13 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
     """The recipes once the baselines are claimed (those not tried yet), then a neighbour of the
     incumbent every other proposal, alternating with TPE's, and in a row while TPE's proposals have
     taken more time than the neighbours (strategy.neighbours_turn)."""
-    study, settings, space = runner.study, runner.settings, runner.space
+    study, space = runner.study, runner.space
     if not pending and not loop.recipes_queued:
         # After the baselines (study.ask would hand a queued recipe to a baseline); a
         # recipe already tried in this study is not queued again.
         for params in space.starting_points():
             config = space.suggest(optuna.trial.FixedTrial(params))
-            if not already_tried(study, config, params, settings.trial_timeout_s):
+            if why_not(config, runner.view(params=params), Outcome.DUPLICATE) is None:
                 study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
         loop.recipes_queued = True
     if loop.recipes_queued and (neighbours_turn(study, loop.proposals) or loop.neighbours_turn_now()) \
@@ -193,26 +194,25 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
 
 def _attribute(runner: Runner, trial, pending: list, loop: LoopState):
     """Give the asked trial its role and config, and record them with this worker; refuse it (None)
-    if it is a duplicate or cannot work here."""
-    study, settings, space = runner.study, runner.settings, runner.space
+    where a gate does (engine/gates.py): a duplicate, one that cannot work here or cannot win."""
+    space = runner.space
     if hasattr(runner.storage, "record_heartbeat"):
         runner.storage.record_heartbeat(trial._trial_id)  # stale from now on if this worker dies
     role, config = _role_and_config(runner, trial, pending, loop)
     if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
         config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
     baseline = role in ("eager", "compile-defaults")
-    if not baseline and already_tried(study, config, trial.params, settings.trial_timeout_s, exclude=trial.number):
-        return _duplicate(runner, trial, config, loop)
+    refusal = None if baseline else why_not(config, runner.view(params=trial.params, exclude=trial.number),
+                                            Outcome.DUPLICATE, Outcome.INFEASIBLE, Outcome.PRUNED)
+    if refusal and refusal.outcome is Outcome.DUPLICATE:  # TPE ignores it, the budget does not count it
+        runner.refuse(trial, config, role, refusal)
+        loop.duplicates += 1
+        return None
     loop.duplicates = 0
     for key, value in (("role", role), ("config", config), ("worker", this_worker())):
         trial.set_user_attr(key, value)
-    why_not = None if baseline else runner.refusal(config)
-    if why_not:
-        runner.reject(trial, config, role, why_not)
-        return None
-    doomed = None if baseline else runner.ruled_out(config)
-    if doomed:
-        runner.prune_before_launch(trial, config, role, doomed)
+    if refusal:
+        runner.refuse(trial, config, role, refusal)
         return None
     return trial, config, role
 
@@ -233,11 +233,3 @@ def _role_and_config(runner: Runner, trial, pending: list, loop: LoopState) -> t
     loop.proposals += role in ("search", "neighbour")
     return role, config
 
-
-def _duplicate(runner: Runner, trial, config: dict, loop: LoopState) -> None:
-    """A proposal already measured or claimed: failed (TPE ignores it, the budget does not count it), not run."""
-    trial.set_user_attr("status", "duplicate")
-    trial.set_user_attr("config", config)
-    runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    loop.duplicates += 1
-    return None

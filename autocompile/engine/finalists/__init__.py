@@ -11,11 +11,10 @@ What the rest of the package uses is here; a test that reaches one module's own 
 """
 
 from autocompile.engine.finalists.cold import cold_check
-from autocompile.engine.finalists.plan import (REACH, RERUN_HEADROOM, RERUN_LIMIT, cold_check_s, cold_pick,
-                                               contenders, finalist_reserve, rerun_limit_s, reserve_note, too_long)
+from autocompile.engine.finalists.plan import (REACH, RERUN_LIMIT, cold_check_s, cold_pick, contenders,
+                                               finalist_reserve, rerun_limit_s, reserve_note)
 from autocompile.engine.finalists.round import rechoose, run_finalists
 from autocompile.engine.finalists.verdict import WINNER_RULE, choose_winner, pooled
 
-__all__ = ["WINNER_RULE", "choose_winner", "pooled", "REACH", "RERUN_HEADROOM", "RERUN_LIMIT", "cold_check_s",
-           "cold_pick", "contenders", "finalist_reserve", "rerun_limit_s", "reserve_note", "too_long", "cold_check",
-           "rechoose", "run_finalists"]
+__all__ = ["WINNER_RULE", "choose_winner", "pooled", "REACH", "RERUN_LIMIT", "cold_check_s", "cold_pick",
+           "contenders", "finalist_reserve", "rerun_limit_s", "reserve_note", "cold_check", "rechoose", "run_finalists"]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from autocompile.engine.cost import added_s, cold_over_warm_s, cold_scale, rerun_estimate_s, round_s
 from autocompile.engine.finalists.verdict import expected_cold, reconstructed
+from autocompile.engine.gates import Outcome, Refusal, View, why_not
 from autocompile.engine.records import eager_record, search_candidates
 
 if TYPE_CHECKING:
@@ -23,11 +24,6 @@ REACH = 0.3
 # minute more than that, nor past the trial limit): a rerun that takes far longer than its first
 # run measures the machine, not the configuration, and must not take the other finalists' time.
 RERUN_LIMIT = 1.5
-
-# A rerun's warm estimate rests on one measured share (WARM_SHARE): a finalist is measured again
-# only where that estimate leaves this much of the trial limit to spare.
-RERUN_HEADROOM = 0.8
-
 
 def rerun_limit_s(first_wall_s: float, trial_timeout_s: float) -> float:
     """The time limit of a finalist's rerun (see RERUN_LIMIT)."""
@@ -73,18 +69,16 @@ def cold_check_s(study, k: int, limit_s: float | None = None) -> float:
 
 def contenders(study, k: int, limit_s: float | None = None) -> list:
     """The top k distinct configurations that a rerun could still make the winner: best first,
-    those within REACH of the leader's score, and whose first run took no longer than `limit_s`
-    (the trial limit, which bounds a rerun: `too_long`)."""
+    those within REACH of the leader's score, and whose rerun fits `limit_s` (the trial limit, which
+    bounds a rerun: `not_rerun`)."""
     top = search_candidates(study)[:k]
-    return [t for t in top if t.value >= (1 - REACH) * top[0].value and not too_long(t, limit_s)]
+    return [t for t in top if t.value >= (1 - REACH) * top[0].value and not not_rerun(study, t, limit_s)]
 
 
-def too_long(trial, limit_s: float | None) -> bool:
-    """Whether a trial's rerun, warm (rerun_estimate_s), is expected to take longer than a rerun may
-    (RERUN_HEADROOM of the trial limit): plain torch.compile, measured under the longer baseline limit,
-    would take the search's time for a rerun cut at the trial limit. The first run's own time is not
-    the bound: a leader that warmed up long cold reruns warm well within the limit."""
-    return limit_s is not None and rerun_estimate_s(trial) > RERUN_HEADROOM * limit_s
+def not_rerun(study, trial, limit_s: float | None) -> Refusal | None:
+    """Why a finalist is not measured again for its rerun's time (the gates that end NOT_RERUN:
+    gates.too_long), or None."""
+    return why_not(trial.user_attrs.get("config", {}), View(study, limit_s, first=trial), Outcome.NOT_RERUN)
 
 
 def finalist_reserve(study, k: int, limit_s: float | None = None) -> float:
@@ -113,14 +107,13 @@ def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None =
 
 def say_left_out(runner: Runner, k: int, candidates: list) -> None:
     """A line for each of the top k left out of the round (not a contender): its rerun too long for
-    the trial limit (`too_long`), or its score too far behind the leader's (REACH)."""
+    the trial limit (`not_rerun`), or its score too far behind the leader's (REACH)."""
     trial_limit = runner.settings.trial_timeout_s
     top, chosen = search_candidates(runner.study)[:k], {c.number for c in candidates}
     for t in top:
-        if too_long(t, trial_limit):
-            runner.progress.line(f"finalist round: trial {t.number} not measured again: its run took "
-                                 f"{t.user_attrs['wall_s']:.0f} s, a warm rerun about {rerun_estimate_s(t):.0f} s, "
-                                 f"more than {RERUN_HEADROOM:.0%} of the {trial_limit:.0f} s trial limit a rerun has")
+        refusal = not_rerun(runner.study, t, trial_limit)
+        if refusal:
+            runner.progress.line(f"finalist round: trial {t.number} not measured again: {refusal.reason}")
         elif t.number not in chosen:
             runner.progress.line(f"finalist round: trial {t.number} not measured again: its score {t.value:.3g} is "
                                  f"{1 - t.value / top[0].value:.0%} behind the leader's, more than a rerun moves "
