@@ -14,9 +14,10 @@ space with a space file (`load_space_file`: values to pin, to leave out, extra I
 options to try).
 
 The parts have modules of their own: `dimensions` (DEFAULTS, the modes, scopes, paddings and
-Inductor option groups, `Dimension`, what each setting shapes of the compiled graphs: `GRAPHS`), `capabilities` (what the installed torch and device
-support), `rules` (rejections and doomed configurations, each with its reason) and `spacefile`
-(the user's file). This module holds `SearchSpace` and re-exports their public names.
+Inductor option groups, `Dimension`, what each setting shapes of the compiled graphs: `GRAPHS`),
+`capabilities` (what the installed torch and device support), `rules` (rejections and doomed
+configurations, each with its reason) and `spacefile` (the user's file). This module holds
+`SearchSpace` and re-exports their public names.
 """
 
 from __future__ import annotations
