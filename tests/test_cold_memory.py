@@ -35,8 +35,8 @@ def test_the_round_plans_its_cold_run_from_what_earlier_cold_runs_of_the_model_t
     """captioner-fresh-7 kept 37 s for its leader's cold run (its first run and the seconds its
     reconstruction added), which took 52 s, and left out its third finalist. With what fresh-5's and
     fresh-6's cold runs showed, the estimate of trial 8's cold run is its measured one within 5%."""
-    from autocompile.engine.finalists import cold_check_s, cold_pick, cold_scale, contenders
-    from autocompile.engine.finalists.plan import cold_run_s as _cold_run_s
+    from autocompile.engine.cost import cold_run_s as _cold_run_s, cold_scale
+    from autocompile.engine.finalists import cold_check_s, cold_pick, contenders
 
     path = str(tmp_path / "failures.db")
     for name in ("captioner-fresh-5", "captioner-fresh-6", "llama-8b-fresh-8"):

@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from autocompile.api import run_search
-from autocompile.engine.prediction import Predictor
+from autocompile.engine.cost import Predictor
 from autocompile.engine.study import SearchSettings, build_space, load_study
 from autocompile.outputs.cachecheck import check_cache, format_check
 from autocompile.outputs.table import format_summary

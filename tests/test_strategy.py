@@ -106,7 +106,7 @@ def test_too_slow_takes_evidence_only_from_trials_compiling_no_more_than_the_can
     # the shape of llama-8b's trials 19 and 21 (H200, 2026-11-23): regional max-autotune with a
     # compiled step and loss was still compiling after 300 s; its no-CUDA-graph twin then spent
     # its limit too. Recorded trials (as a search records them), judged without a run.
-    from autocompile.engine.strategy import too_slow
+    from autocompile.engine.cost import too_slow
     study = optuna.create_study(direction="maximize")
     slow = {"compile": True, "scope": "regional", "mode": "max-autotune", "compile_optimizer": True, "compile_loss": True}
     study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
@@ -123,7 +123,7 @@ def test_too_slow_takes_evidence_only_from_trials_compiling_no_more_than_the_can
 def test_a_max_autotune_mode_is_expected_to_take_twice_a_lighter_twins_warm_up():
     # the captioner's trial 17 (H200, 2026-11-23): regional max-autotune, a neighbour of trial 12
     # (reduce-overhead, 130 s of warm-up, 159 s in its finalist rerun), still compiling at 240 s.
-    from autocompile.engine.strategy import too_slow
+    from autocompile.engine.cost import too_slow
     from autocompile.engine.study import load_study
     from conftest import ROOT
 
@@ -143,7 +143,7 @@ def test_a_modular_configuration_compares_with_whole_model_compiles():
     # captioner-fresh-3 (H200, 2026-11-25): TPE's trial 9, the encoder and decoder each compiled whole
     # under max-autotune modes, ran out of its 240 s limit while compiling, after plain torch.compile
     # (trial 1) had been still compiling at its 300 s: 240 s, a sixth of the search, spent on it.
-    from autocompile.engine.strategy import too_slow
+    from autocompile.engine.cost import too_slow
     from autocompile.engine.study import load_study
     from conftest import ROOT
 
@@ -195,7 +195,7 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path, capsys):
     import time
 
     from autocompile.engine.finalists import finalist_reserve, run_finalists
-    from autocompile.engine.runner import MIN_TRIAL_S
+    from autocompile.engine.cost import MIN_TRIAL_S
     from autocompile.engine.study import open_search
 
     runner = open_search(settings)
@@ -323,7 +323,7 @@ def test_a_trial_whose_twin_took_longer_than_what_is_left_is_not_started(tmp_pat
     import time
 
     from autocompile.engine.runner import Progress, Runner
-    from autocompile.engine.strategy import twin_time
+    from autocompile.engine.cost import twin_time
     from autocompile.engine.study import load_study
     from conftest import ROOT
 
@@ -465,7 +465,9 @@ def test_a_finalist_is_measured_again_when_its_warm_rerun_fits_the_trial_limit()
     """captioner-fresh-4 (H100, 2026-11-25): its leader, trial 5, took 243 s, 149 s of it warming
     up; a rerun starts from the code it compiled, so it fits the 240 s trial limit and is a
     contender. Plain torch.compile's first run, cut at its 300 s baseline limit, is not one."""
-    from autocompile.engine.finalists import contenders, rerun_estimate_s, too_long
+    from autocompile.engine.cost import rerun_estimate_s
+    from autocompile.engine.finalists import contenders
+    from autocompile.engine.gates import too_long
     from autocompile.engine.study import load_study
     from conftest import ROOT
 
@@ -480,9 +482,7 @@ def test_with_little_time_left_the_next_neighbour_runs_if_it_is_expected_to_fit(
     round: its compiled trials' median had taken 204 s. Its next neighbour, the leader without
     its compiled optimizer step, compiles the model graphs the leader compiled (41 s) and is
     expected to take about 135 s with what the leader's run took besides warming up."""
-    from autocompile.engine.claims import neighbour_cost
-    from autocompile.engine.prediction import Predictor
-    from autocompile.engine.runner import expected_trial_s
+    from autocompile.engine.cost import Predictor, expected_trial_s, neighbour_cost
     from autocompile.engine.study import load_study
     from conftest import ROOT
 
@@ -518,11 +518,9 @@ def test_the_last_neighbour_before_the_round_is_costed_by_its_twins_without_comp
     """captioner-fresh-5 stopped exploring with 70 s left before its round: the next neighbour
     (trial 10 with another AdamW) was costed at 241 s, the time of trial 11, whose compiled autograd
     compiled the whole backward again; its twins without it, trials 8 and 10, took 30 and 33 s."""
-    from autocompile.engine.claims import neighbour_cost
-    from autocompile.engine.prediction import Predictor
-    from autocompile.engine.runner import expected_trial_s
+    from autocompile.engine.cost import Predictor, expected_trial_s, neighbour_cost
     from autocompile.engine.study import load_study
-    from autocompile.engine.strategy import twin_time
+    from autocompile.engine.cost import twin_time
     from conftest import ROOT
 
     folder = f"{ROOT}/studies/history/captioner-fresh-5"
@@ -566,7 +564,7 @@ def test_moves_that_multiply_the_compile_come_after_the_others():
 def test_coordinate_descent_cut_at_the_limit_is_evidence_against_a_max_autotune_mode_not_the_reverse():
     """A max-autotune mode turns coordinate descent on too: a trial cut with coordinate descent alone
     compiled less than a max-autotune one of the same graphs would."""
-    from autocompile.engine.strategy import too_slow
+    from autocompile.engine.cost import too_slow
     tuned = {"compile": True, "scope": "regional", "mode": "reduce-overhead", "padding": "buckets",
              "inductor": {"coordinate_descent_tuning": True}}
     cut = {"status": "timeout", "wall_s": 243.5, "reason": "no result within the 240 s limit (while compiling)"}
@@ -583,7 +581,7 @@ def test_compiled_autograd_is_expected_to_take_five_times_a_configuration_withou
     """llama-8b-fresh-7 (H200, 2026-11-26): TPE's trial 19 (compiled autograd) was cut after 152 s while
     compiling, by the search's timeout, where trial 4 without it had warmed up in 73 s; compiled
     autograd took 5.4x and 17x the warm-up without it on llama-8b and the captioner."""
-    from autocompile.engine.strategy import too_slow
+    from autocompile.engine.cost import too_slow
     from autocompile.engine.study import load_study
     from conftest import ROOT
 

@@ -399,7 +399,8 @@ def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
     # 38% behind, cannot win a rerun: it is no contender, and the round keeps its time no more.
     import optuna
 
-    from autocompile.engine.finalists import REACH, WARM_SHARE, contenders, finalist_reserve, rerun_estimate_s
+    from autocompile.engine.cost import WARM_SHARE, rerun_estimate_s
+    from autocompile.engine.finalists import REACH, contenders, finalist_reserve
 
     committed = load_study("llama-8b-fresh", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh", "study.db"))
     study = optuna.create_study(directions=committed.directions)
@@ -429,7 +430,8 @@ def test_the_round_runs_cold_the_finalist_its_verdict_most_likely_chooses():
     scales as the pick does (WINNER_RULE 5)."""
     import optuna
 
-    from autocompile.engine.finalists import cold_check_s, cold_pick, cold_scale, contenders
+    from autocompile.engine.cost import cold_scale
+    from autocompile.engine.finalists import cold_check_s, cold_pick, contenders
 
     for name, leader, pick in (("captioner-fresh-7", 10, 8), ("captioner-fresh-6", 8, 8), ("llama-8b-fresh-8", 24, 24),
                                ("captioner-fresh-8", 10, 8), ("captioner-fresh-9", 16, 3)):
@@ -456,7 +458,8 @@ def test_the_finalist_round_leaves_out_a_baseline_that_took_longer_than_a_rerun_
     # is no contender, and the round keeps only what the others took.
     import optuna
 
-    from autocompile.engine.finalists import contenders, finalist_reserve, rerun_estimate_s
+    from autocompile.engine.cost import rerun_estimate_s
+    from autocompile.engine.finalists import contenders, finalist_reserve
 
     committed = load_study("llama-8b-fresh-4", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh-4", "study.db"))
     study = optuna.create_study(directions=committed.directions)
@@ -475,7 +478,7 @@ def test_the_finalist_round_measures_in_longer_windows_and_keeps_the_time_they_t
     # llama-8b (one pass over its pool, 16 s) is longer already: its rerun takes what it did.
     from types import SimpleNamespace
 
-    from autocompile.engine.finalists import ROUND_MEASURE, rerun_estimate_s, round_measure_extra_s
+    from autocompile.engine.cost import ROUND_MEASURE, rerun_estimate_s, round_measure_extra_s
 
     assert ROUND_MEASURE["min_window_s"] >= 2.0
     eager = {"config": {"compile": False}, "wall_s": 9.0, "steps_per_s": 138.0, "window_steps": 72, "measured_steps": 216}

@@ -142,7 +142,7 @@ def test_what_a_study_learned_is_passed_only_where_it_holds():
     import optuna
 
     from autocompile.engine.learned import mark_refused_in, rng_dependent
-    from autocompile.engine.runner import already_tried
+    from autocompile.engine.gates import already_tried
 
     study = optuna.create_study(direction="maximize")
 

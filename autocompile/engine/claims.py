@@ -16,11 +16,13 @@ from dataclasses import dataclass
 import optuna
 
 from autocompile.errors import UserError
+from autocompile.engine.cost import BASELINE_SHARE, MIN_TRIAL_S, baseline_limit_s, expected_trial_s, neighbour_cost
 from autocompile.engine.screening import screen_trial
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
-from autocompile.engine.strategy import neighbours_turn, next_neighbour, twin_time
+from autocompile.engine.strategy import neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
-from autocompile.engine.runner import MIN_TRIAL_S, Runner, already_tried, ask, baselines_to_run, expected_trial_s, waiting
+from autocompile.engine.gates import Outcome, why_not
+from autocompile.engine.runner import Runner, ask, baselines_to_run, waiting
 
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
 
@@ -99,24 +101,16 @@ def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState)
     return True
 
 
-# Plain torch.compile may take at most this share of what is left of --timeout before the finalist
-# round: llama-8b's whole-model compile took 558 s of a 1500 s search (38%) and left one neighbour
-# and no TPE trial (H200, 2026-11-25). Cut, it still says how long it had been warming up, which
-# bounds its score (the summary's "at least Nx plain torch.compile's").
-BASELINE_SHARE = 0.5
-
-
 def _baseline_limit(runner: Runner, role: str, reserve: float) -> float:
     """A baseline's time limit: --baseline-timeout; for plain torch.compile under --timeout, no more
-    than BASELINE_SHARE of what is left before the finalist round (and no less than --trial-timeout)."""
+    than BASELINE_SHARE of what is left before the finalist round (cost.baseline_limit_s), said."""
     settings, remaining = runner.settings, runner.remaining()
     limit = settings.baseline_limit_s
     if role != "compile-defaults" or remaining is None:
         return limit
-    share = BASELINE_SHARE * (remaining - reserve)
-    if share >= limit:
+    bounded = baseline_limit_s(limit, settings.trial_timeout_s, remaining - reserve)
+    if bounded is None:
         return limit
-    bounded = max(share, min(limit, settings.trial_timeout_s))
     runner.progress.line(f"plain torch.compile gets {bounded:.0f} s of the {limit:.0f} s --baseline-timeout: at most "
                          f"{BASELINE_SHARE:.0%} of the {max(remaining - reserve, 0):.0f} s left before the finalist round")
     return bounded
@@ -142,25 +136,6 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
                          f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
                          f"{expected:.0f} s")
     return True
-
-
-def neighbour_cost(space, study, predictor, tried) -> float | None:
-    """What the next neighbour is expected to take: its twins' time (strategy.twin_time), else its
-    predicted cold warm-up plus what its parent's run took besides warming up; None if unknown.
-    captioner-fresh-4 ended its exploration with 183 s left because a typical trial had taken 204
-    s, where the next neighbour (its leader without the compiled step: 41 s of model graphs
-    predicted, 94 s besides) needed about 135 s (H100, 2026-11-25)."""
-    neighbour = next_neighbour(space, study, tried, predictor.predict)
-    if not neighbour:
-        return None
-    need, _ = twin_time(study, neighbour["config"], exact=True)  # a lighter twin would say too little
-    if need is not None:
-        return need
-    warmup = predictor.predict(neighbour["config"])
-    parent = study.trials[neighbour["parent"]].user_attrs
-    if warmup is None or not parent.get("wall_s"):
-        return None
-    return warmup + max(parent["wall_s"] - (parent.get("warmup_measured_s") or parent.get("warmup_s") or 0), 0.0)
 
 
 def _owed_baselines(runner: Runner) -> list[tuple[str, dict]]:
@@ -199,13 +174,13 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
     """The recipes once the baselines are claimed (those not tried yet), then a neighbour of the
     incumbent every other proposal, alternating with TPE's, and in a row while TPE's proposals have
     taken more time than the neighbours (strategy.neighbours_turn)."""
-    study, settings, space = runner.study, runner.settings, runner.space
+    study, space = runner.study, runner.space
     if not pending and not loop.recipes_queued:
         # After the baselines (study.ask would hand a queued recipe to a baseline); a
         # recipe already tried in this study is not queued again.
         for params in space.starting_points():
             config = space.suggest(optuna.trial.FixedTrial(params))
-            if not already_tried(study, config, params, settings.trial_timeout_s):
+            if why_not(config, runner.view(params=params), Outcome.DUPLICATE) is None:
                 study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
         loop.recipes_queued = True
     if loop.recipes_queued and (neighbours_turn(study, loop.proposals) or loop.neighbours_turn_now()) \
@@ -219,26 +194,25 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
 
 def _attribute(runner: Runner, trial, pending: list, loop: LoopState):
     """Give the asked trial its role and config, and record them with this worker; refuse it (None)
-    if it is a duplicate or cannot work here."""
-    study, settings, space = runner.study, runner.settings, runner.space
+    where a gate does (engine/gates.py): a duplicate, one that cannot work here or cannot win."""
+    space = runner.space
     if hasattr(runner.storage, "record_heartbeat"):
         runner.storage.record_heartbeat(trial._trial_id)  # stale from now on if this worker dies
     role, config = _role_and_config(runner, trial, pending, loop)
     if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
         config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
     baseline = role in ("eager", "compile-defaults")
-    if not baseline and already_tried(study, config, trial.params, settings.trial_timeout_s, exclude=trial.number):
-        return _duplicate(runner, trial, config, loop)
+    refusal = None if baseline else why_not(config, runner.view(params=trial.params, exclude=trial.number),
+                                            Outcome.DUPLICATE, Outcome.INFEASIBLE, Outcome.PRUNED)
+    if refusal and refusal.outcome is Outcome.DUPLICATE:  # TPE ignores it, the budget does not count it
+        runner.refuse(trial, config, role, refusal)
+        loop.duplicates += 1
+        return None
     loop.duplicates = 0
     for key, value in (("role", role), ("config", config), ("worker", this_worker())):
         trial.set_user_attr(key, value)
-    why_not = None if baseline else runner.refusal(config)
-    if why_not:
-        runner.reject(trial, config, role, why_not)
-        return None
-    doomed = None if baseline else runner.ruled_out(config)
-    if doomed:
-        runner.prune_before_launch(trial, config, role, doomed)
+    if refusal:
+        runner.refuse(trial, config, role, refusal)
         return None
     return trial, config, role
 
@@ -259,11 +233,3 @@ def _role_and_config(runner: Runner, trial, pending: list, loop: LoopState) -> t
     loop.proposals += role in ("search", "neighbour")
     return role, config
 
-
-def _duplicate(runner: Runner, trial, config: dict, loop: LoopState) -> None:
-    """A proposal already measured or claimed: failed (TPE ignores it, the budget does not count it), not run."""
-    trial.set_user_attr("status", "duplicate")
-    trial.set_user_attr("config", config)
-    runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    loop.duplicates += 1
-    return None

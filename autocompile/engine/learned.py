@@ -9,17 +9,11 @@ trial that asked for it). The trial obeys what it is passed (TrialRequest) and s
 from __future__ import annotations
 
 from autocompile.engine.records import baseline_trial
-from autocompile.space import DEFAULTS
+from autocompile.space import DEFAULTS, Graphs, shaping
 
-# The settings Dynamo's shape constraints depend on: which graphs are traced (scope, the loss apart,
-# the backward traced again by compiled autograd, graphs split at DDP buckets or around FSDP2's
-# shards), whether a graph may break (fullgraph), how sizes are treated (dynamic) and which lengths
-# the batches bring (padding, pad_multiple). A hard mark refused under one set of these is refused
-# again under it: the optimizer step, the LR handling, Inductor's options and the mode compile the
-# same traced graphs with the same guards (llama-8b refused it twice with the loss compiled apart,
-# once under each of two optimizer settings; never without it).
-GRAPH_KEYS = ("scope", "dynamic", "fullgraph", "compile_loss", "padding", "pad_multiple", "compiled_autograd",
-              "optimize_ddp", "fsdp_compile_order")
+# The settings Dynamo's shape constraints depend on: those that shape the graphs it traces
+# (space.GRAPHS). A hard mark refused under one set of these is refused again under it.
+GRAPH_KEYS = shaping(Graphs.TRACED)
 
 
 def _finished(study) -> list:

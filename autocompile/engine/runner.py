@@ -20,13 +20,13 @@ from autocompile.apply import describe_config
 from autocompile.engine import horizon
 from autocompile.engine.records import (baseline_value, memory_limit, best_trial, carried, concise, eager_record, full_record,
                                         save_record, snippet_header, speedup, trial_folder)
-from autocompile.engine.learned import mark_refused_in, measured_as, rng_dependent
-from autocompile.engine.prediction import Predictor
-from autocompile.engine.scoring import (_judged_by_an_older_guard, best_score, judge, numerics_tolerance,
+from autocompile.engine.cost import MIN_TRIAL_S, Predictor
+from autocompile.engine.gates import Outcome, Refusal, View, ran_its_course, why_not
+from autocompile.engine.learned import mark_refused_in, rng_dependent
+from autocompile.engine.scoring import (_judged_by_an_older_guard, judge, numerics_tolerance,
                                         optimistic_score, score, violation)
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.engine.storage import heartbeat_s, this_worker
-from autocompile.engine.strategy import too_slow, twin_time
 from autocompile.trial import TrialRequest, caches, divergence, run_trial, triage
 from autocompile.trial.protocol import STOP_S
 
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from autocompile.space import SearchSpace
 
 BASELINES = (("eager", EAGER), ("compile-defaults", DEFAULTS))
-MIN_TRIAL_S = 30.0  # with less of --timeout left, no trial is started
 
 
 class Progress:
@@ -71,54 +70,12 @@ def _header(settings: SearchSettings, number: int) -> str:
     return snippet_header(settings.model, settings.study, number)
 
 
-def _ran_its_course(attrs: dict, limit_s: float) -> bool:
-    """Whether a finished trial's result stands: anything but a timeout, or a timeout that had
-    (nearly) the whole of `limit_s` (one cut short sooner may be measured again)."""
-    return attrs.get("status") != "timeout" or attrs.get("wall_s", 0) >= 0.9 * limit_s
-
-
-def already_tried(study, config: dict, params: dict, trial_timeout_s: float, exclude: int | None = None) -> bool:
-    """Whether a configuration was measured already (or pruned), or is queued or running (claimed by
-    a worker): a trial cut short by a search's time bound (not by the trial limit) does not count.
-    A configuration asking for a hard mark_dynamic the study saw refused counts as what it would
-    measure ("maybe": learned.measured_as), where a trial measured that already."""
-    measured = (config, measured_as(study, config))
-    for t in study.trials:
-        if t.number == exclude:
-            continue
-        if t.state == optuna.trial.TrialState.WAITING:
-            if t.system_attrs.get("fixed_params") == params:
-                return True
-            continue
-        if {**DEFAULTS, **t.user_attrs.get("config", {})} not in measured:
-            continue
-        if t.state == optuna.trial.TrialState.RUNNING:
-            return "config" in t.user_attrs  # claimed by a worker
-        if _judged_by_an_older_guard(t.user_attrs):
-            continue  # made infeasible by a numerics rule since replaced: measured again
-        if t.state == optuna.trial.TrialState.PRUNED:
-            return True  # it could not win when it ran
-        if t.state == optuna.trial.TrialState.COMPLETE and _ran_its_course(t.user_attrs, trial_timeout_s):
-            return True
-    return False
-
-
 def baselines_to_run(finished: list, limit_s: float) -> list[tuple[str, dict]]:
     """The baselines (role, config) a search still owes its study: those never measured, and
     one that timed out under a shorter limit than `limit_s` (it is measured again)."""
     done = {t.user_attrs.get("role") for t in finished if t.state == optuna.trial.TrialState.COMPLETE
-            and _ran_its_course(t.user_attrs, limit_s) and not _judged_by_an_older_guard(t.user_attrs)}
+            and ran_its_course(t.user_attrs, limit_s) and not _judged_by_an_older_guard(t.user_attrs)}
     return [(role, config) for role, config in BASELINES if role not in done]
-
-
-def expected_trial_s(study) -> float:
-    """What the next compiled trial is expected to take: the median time of the compiled trials
-    measured so far (recipes, neighbours, TPE; pruned ones at the time they took), at least
-    MIN_TRIAL_S. A trial that is not expected to fit what is left of --timeout is not started."""
-    walls = sorted(t.user_attrs["wall_s"] for t in study.get_trials(deepcopy=False)
-                   if t.state.is_finished() and t.user_attrs.get("wall_s") and t.user_attrs.get("config", {}).get("compile")
-                   and t.user_attrs.get("role") not in ("compile-defaults", "finalist"))
-    return max(MIN_TRIAL_S, walls[len(walls) // 2]) if walls else MIN_TRIAL_S
 
 
 def waiting(study) -> bool:
@@ -156,39 +113,60 @@ class Runner:
         self.cut_baselines: set[str] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
 
+    def view(self, **asked) -> View:
+        """What the gates see of this search (engine/gates.py), with what the asker says of the configuration
+        (`params`, `exclude`, `before_round_s`)."""
+        settings = self.settings
+        return View(self.study, settings.trial_timeout_s, self.space, self.failures, self.cuts, self.predictor,
+                    horizon.scoring(settings) if settings.prune else None, **asked)
+
     def refusal(self, config: dict) -> str | None:
-        """Why `config` is not launched, before any process: it cannot work or is doomed here,
-        it failed the same way twice before, or it is expected not to warm up in time (from this
-        study's trials, or from the device's other studies of this model: knowledge.cuts)."""
-        limit = self.settings.trial_timeout_s
-        return (self.space.rejection(config) or self.failures.reason(config)
-                or too_slow(self.study, config, limit, self.space.rejection)
-                or (self.cuts and self.cuts.reason(config, limit)))
+        """Why `config` is not launched, before any process (the gates whose refusal makes it infeasible):
+        it cannot work or is doomed here, it failed the same way twice before, or it is expected not to
+        warm up in time (from this study's trials, or from the device's other studies of this model)."""
+        refusal = why_not(config, self.view(), Outcome.INFEASIBLE)
+        return refusal.reason if refusal else None
 
     def tried(self, config: dict, params: dict) -> bool:
         """Measured, queued or claimed, or refused before launch (see refusal)."""
-        return already_tried(self.study, config, params, self.settings.trial_timeout_s) or self.refusal(config) is not None
+        return why_not(config, self.view(params=params), Outcome.DUPLICATE, Outcome.INFEASIBLE) is not None
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.time()
 
     def out_of_time(self, trial, config: dict, keep_s: float) -> bool:
         """Whether `config` is not expected to finish in what is left of --timeout less `keep_s` (the
-        finalist round's): its twins measured so far took longer (strategy.twin_time). Such a trial
-        is not started: told failed, status "not started" (like a trial cut by --timeout, it says
-        nothing of the configuration, and a resumed search may propose it again)."""
+        finalist round's: gates.out_of_time); such a trial is not started (`refuse`)."""
         remaining = self.remaining()
-        need, twins = twin_time(self.study, config)
-        if remaining is None or need is None or remaining - keep_s >= need:
+        refusal = why_not(config, self.view(before_round_s=None if remaining is None else remaining - keep_s),
+                          Outcome.NOT_STARTED)
+        if refusal is None:
             return False
-        which = f"trial{'s' if len(twins) > 1 else ''} {', '.join(map(str, twins))}"
-        reason = (f"not started: its twin{'s' if len(twins) > 1 else ''} ({which}) took {need:.0f} s, and "
-                  f"{max(remaining - keep_s, 0):.0f} s are left before the finalist round")
+        self.refuse(trial, config, None, refusal)
+        return True
+
+    def refuse(self, trial, config: dict, role: str | None, refusal: Refusal) -> None:
+        """Tell the study a trial a gate refused, at no process cost, as its outcome says: a duplicate failed,
+        one that cannot work infeasible, one that cannot win pruned, one that does not fit before the
+        finalist round failed as not started."""
+        if refusal.outcome is Outcome.DUPLICATE:
+            trial.set_user_attr("status", "duplicate")
+            trial.set_user_attr("config", config)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        elif refusal.outcome is Outcome.INFEASIBLE:
+            self._reject(trial, config, role, refusal.reason)
+        elif refusal.outcome is Outcome.PRUNED:
+            self._prune_before_launch(trial, config, role, refusal.reason)
+        elif refusal.outcome is Outcome.NOT_STARTED:
+            self._not_started(trial, config, refusal.reason)
+
+    def _not_started(self, trial, config: dict, reason: str) -> None:
+        """Told failed, status "not started" (like a trial cut by --timeout, it says nothing of the configuration)."""
+        reason = "not started: " + reason
         for key, value in (("status", "not started"), ("reason", reason), ("wall_s", 0.0)):
             trial.set_user_attr(key, value)
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.progress.line(f"trial {trial.number} {describe_config(config)}: {reason}")
-        return True
 
     def run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None = None,
             keep_s: float = 0.0, first=None, cold: bool = False, measure: dict | None = None) -> dict:
@@ -324,12 +302,6 @@ class Runner:
         self.progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
                            f"{self.url}; run the same command to resume")
 
-    def ruled_out(self, config: dict) -> str | None:
-        """Why `config` cannot win, predicted before launch (autocompile.engine.prediction), or None."""
-        if not self.settings.prune:
-            return None
-        return self.predictor().ruled_out(config, best_score(self.study), horizon.scoring(self.settings))
-
     def predictor(self) -> Predictor:
         """The study's warm-up predictor (it reads every trial's record), built again only when a
         trial has finished since."""
@@ -338,7 +310,7 @@ class Runner:
             self._predictor = (finished, Predictor(self.study, self.settings.study_dir))
         return self._predictor[1]
 
-    def prune_before_launch(self, trial, config: dict, role: str, reason: str) -> None:
+    def _prune_before_launch(self, trial, config: dict, role: str, reason: str) -> None:
         """A configuration predicted not to win: pruned with the prediction as its reason, at no process cost."""
         record = {"status": "pruned", "reason": "pruned before launch: " + reason, "config": config, "wall_s": 0.0,
                   "notes": []}
@@ -350,7 +322,7 @@ class Runner:
         self._report(trial.number, describe_config(config), record)
         self._told(trial)
 
-    def reject(self, trial, config: dict, role: str, reason: str) -> None:
+    def _reject(self, trial, config: dict, role: str, reason: str) -> None:
         """A configuration that cannot work here: infeasible before launch, at no GPU cost."""
         record = {"status": "infeasible", "reason": "rejected before launch: " + reason, "config": config,
                   "wall_s": 0.0, "score": 0.0, "notes": []}

@@ -25,6 +25,7 @@ import optuna
 from autocompile.engine.records import config_columns
 from autocompile.engine.scoring import DEFAULT_HORIZON
 from autocompile.engine.storage import same_machine
+from autocompile.space import Graphs, shaping
 
 # Dimensions in the order a change is most likely to pay, and why.
 PROMISE = (
@@ -177,110 +178,8 @@ def _order(space, study) -> list:
                                        -seen.get(d.name, 0), rank.get(d.name, len(rank))))
 
 
-# How much compile work a mode adds on top of the scope's graphs: the max-autotune modes benchmark
-# kernels alike (CUDA graphs or not), matrix kernels and, by coordinate descent, the others;
-# reduce-overhead records graphs in steps that cost as much as default's (llama-8b trials 13 and 15:
-# 92 and 89 s of warm-up, H200, 2026-11-23). Coordinate descent alone (TUNING_WEIGHT) is part of
-# what a max-autotune mode does: a trial cut with it is evidence against a max-autotune mode on the
-# same graphs, not the other way round.
-MODE_WEIGHT = {"default": 0, "reduce-overhead": 0, "max-autotune-no-cudagraphs": 2, "max-autotune": 2}
-TUNING_WEIGHT = 1
 # Graphs compiled besides the model's (compiled autograd: the whole backward again, per length).
-_EXTRAS = ("compile_optimizer", "foreach_map_optimizer", "compile_loss", "compiled_autograd")
-# A max-autotune mode benchmarks kernel candidates on top of what a lighter mode compiles: it took
-# more than twice a lighter twin's warm-up wherever measured (the captioner's regional reduce-overhead
-# step warmed up in 130 s, its max-autotune twin was still compiling at 240 s; llama-8b's regional
-# default in 92 s, max-autotune still compiling at 300 s; H200, torch 2.11, 2026-11-23).
-AUTOTUNE_FACTOR = 2.0
-# Compiled autograd compiles the whole backward again, as one graph per length: 5.4x and 17x the
-# warm-up of the same configuration without it (llama-8b 421.7 against 78.4 s, the captioner 419.3
-# against 24.3 s; H200, torch 2.11, 2026-11-26). TPE's proposals with it were cut while compiling in
-# captioner-fresh-5 and -6 (240 s each) and llama-8b-fresh-7 (152 s, by the search's timeout).
-AUTOGRAD_FACTOR = 5.0
-_SHAPES = ("padding", "pad_multiple", "mark_dynamic", "dynamic")  # what sets the shapes a trial compiles
-
-
-def too_slow(study, config: dict, limit_s: float, explained=lambda config: None) -> str | None:
-    """Why a configuration is expected not to finish its warm-up within `limit_s`, from the trials
-    measured so far, or None: a trial in the same scope under a mode no heavier, compiling no
-    graph this one does not (optimizer step, loss), took the whole limit or more to warm up, or
-    was cut by its limit while compiling (llama-8b's whole-model compile, 470 s against a 300 s
-    limit; its regional max-autotune, still compiling after 300 s); or, for a max-autotune mode, a
-    lighter one with the same shapes took half the limit (AUTOTUNE_FACTOR); for compiled autograd,
-    a trial without it took a fifth (AUTOGRAD_FACTOR). A modular configuration
-    compares with whole-model compiles (`_compile_work`). `explained(config)`
-    gives a rule's reason for a trial whose time a rule explains (a float LR under a schedule
-    compiles the step again and again): such a trial is no evidence about the others."""
-    if not config.get("compile"):
-        return None
-    scope, weight = _compile_work(config)
-    for t in study.get_trials(deepcopy=False):
-        a = t.user_attrs
-        seen = a.get("config", {})
-        if not t.state.is_finished() or not seen.get("compile") or not _no_more_graphs(seen, config):
-            continue
-        seen_scope, seen_weight = _compile_work(seen)
-        if seen_scope != scope or seen_weight > weight:
-            continue
-        factor, because = _factor(seen, config, seen_weight, weight)
-        slow = (a.get("warmup_s") or 0) * factor >= limit_s
-        cut = a.get("status") == "timeout" and "while compiling" in a.get("reason", "") and a.get("wall_s", 0) >= 0.9 * limit_s
-        if (slow or cut) and not explained(seen):
-            how = f"took {a['warmup_s']:.0f} s to warm up" if slow else f"was still compiling after {a['wall_s']:.0f} s"
-            if slow and because:
-                how += because
-            return f"expected not to fit the {limit_s:.0f} s trial limit: trial {t.number} ({seen['scope']}, {seen.get('mode')}) {how}"
-    return None
-
-
-def _factor(seen: dict, config: dict, seen_weight: int, weight: int) -> tuple[float, str]:
-    """How many times a measured trial's (`seen`) warm-up `config` is expected to take at least, and why:
-    a max-autotune mode against a twin with the same shapes that tuned nothing (AUTOTUNE_FACTOR);
-    compiled autograd against a trial without it (AUTOGRAD_FACTOR); else 1."""
-    if config.get("compiled_autograd") and not seen.get("compiled_autograd"):
-        return AUTOGRAD_FACTOR, (f", and compiled autograd takes over {AUTOGRAD_FACTOR:g}x the warm-up of a "
-                                 f"configuration without it")
-    if seen_weight == 0 < MODE_WEIGHT["max-autotune"] <= weight and all(seen.get(x) == config.get(x) for x in _SHAPES):
-        return AUTOTUNE_FACTOR, f", and a max-autotune mode takes over {AUTOTUNE_FACTOR:g}x a lighter mode's warm-up"
-    return 1.0, ""
-
-
-def _compile_work(config: dict) -> tuple[str, int]:
-    """What a configuration compiles, as too_slow compares it: the scope whose graphs it compiles,
-    and its mode's weight. A modular configuration compiles the workload's parts each whole, the
-    whole model in all, so it compares with a whole-model compile, at its heaviest part's mode (the
-    captioner's modular max-autotune ran out of its 240 s limit while plain torch.compile had been
-    still compiling after 300 s; H200, 2026-11-25)."""
-    tuning = TUNING_WEIGHT if (config.get("inductor") or {}).get("coordinate_descent_tuning") else 0
-    if config.get("scope") == "modular":
-        modes = (MODE_WEIGHT.get(m, 0) for m in (config.get("part_modes") or {}).values())
-        return "full", max([tuning, *modes])
-    return config.get("scope"), max(tuning, MODE_WEIGHT.get(config.get("mode"), 0))
-
-
-def _no_more_graphs(seen: dict, config: dict) -> bool:
-    """Whether a measured configuration compiled no graph besides the model's that `config` does not."""
-    return not any(seen.get(x) and not config.get(x) for x in _EXTRAS)
-
-
-def twin_time(study, config: dict, exact: bool = False) -> tuple[float | None, list[int]]:
-    """How long `config` is expected to take from its twins measured so far, and which they are:
-    the longest wall time of the finished trials (finalist reruns included) that compile the same
-    graphs in the same scope, mode and shapes, and no graph it does not (too_slow's evidence: at
-    least that long); with `exact`, every graph it does too (as long). (None, []) without a twin.
-    The captioner's trial 11, a CUDA-graph configuration whose twin (trial 5) took 218 s, was
-    started with 119 s left and cut (H200, 2026-11-23)."""
-    if not config.get("compile"):
-        return None, []
-    walls = {}
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
-        a = t.user_attrs
-        seen = a.get("config", {})
-        if a.get("wall_s") and a.get("status") in ("ok", "pruned", "timeout") and seen.get("compile") \
-                and all(seen.get(x) == config.get(x) for x in ("scope", "mode", *_SHAPES)) \
-                and _no_more_graphs(seen, config) and (not exact or _no_more_graphs(config, seen)):
-            walls[t.number] = a["wall_s"]
-    return (max(walls.values()), sorted(walls)) if walls else (None, [])
+_EXTRAS = shaping(Graphs.BESIDES)
 
 
 def _same(a, b) -> bool:

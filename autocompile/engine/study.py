@@ -223,7 +223,7 @@ def learn_from(path: str, study) -> dict[str, int]:
 
 def _plan_cold_runs(study, cold: ColdRuns, progress: Progress) -> None:
     """The study records what the device's earlier cold runs of the finalist round showed of the
-    reconstruction (`knowledge.cold`), which its own round plans with (`finalists.cold_scale`), and says so."""
+    reconstruction (`knowledge.cold`), which its own round plans with (`cost.cold_scale`), and says so."""
     prior = cold.scale()
     study.set_user_attr("cold_scale", prior)
     if prior:

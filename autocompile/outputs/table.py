@@ -301,7 +301,7 @@ def format_failures(rows: list[dict], study: str) -> str:
 
 
 def format_predictions(rows: list[dict]) -> str:
-    """How well warm-ups predicted before launch (autocompile.engine.prediction) matched the measured
+    """How well warm-ups predicted before launch (autocompile.engine.cost.Predictor) matched the measured
     ones, and how many trials a prediction pruned before launch; "" where there was none."""
     pairs = [(r["predicted_warmup_s"], r["warmup_s"]) for r in rows
              if r.get("predicted_warmup_s") and r.get("warmup_s") and r.get("status") == "ok"]

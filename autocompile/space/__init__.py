@@ -14,9 +14,10 @@ space with a space file (`load_space_file`: values to pin, to leave out, extra I
 options to try).
 
 The parts have modules of their own: `dimensions` (DEFAULTS, the modes, scopes, paddings and
-Inductor option groups, `Dimension`), `capabilities` (what the installed torch and device
-support), `rules` (rejections and doomed configurations, each with its reason) and `spacefile`
-(the user's file). This module holds `SearchSpace` and re-exports their public names.
+Inductor option groups, `Dimension`, what each setting shapes of the compiled graphs: `GRAPHS`),
+`capabilities` (what the installed torch and device support), `rules` (rejections and doomed
+configurations, each with its reason) and `spacefile` (the user's file). This module holds
+`SearchSpace` and re-exports their public names.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from autocompile.space.dimensions import (
     CUDA_GRAPH_MODES,
     DEFAULTS,
     EAGER,
+    GRAPHS,
     INDUCTOR_OPTIONS,
     INDUCTOR_OPTIONS_AUTOTUNE,
     INDUCTOR_OPTIONS_CUDA,
@@ -48,6 +50,7 @@ from autocompile.space.dimensions import (
     SCOPES,
     STARTING_POINTS,
     Dimension,
+    Graphs,
     WorkloadTraits,
     _fits,
     bucket_lengths,
@@ -55,6 +58,7 @@ from autocompile.space.dimensions import (
     _OPTION_GROUPS,
     _set,
     _show,
+    shaping,
     uses_autotune,
     uses_cuda_graphs,
 )
@@ -64,10 +68,10 @@ from autocompile.space.spacefile import SpaceFile, _toml_none, load_space_file
 
 # What other modules import from `autocompile.space`: the names defined in its modules.
 __all__ = [
-    "ACTIVATION_BUDGETS", "CHECKPOINTING", "CUDA_GRAPH_MODES", "DEFAULTS", "PARALLEL", "PARALLEL_KEYS", "EAGER", "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
+    "ACTIVATION_BUDGETS", "CHECKPOINTING", "CUDA_GRAPH_MODES", "DEFAULTS", "PARALLEL", "PARALLEL_KEYS", "EAGER", "GRAPHS", "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
     "INDUCTOR_OPTIONS_CUDAGRAPHS", "MARK_DYNAMIC", "MODES", "PADDINGS", "SCOPES", "STARTING_POINTS",
-    "Capabilities", "Dimension", "SearchSpace", "SpaceFile", "WorkloadTraits",
-    "bucket_lengths", "doomed", "load_space_file", "uses_autotune", "uses_cuda_graphs",
+    "Capabilities", "Dimension", "Graphs", "SearchSpace", "SpaceFile", "WorkloadTraits",
+    "bucket_lengths", "doomed", "load_space_file", "shaping", "uses_autotune", "uses_cuda_graphs",
 ]
 
 

@@ -1,11 +1,13 @@
 """The dimensions of the space: DEFAULTS, modes, scopes, paddings, the Inductor option groups, `Dimension`.
 
 A configuration is a plain JSON-able dict (the keys of `DEFAULTS`); `Dimension` is one searched
-setting with the values it may take and a condition on the values chosen before it.
+setting with the values it may take and a condition on the values chosen before it. What each
+setting shapes of the compiled graphs (`GRAPHS`) is declared once, beside DEFAULTS.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -65,6 +67,59 @@ DEFAULTS: dict[str, Any] = {
     "reshard_after_forward": True,  # FSDP2: free the gathered parameters after the forward (fully_shard's default)
 }
 EAGER: dict[str, Any] = {**DEFAULTS, "compile": False}
+
+
+class Graphs(enum.Flag):
+    """What a setting shapes of the graphs a trial compiles (`GRAPHS`); a setting may shape several."""
+
+    TRACED = enum.auto()  # the graphs Dynamo traces, and so their guards and shape constraints
+    MODEL = enum.auto()  # the model's compiled graphs: a move of a setting without it reuses them
+    STEP = enum.auto()  # the optimizer step's compiled graphs
+    SHAPES = enum.auto()  # the shapes the graphs are compiled for
+    BESIDES = enum.auto()  # a graph compiled besides the model's: the step, the loss, the backward again
+
+
+_T, _M, _S, _SH, _B = Graphs.TRACED, Graphs.MODEL, Graphs.STEP, Graphs.SHAPES, Graphs.BESIDES
+# What each setting (each key of DEFAULTS) shapes; each user asks for the kind it needs (`shaping`).
+# Traced: which graphs are traced (scope, the loss apart, the backward again under compiled autograd,
+# graphs split at DDP buckets or around FSDP2's shards), whether a graph may break, how sizes are
+# treated and which lengths the batches bring; the step, the LR handling, Inductor's options and
+# the mode compile the same traced graphs with the same guards. The loss compiled apart is traced
+# and a graph besides the model's, whose compiled graphs it leaves as they are.
+GRAPHS: dict[str, Graphs] = {
+    "compile": _M,
+    "scope": _T | _M,
+    "mode": _M | _S,
+    "part_modes": _M,
+    "dynamic": _T | _M | _SH,
+    "fullgraph": _T | _M,
+    "compile_optimizer": _S | _B,
+    "lr_tensor": _S,
+    "fused_optimizer": _S,
+    "compile_loss": _T | _B,
+    "padding": _T | _M | _SH,
+    "pad_multiple": _T | _M | _SH,
+    "pack_length": _M,
+    "pack_attention": _M,
+    "mark_dynamic": _M | _SH,
+    "inductor": _M,
+    "recompile_limit": _M,
+    "matmul_precision": _M,
+    "activation_checkpointing": _M,
+    "activation_memory_budget": _M,
+    "compiled_autograd": _T | _M | _B,
+    "static_grads": _M,
+    "foreach_map_optimizer": _M | _B,
+    "optimize_ddp": _T | _M,
+    "fsdp_compile_order": _T | _M,
+    "reshard_after_forward": _M,
+}
+
+
+def shaping(kind: Graphs) -> tuple[str, ...]:
+    """The settings (keys of DEFAULTS) that shape `kind` of the compiled graphs, in DEFAULTS' order."""
+    return tuple(key for key in DEFAULTS if kind in GRAPHS[key])
+
 
 # Recipes from the seed texts, tried right after the baselines so that a short search starts
 # from known-good ground (each applies only where its values are offered).
@@ -183,6 +238,12 @@ class Dimension:
     help: str
     active: Callable[[dict], bool] = lambda config: True
     where: str = ""  # `active` in words, where it is not everywhere (shown by `autocompile space`)
+
+    @property
+    def graphs(self) -> Graphs:
+        """What this dimension shapes of the compiled graphs: its setting's `GRAPHS` (an Inductor
+        option's and a part's mode, those of `inductor` and `part_modes`)."""
+        return GRAPHS[self.key_path()[0]]
 
     def key_path(self) -> tuple[str, ...]:
         """Where the value goes in a configuration: ("mode",) or ("inductor", "shape_padding")."""

@@ -2,7 +2,8 @@
 and the verdict chosen from that round; the time the round keeps under --timeout.
 
     verdict.py  the verdict, pure: from the measured rows, which finalist wins and why (WINNER_RULE)
-    plan.py     the round's time: its finalists, what each rerun takes and may take, its reserve
+    plan.py     the round's plan: its finalists, what each rerun may take, its reserve (engine/cost.py
+                says what each run is expected to take)
     round.py    the round run: the reruns, a third run where two disagree far, the verdict stored
     cold.py     the winner's warm-up measured cold where its runs had it reconstructed
 
@@ -10,14 +11,10 @@ What the rest of the package uses is here; a test that reaches one module's own 
 """
 
 from autocompile.engine.finalists.cold import cold_check
-from autocompile.engine.finalists.plan import (REACH, RERUN_HEADROOM, RERUN_LIMIT, ROUND_MEASURE, WARM_SHARE,
-                                               cold_check_s, cold_pick, cold_scale, contenders, finalist_reserve,
-                                               rerun_estimate_s, rerun_limit_s, reserve_note, round_measure_extra_s,
-                                               too_long)
+from autocompile.engine.finalists.plan import (REACH, RERUN_LIMIT, cold_check_s, cold_pick, contenders,
+                                               finalist_reserve, rerun_limit_s, reserve_note)
 from autocompile.engine.finalists.round import rechoose, run_finalists
 from autocompile.engine.finalists.verdict import WINNER_RULE, choose_winner, pooled
 
-__all__ = ["WINNER_RULE", "choose_winner", "pooled", "REACH", "RERUN_HEADROOM", "RERUN_LIMIT", "ROUND_MEASURE",
-           "WARM_SHARE", "cold_check_s", "cold_pick", "cold_scale", "contenders", "finalist_reserve",
-           "rerun_estimate_s", "rerun_limit_s", "reserve_note", "round_measure_extra_s", "too_long", "cold_check",
-           "rechoose", "run_finalists"]
+__all__ = ["WINNER_RULE", "choose_winner", "pooled", "REACH", "RERUN_LIMIT", "cold_check_s", "cold_pick",
+           "contenders", "finalist_reserve", "rerun_limit_s", "reserve_note", "cold_check", "rechoose", "run_finalists"]

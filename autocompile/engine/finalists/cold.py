@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from autocompile.engine.horizon import budget_horizon
 from autocompile.engine.horizon import scoring as horizon_of
-from autocompile.engine.finalists.plan import ROUND_MEASURE, cold_run_s, cold_scale, rerun_limit_s
+from autocompile.engine.cost import ROUND_MEASURE, cold_run_s, cold_scale
+from autocompile.engine.finalists.plan import rerun_limit_s
 from autocompile.engine.finalists.verdict import choose_winner, measurements, pool_row
 from autocompile.engine.records import baseline_trial
 from autocompile.engine.runner import new_trial

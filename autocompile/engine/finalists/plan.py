@@ -1,13 +1,15 @@
-"""The finalist round's time: which finalists it measures again, what each rerun is expected to take
-and may take, which one runs from empty caches, and what the round keeps of --timeout (its reserve).
-The measurements behind each number are in docs/decisions.md."""
+"""The finalist round's plan: which finalists it measures again, how long each rerun may take, which
+one runs from empty caches, and what the round keeps of --timeout (its reserve), each run counted as
+engine/cost.py expects it to take. The measurements behind each number are in docs/decisions.md."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
-from autocompile.engine.finalists.verdict import added_s, expected_cold, reconstructed
+from autocompile.engine.cost import added_s, cold_over_warm_s, cold_scale, rerun_estimate_s, round_s
+from autocompile.engine.finalists.verdict import expected_cold, reconstructed
+from autocompile.engine.gates import Outcome, Refusal, View, why_not
 from autocompile.engine.records import eager_record, search_candidates
 
 if TYPE_CHECKING:
@@ -23,59 +25,9 @@ REACH = 0.3
 # run measures the machine, not the configuration, and must not take the other finalists' time.
 RERUN_LIMIT = 1.5
 
-# What a warm rerun's warm-up is of its first run's cold one: it loads the code it compiled (about a
-# fifth was measured; a third, for what a host adds).
-WARM_SHARE = 1 / 3
-
-# The round measures in windows of at least this many seconds (the search's: 0.5 s): on a shared host
-# a short window falls inside another process's compile burst or between two, and the round is what
-# decides, so it measures long enough to average such bursts. A GPU model's windows, whole passes
-# over its pool, are longer already: there it changes nothing.
-ROUND_MEASURE = {"min_window_s": 2.0}
-
-# A rerun's warm estimate rests on one measured share (WARM_SHARE): a finalist is measured again
-# only where that estimate leaves this much of the trial limit to spare.
-RERUN_HEADROOM = 0.8
-
-
-def round_measure_extra_s(attrs: dict) -> float:
-    """How much longer a run measures in the round than in its first run (ROUND_MEASURE): as many
-    windows as it took then, each at least ROUND_MEASURE's length."""
-    rate, steps, window = attrs.get("steps_per_s"), attrs.get("measured_steps"), attrs.get("window_steps")
-    if not rate or not steps or not window:
-        return 0.0
-    window_s = window / rate
-    return (steps / window) * max(0.0, ROUND_MEASURE["min_window_s"] - window_s)
-
-
-def rerun_estimate_s(trial) -> float:
-    """What a finalist's rerun is expected to take: its first run, less the part of its warm-up
-    that loading its compiled code saves (WARM_SHARE), and more the longer windows of the round
-    (ROUND_MEASURE). The reserve and the round's plan count this."""
-    a = trial.user_attrs
-    if not a.get("config", {}).get("compile"):
-        return a.get("wall_s", 0) + round_measure_extra_s(a)
-    measured = a.get("warmup_measured_s") or a.get("warmup_s") or 0
-    return max(a.get("wall_s", 0) - (1 - WARM_SHARE) * measured, 0.0) + round_measure_extra_s(a)
-
-
 def rerun_limit_s(first_wall_s: float, trial_timeout_s: float) -> float:
     """The time limit of a finalist's rerun (see RERUN_LIMIT)."""
     return min(trial_timeout_s, max(RERUN_LIMIT * first_wall_s, first_wall_s + 60))
-
-
-def cold_run_s(trial, scale: float = 1.0) -> float:
-    """What a run of `trial` from empty caches takes in the round: its run with the compile time its
-    cache hits saved (scaled by what earlier cold runs showed: `cold_scale`), and the round's longer windows."""
-    a = trial.user_attrs
-    return a.get("wall_s", 0) + scale * added_s(trial) + round_measure_extra_s(a)
-
-
-def cold_scale(study) -> float:
-    """How many times the seconds a reconstruction added a cold run is expected to take over the
-    warm-up measured with the cache: what the device's earlier cold runs of this model took
-    (`knowledge.cold`, recorded by the study as `cold_scale`), else 1."""
-    return (study.user_attrs.get("cold_scale") or {}).get("scale", 1.0)
 
 
 def cold_pick(finalists: list, scale: float = 1.0):
@@ -112,23 +64,21 @@ def cold_check_s(study, k: int, limit_s: float | None = None) -> float:
     pick = cold_pick(contenders(study, k, limit_s), scale)
     if pick is None:
         return 0.0
-    return max(cold_run_s(pick, scale) - rerun_estimate_s(pick), 0.0)
+    return cold_over_warm_s(pick, scale)
 
 
 def contenders(study, k: int, limit_s: float | None = None) -> list:
     """The top k distinct configurations that a rerun could still make the winner: best first,
-    those within REACH of the leader's score, and whose first run took no longer than `limit_s`
-    (the trial limit, which bounds a rerun: `too_long`)."""
+    those within REACH of the leader's score, and whose rerun fits `limit_s` (the trial limit, which
+    bounds a rerun: `not_rerun`)."""
     top = search_candidates(study)[:k]
-    return [t for t in top if t.value >= (1 - REACH) * top[0].value and not too_long(t, limit_s)]
+    return [t for t in top if t.value >= (1 - REACH) * top[0].value and not not_rerun(study, t, limit_s)]
 
 
-def too_long(trial, limit_s: float | None) -> bool:
-    """Whether a trial's rerun, warm (rerun_estimate_s), is expected to take longer than a rerun may
-    (RERUN_HEADROOM of the trial limit): plain torch.compile, measured under the longer baseline limit,
-    would take the search's time for a rerun cut at the trial limit. The first run's own time is not
-    the bound: a leader that warmed up long cold reruns warm well within the limit."""
-    return limit_s is not None and rerun_estimate_s(trial) > RERUN_HEADROOM * limit_s
+def not_rerun(study, trial, limit_s: float | None) -> Refusal | None:
+    """Why a finalist is not measured again for its rerun's time (the gates that end NOT_RERUN:
+    gates.too_long), or None."""
+    return why_not(trial.user_attrs.get("config", {}), View(study, limit_s, first=trial), Outcome.NOT_RERUN)
 
 
 def finalist_reserve(study, k: int, limit_s: float | None = None) -> float:
@@ -140,10 +90,7 @@ def finalist_reserve(study, k: int, limit_s: float | None = None) -> float:
     finalists = contenders(study, k, limit_s) if k > 0 else []
     if not finalists:
         return 0.0
-    eager = eager_record(study) or {}
-    reruns = sum(rerun_estimate_s(t) for t in finalists)
-    eager_s = eager.get("wall_s", 0) + round_measure_extra_s(eager)
-    return 1.1 * (reruns + eager_s + cold_check_s(study, k, limit_s))
+    return round_s(finalists, eager_record(study) or {}, cold_check_s(study, k, limit_s))
 
 
 def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None = None) -> str | None:
@@ -160,14 +107,13 @@ def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None =
 
 def say_left_out(runner: Runner, k: int, candidates: list) -> None:
     """A line for each of the top k left out of the round (not a contender): its rerun too long for
-    the trial limit (`too_long`), or its score too far behind the leader's (REACH)."""
+    the trial limit (`not_rerun`), or its score too far behind the leader's (REACH)."""
     trial_limit = runner.settings.trial_timeout_s
     top, chosen = search_candidates(runner.study)[:k], {c.number for c in candidates}
     for t in top:
-        if too_long(t, trial_limit):
-            runner.progress.line(f"finalist round: trial {t.number} not measured again: its run took "
-                                 f"{t.user_attrs['wall_s']:.0f} s, a warm rerun about {rerun_estimate_s(t):.0f} s, "
-                                 f"more than {RERUN_HEADROOM:.0%} of the {trial_limit:.0f} s trial limit a rerun has")
+        refusal = not_rerun(runner.study, t, trial_limit)
+        if refusal:
+            runner.progress.line(f"finalist round: trial {t.number} not measured again: {refusal.reason}")
         elif t.number not in chosen:
             runner.progress.line(f"finalist round: trial {t.number} not measured again: its score {t.value:.3g} is "
                                  f"{1 - t.value / top[0].value:.0%} behind the leader's, more than a rerun moves "

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autocompile.engine.cost import ROUND_MEASURE, cold_run_s, cold_scale, rerun_estimate_s
 from autocompile.engine.finalists.cold import cold_check, cold_run_check
 from autocompile.engine.horizon import budget_horizon
 from autocompile.engine.horizon import scoring as horizon_of
-from autocompile.engine.finalists.plan import (ROUND_MEASURE, cold_pick, cold_run_s, cold_scale, contenders,
-                                               plan_round, rerun_estimate_s, rerun_limit_s, say_left_out)
+from autocompile.engine.finalists.plan import cold_pick, contenders, plan_round, rerun_limit_s, say_left_out
 from autocompile.engine.finalists.verdict import WINNER_RULE, rechosen, round_verdict
 from autocompile.engine.records import baseline_trial
 from autocompile.engine.runner import new_trial

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import statistics
 
+from autocompile.engine.cost import added_s
 from autocompile.engine.scoring import score
 from autocompile.trial.protocol import REPLAY_VERSION
 
@@ -33,11 +34,6 @@ WINNER_RULE = 6
 def reconstructed(trial) -> bool:
     """Whether a trial's warm-up was reconstructed from the shared cache's hits, not measured cold."""
     return trial.user_attrs.get("warmup_kind") == "reconstructed"
-
-
-def added_s(trial) -> float:
-    """The seconds a trial's reconstructed warm-up added for the graphs the shared cache had (0: none)."""
-    return (trial.user_attrs.get("reconstruction") or {}).get("added_s", 0.0)
 
 
 def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int, scale: float = 1.0,

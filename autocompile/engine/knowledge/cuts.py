@@ -2,7 +2,7 @@
 
 A value that multiplies what a compile does costs a multiple of the same configuration without
 it, by a factor that depends on the model; which values do is the engine's to say (`heavy`, given
-to the store). Within a study `strategy.too_slow` learns it from the first trial cut; the store
+to the store). Within a study `cost.too_slow` learns it from the first trial cut; the store
 carries it to the device's next studies of the same model on the same torch. Each compiled trial
 that holds such a value is stored against it: cut while compiling (its wall time), or warmed up
 (its warm-up). A configuration holding a value that was cut TIMES times at least at this trial
