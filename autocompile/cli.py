@@ -334,7 +334,9 @@ def cmd_search(args) -> int:
     from autocompile.outputs.dashboard import tlparse_command
     from autocompile.api import run
     from autocompile.outputs.table import format_summary, no_winner_line
+    from autocompile.engine.records import Role
     from autocompile.engine.settings import SearchSettings
+    from autocompile.engine.studyview import EAGER_PEAK
 
     settings = SearchSettings(
         model=args.model, device=_device(args.device), study=args.study or study_name(args.model),
@@ -355,8 +357,8 @@ def cmd_search(args) -> int:
     print(format_summary(summary))
     if summary["best"] is None:
         limit = settings.max_memory_gb
-        if limit == "eager":  # eager's peak as built
-            limit = next((r["peak_mem_gb"] for r in summary["rows"] if r["role"] == "eager"), None)
+        if limit == EAGER_PEAK:  # eager's peak as built
+            limit = next((r["peak_mem_gb"] for r in summary["rows"] if r["role"] == Role.EAGER), None)
         print(no_winner_line(summary["rows"], os.path.join(settings.study_dir, "trials"), limit))
         return 1
     print(f"snippet written to {os.path.join(settings.study_dir, 'apply_compilation.py')}:")
@@ -408,6 +410,7 @@ def cmd_trial(args) -> int:
     from autocompile.engine.scoring import score
     from autocompile.engine.study import build_space
     from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
+    from autocompile.trial.result import Status
 
     from autocompile.engine.settings import check_parallel
 
@@ -429,7 +432,7 @@ def cmd_trial(args) -> int:
         last.update(event)
 
     record = run_trial(request, on_event=show)
-    if args.triage and record["status"] == "compile_error":
+    if args.triage and record["status"] == Status.COMPILE_ERROR:
         print("  compile error: rerunning with simpler backends to find the layer", file=sys.stderr, flush=True)
         record = triage(request, record)
     record["score"] = score(record)
@@ -448,7 +451,7 @@ def cmd_trial(args) -> int:
         for note in record.get("notes") or []:
             print(f"          note: {note}")
         print(f"{'files':>14}: {trial_dir}")
-    return 0 if record["status"] == "ok" else 1
+    return 0 if record["status"] == Status.OK else 1
 
 
 def _existing_study(args):
@@ -632,6 +635,7 @@ def _list_knowledge(path: str) -> None:
 
 def cmd_export(args) -> int:
     from autocompile.outputs.export import check_warm_start, chosen, export
+    from autocompile.trial.result import Status
 
     study, _ = _existing_study(args)
     out = args.out or os.path.join(args.dir, args.study, "export")
@@ -643,7 +647,7 @@ def cmd_export(args) -> int:
     print(f"snippet: {cold['snippet_path']} (call load_compile_cache({cache['path']!r}) before the first step)")
     if args.check:
         warm = check_warm_start(study, cold, args.trial, args.trial_timeout)
-        if warm["status"] != "ok":
+        if warm["status"] != Status.OK:
             raise UserError(f"the run that loads the cache ended {warm['status']}: {warm.get('reason', '')}")
         print(f"warm-up cold {cold['warmup_s']:.1f} s ({_caches(cold)}), with the cache loaded {warm['warmup_s']:.1f} s "
               f"({_caches(warm)}): {cold['warmup_s'] / warm['warmup_s']:.1f}x shorter"

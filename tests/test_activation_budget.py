@@ -4,7 +4,7 @@ dimension only where memory is the constraint, searched and emitted like any oth
 import os
 
 from autocompile.api import run_search
-from autocompile.engine.records import baseline_value
+from autocompile.engine.studyview import baseline_value
 from autocompile.engine.study import SearchSettings, build_space, load_study, memory_bound
 from conftest import FAST, PLAIN_GRAPHS, toy
 

@@ -12,7 +12,8 @@ import pytest
 
 from autocompile.apply import load_snippet
 from autocompile.errors import UserError
-from autocompile.engine.records import best_trial, full_record
+from autocompile.engine.records import full_record
+from autocompile.engine.studyview import best_trial
 from autocompile.engine.scoring import score
 from autocompile.api import run_search
 from autocompile.outputs.table import format_summary

@@ -22,7 +22,10 @@ from autocompile.engine.storage import claim_lock, counted, fail_stale, this_wor
 from autocompile.engine.strategy import neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
 from autocompile.engine.gates import Outcome, why_not
+from autocompile.engine.records import BASELINES, Role, set_attrs
 from autocompile.engine.runner import Runner, ask, baselines_to_run, waiting
+from autocompile.engine.studyview import StudyView
+from autocompile.trial.result import Status
 
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
 
@@ -89,24 +92,24 @@ def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState)
     trial, config, role = claim
     if study_wide:
         progress.done = counted(study) - 1  # this trial's place in the study's budget
-    baseline = role in ("eager", "compile-defaults")
+    baseline = role in BASELINES
     if not baseline and runner.out_of_time(trial, config, reserve):
         return False  # on to the finalist round
     if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
         return True  # pruned at its screen
     limit = _baseline_limit(runner, role, reserve) if baseline else None
     record = runner.run(trial, config, role, prunable=not baseline, limit_s=limit, keep_s=reserve)
-    if baseline and record["status"] == "timeout" and limit < settings.baseline_limit_s:
+    if baseline and record["status"] == Status.TIMEOUT and limit < settings.baseline_limit_s:
         runner.cut_baselines.add(role)  # not again in this search; a resumed one with more time measures it
     return True
 
 
-def _baseline_limit(runner: Runner, role: str, reserve: float) -> float:
+def _baseline_limit(runner: Runner, role: Role, reserve: float) -> float:
     """A baseline's time limit: --baseline-timeout; for plain torch.compile under --timeout, no more
     than BASELINE_SHARE of what is left before the finalist round (cost.baseline_limit_s), said."""
     settings, remaining = runner.settings, runner.remaining()
     limit = settings.baseline_limit_s
-    if role != "compile-defaults" or remaining is None:
+    if role != Role.COMPILE_DEFAULTS or remaining is None:
         return limit
     bounded = baseline_limit_s(limit, settings.trial_timeout_s, remaining - reserve)
     if bounded is None:
@@ -138,34 +141,28 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
     return True
 
 
-def _owed_baselines(runner: Runner) -> list[tuple[str, dict]]:
+def _owed_baselines(runner: Runner, view: StudyView | None = None) -> list[tuple[Role, dict]]:
     """The baselines still owed, less those another worker is running and those this search cut by its budget."""
-    trials = runner.study.get_trials(deepcopy=False)
-    running = {t.user_attrs.get("role") for t in trials if t.state == optuna.trial.TrialState.RUNNING}
-    owed = baselines_to_run([t for t in trials if t.state.is_finished()], runner.settings.baseline_limit_s)
+    view = view or StudyView(runner.study)
+    running = {t.user_attrs.get("role") for t in view.running}
+    owed = baselines_to_run(view.finished, runner.settings.baseline_limit_s)
     return [(role, config) for role, config in owed if role not in running and role not in runner.cut_baselines]
-
-
-def _eager_running(study) -> bool:
-    return any(t.user_attrs.get("role") == "eager"
-               for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
 
 
 def _claim(runner: Runner, loop: LoopState):
     """Under the study's lock: choose the next trial and claim it (role, config and worker recorded
     at once, so no other worker starts the same). Returns (trial, config, role); None when it was
     refused before launch or is a duplicate; "wait" while eager runs (the reference of every judge, as in a single search)."""
-    study = runner.study
-    if _eager_running(study):
+    study, view = runner.study, StudyView(runner.study)
+    if any(t.user_attrs.get("role") == Role.EAGER for t in view.running):
         return "wait"
-    pending = _owed_baselines(runner)
+    pending = _owed_baselines(runner, view)
     _queue_proposals(runner, loop, pending)
     trial = ask(study)
     try:
         return _attribute(runner, trial, pending, loop)
     except KeyboardInterrupt:  # Ctrl-C between ask and launch: nothing ran
-        trial.set_user_attr("status", "interrupted")
-        trial.set_user_attr("reason", "interrupted")
+        set_attrs(trial, {"status": Status.INTERRUPTED, "reason": "interrupted"})
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise
 
@@ -181,7 +178,7 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
         for params in space.starting_points():
             config = space.suggest(optuna.trial.FixedTrial(params))
             if why_not(config, runner.view(params=params), Outcome.DUPLICATE) is None:
-                study.enqueue_trial(params, user_attrs={"role": "recipe", "config": config})
+                study.enqueue_trial(params, user_attrs={"role": Role.RECIPE.value, "config": config})
         loop.recipes_queued = True
     if loop.recipes_queued and (neighbours_turn(study, loop.proposals) or loop.neighbours_turn_now()) \
             and not waiting(study):
@@ -189,7 +186,7 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
         neighbour = next_neighbour(space, study, runner.tried, cost)  # alternating with TPE's proposals
         if neighbour:
             study.enqueue_trial(neighbour["params"], user_attrs={
-                "role": "neighbour", **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
+                "role": Role.NEIGHBOUR.value, **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
 
 
 def _attribute(runner: Runner, trial, pending: list, loop: LoopState):
@@ -201,7 +198,7 @@ def _attribute(runner: Runner, trial, pending: list, loop: LoopState):
     role, config = _role_and_config(runner, trial, pending, loop)
     if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
         config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
-    baseline = role in ("eager", "compile-defaults")
+    baseline = role in BASELINES
     refusal = None if baseline else why_not(config, runner.view(params=trial.params, exclude=trial.number),
                                             Outcome.DUPLICATE, Outcome.INFEASIBLE, Outcome.PRUNED)
     if refusal and refusal.outcome is Outcome.DUPLICATE:  # TPE ignores it, the budget does not count it
@@ -209,18 +206,17 @@ def _attribute(runner: Runner, trial, pending: list, loop: LoopState):
         loop.duplicates += 1
         return None
     loop.duplicates = 0
-    for key, value in (("role", role), ("config", config), ("worker", this_worker())):
-        trial.set_user_attr(key, value)
+    set_attrs(trial, {"role": role, "config": config, "worker": this_worker()})
     if refusal:
         runner.refuse(trial, config, role, refusal)
         return None
     return trial, config, role
 
 
-def _role_and_config(runner: Runner, trial, pending: list, loop: LoopState) -> tuple[str, dict]:
+def _role_and_config(runner: Runner, trial, pending: list, loop: LoopState) -> tuple[Role, dict]:
     """A retried trial (its worker died) keeps its role and config; else the next baseline owed, or the sampler's proposal."""
     if "failed_trial" in runner.storage.get_trial_system_attrs(trial._trial_id) and "config" in trial.user_attrs:
-        return trial.user_attrs.get("role", "search"), dict(trial.user_attrs["config"])
+        return trial.user_attrs.get("role", Role.SEARCH), dict(trial.user_attrs["config"])
     if pending:
         role, config = pending[0]
         return role, json.loads(json.dumps(config))
@@ -229,7 +225,7 @@ def _role_and_config(runner: Runner, trial, pending: list, loop: LoopState) -> t
     except UserError:  # e.g. a space that differs from the study's: nothing ran
         runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise
-    role = trial.user_attrs.get("role", "search")
-    loop.proposals += role in ("search", "neighbour")
+    role = trial.user_attrs.get("role", Role.SEARCH)
+    loop.proposals += role in (Role.SEARCH, Role.NEIGHBOUR)
     return role, config
 

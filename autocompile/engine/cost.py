@@ -23,11 +23,12 @@ import statistics
 
 import optuna
 
-from autocompile.engine.records import config_columns, full_record
+from autocompile.engine.records import Role, config_columns, full_record
 from autocompile.engine.strategy import next_neighbour
 from autocompile.space import DEFAULTS, Graphs, shaping
 from autocompile.trial import caches
 from autocompile.trial.graphs import cold_seconds, is_optimizer, ledger_path, read_ledger
+from autocompile.trial.result import Status
 
 # -- first run ---------------------------------------------------------------------------------
 
@@ -40,7 +41,7 @@ def expected_trial_s(study) -> float:
     MIN_TRIAL_S. A trial that is not expected to fit what is left of --timeout is not started."""
     walls = sorted(t.user_attrs["wall_s"] for t in study.get_trials(deepcopy=False)
                    if t.state.is_finished() and t.user_attrs.get("wall_s") and t.user_attrs.get("config", {}).get("compile")
-                   and t.user_attrs.get("role") not in ("compile-defaults", "finalist"))
+                   and t.user_attrs.get("role") not in (Role.COMPILE_DEFAULTS, Role.FINALIST))
     return max(MIN_TRIAL_S, walls[len(walls) // 2]) if walls else MIN_TRIAL_S
 
 
@@ -85,7 +86,7 @@ def too_slow(study, config: dict, limit_s: float, explained=lambda config: None)
             continue
         factor, because = _factor(seen, config, seen_weight, weight)
         slow = (a.get("warmup_s") or 0) * factor >= limit_s
-        cut = a.get("status") == "timeout" and "while compiling" in a.get("reason", "") and a.get("wall_s", 0) >= 0.9 * limit_s
+        cut = a.get("status") == Status.TIMEOUT and "while compiling" in a.get("reason", "") and a.get("wall_s", 0) >= 0.9 * limit_s
         if (slow or cut) and not explained(seen):
             how = f"took {a['warmup_s']:.0f} s to warm up" if slow else f"was still compiling after {a['wall_s']:.0f} s"
             if slow and because:
@@ -133,7 +134,7 @@ def twin_time(study, config: dict, exact: bool = False) -> tuple[float | None, l
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
         a = t.user_attrs
         seen = a.get("config", {})
-        if a.get("wall_s") and a.get("status") in ("ok", "pruned", "timeout") and seen.get("compile") \
+        if a.get("wall_s") and a.get("status") in (Status.OK, Status.PRUNED, Status.TIMEOUT) and seen.get("compile") \
                 and all(seen.get(x) == config.get(x) for x in ("scope", "mode", *_SHAPES)) \
                 and _no_more_graphs(seen, config) and (not exact or _no_more_graphs(config, seen)):
             walls[t.number] = a["wall_s"]
@@ -177,7 +178,7 @@ class Predictor:
         self.rest: list[float] = []  # a warm-up's seconds besides its compiles
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             a = t.user_attrs
-            if a.get("status") != "ok" or not a.get("config", {}).get("compile") or "remeasure_of" in a:
+            if a.get("status") != Status.OK or not a.get("config", {}).get("compile") or "remeasure_of" in a:
                 continue
             graphs = full_record(t, study_dir).get("graphs")
             if isinstance(graphs, list) and graphs:  # not the shortened attribute of a trial whose folder is elsewhere

@@ -23,6 +23,7 @@ from autocompile.engine.cost import Predictor, rerun_estimate_s, too_slow, twin_
 from autocompile.engine.learned import measured_as
 from autocompile.engine.scoring import _judged_by_an_older_guard, best_score
 from autocompile.space import DEFAULTS
+from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
     from autocompile.engine.knowledge import CompileCuts, Failures
@@ -84,7 +85,7 @@ class Gate:
 def ran_its_course(attrs: dict, limit_s: float) -> bool:
     """Whether a finished trial's result stands: anything but a timeout, or a timeout that had
     (nearly) the whole of `limit_s` (one cut short sooner may be measured again)."""
-    return attrs.get("status") != "timeout" or attrs.get("wall_s", 0) >= 0.9 * limit_s
+    return attrs.get("status") != Status.TIMEOUT or attrs.get("wall_s", 0) >= 0.9 * limit_s
 
 
 def already_tried(study, config: dict, params: dict, trial_timeout_s: float, exclude: int | None = None) -> bool:

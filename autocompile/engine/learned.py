@@ -8,7 +8,8 @@ trial that asked for it). The trial obeys what it is passed (TrialRequest) and s
 
 from __future__ import annotations
 
-from autocompile.engine.records import baseline_trial
+from autocompile.engine.records import Role, from_attrs
+from autocompile.engine.studyview import StudyView
 from autocompile.space import DEFAULTS, Graphs, shaping
 
 # The settings Dynamo's shape constraints depend on: those that shape the graphs it traces
@@ -27,12 +28,13 @@ def rng_dependent(study) -> dict | None:
     (the worker then skips the check's three eager forwards). None, and the trial checks, where no
     trial has found it yet, or where the study's eager baseline did not run cleanly: then the
     check's eager first loss is the numerics reference (scoring.numerics_verdict)."""
-    if baseline_trial(study, "eager") is None:
+    view = StudyView(study)
+    if view.baseline_trial(Role.EAGER) is None:
         return None
-    for t in _finished(study):
+    for t in view.finished:
         value = t.user_attrs.get("rng_dependent")
         if isinstance(value, bool):
-            return {"value": value, "from": t.user_attrs.get("rng_dependent_from", t.number)}
+            return {"value": value, "from": from_attrs(t.user_attrs, t.number)["rng_dependent_from"]}
     return None
 
 

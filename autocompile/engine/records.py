@@ -1,20 +1,108 @@
-"""A trial's record: concise as the trial's user attributes, whole in its result.json; and the
-study's records read back (the baselines, the candidates, the winner).
+"""A trial's record, typed: its `Role`, its fields (`Record`: the trial's result, judged, scored
+and placed in the search), and the boundary where the study keeps it: concise as the trial's user
+attributes (`to_attrs`), read back with what a record written before a key existed means
+(`from_attrs`, OLD_DEFAULTS), whole in its result.json (`full_record`).
 
 The study (and the dashboard that shows it) keeps each value of a record short: a long list
 (window rates, recompile and graph-break reasons, losses, notes, triage rungs) becomes its
 length and first item, a long text (the snippet) or mapping (the numerics series) its start.
 The whole record is written to the trial's folder, `DIR/STUDY/trials/NNNN/result.json`
 (uploaded to the dashboard as an artifact); `full_record` reads it back for whatever needs
-more than the attributes hold.
+more than the attributes hold. What the engine asks of a study's records (its baselines, its
+candidates, its winner) is `engine.studyview`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Mapping
+from enum import Enum
 
-import optuna
+from autocompile.trial.result import Result, Status
+
+
+class Role(str, Enum):
+    """Why a trial was run. A string enum, like `Status`: the study holds the plain string."""
+
+    EAGER = "eager"  # the eager baseline: the reference of every speed-up and numerics verdict
+    COMPILE_DEFAULTS = "compile-defaults"  # plain torch.compile, the other baseline
+    RECIPE = "recipe"  # a starting point of the space, queued after the baselines
+    NEIGHBOUR = "neighbour"  # the incumbent (or the fastest trial) with one dimension moved
+    SEARCH = "search"  # the sampler's (TPE's) proposal
+    FINALIST = "finalist"  # a finalist measured again in the finalist round, or its cold check
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Measured first, each under its own limit, never refused, pruned or screened.
+BASELINES = (Role.EAGER, Role.COMPILE_DEFAULTS)
+
+
+class Record(Result, total=False):
+    """A trial's record: its result (`trial.result.Result`), and what the engine adds to it."""
+
+    role: Role
+    worker: str  # the process that ran it (host, boot, pid): a dead worker's trial is failed and tried again
+    score: float  # its effective speed over the horizon (scoring.score); 0 for any status but ok
+    numerics: dict  # its numerics against eager (scoring.numerics_verdict)
+    over_memory_gb: float  # how far above --max-memory-gb it peaked (infeasible for it alone)
+    predicted_warmup_s: float  # its cold warm-up as the cost model predicted it before launch
+    compile_cache: str  # "shared": it compiled into the study's shared cache
+    screen: dict  # its screen: measured with the repeated blocks cut (engine/screening.py)
+    # a neighbour: the trial it moved from, its parameters, and the dimensions it moved
+    parent: int
+    parent_params: dict
+    changed: list[str]
+    # a finalist's rerun: the trial it measures again, in which round, and what it carried from it
+    remeasure_of: int
+    finalist_round: int
+    cold_check: bool  # from empty caches, its warm-up measured cold
+    warm_warmup_s: float  # its own warm-up, from the code its first run compiled
+    warmup_carried_from: int
+    replay_carried_from: int
+    rejudged_from: int  # a new numerics verdict of that trial's measurement (engine/rejudge.py)
+
+
+# What a record written before a key existed means by its absence: key -> (the key whose presence it
+# qualifies, its value from the record and the trial's number). Read back through `from_attrs`.
+OLD_DEFAULTS: dict[str, tuple[str, Callable[[Mapping, int | None], object]]] = {
+    # before a warm-up said its kind, each was measured from empty caches (or was eager's own)
+    "warmup_kind": ("warmup_s", lambda record, number: "cold" if (record.get("config") or {}).get("compile")
+                    else "eager"),
+    # before a finding named the trial that made it, the trial itself ran the check
+    "rng_dependent_from": ("rng_dependent", lambda record, number: number),
+}
+
+
+def from_attrs(attrs: Mapping, number: int | None = None) -> Record:
+    """A trial's user attributes (or whole record) as its record: a copy, with what an older record
+    means by a key it lacks (OLD_DEFAULTS); `number` is the trial's."""
+    record = dict(attrs)
+    for key, (qualifies, default) in OLD_DEFAULTS.items():
+        if key not in record and qualifies in record:
+            record[key] = default(record, number)
+    return record  # type: ignore[return-value]
+
+
+def plain(value):
+    """`value` with each status or role in it (the enums) as the plain string the study stores."""
+    if isinstance(value, Enum):
+        return value.value
+    if type(value) is dict:
+        return {key: plain(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(plain(item) for item in value)
+    return value
+
+
+def status_of(trial) -> str:
+    """A finished trial's status; for one told without a record, what its state says: pruned, else
+    interrupted (the search stopped during it)."""
+    return trial.user_attrs.get("status", Status.PRUNED.value if trial.state.name == "PRUNED"
+                                else Status.INTERRUPTED.value)
+
 
 ATTR_CHARS = 300  # the longest a user attribute's value may be, as JSON
 # The configuration stays whole: the search reads it back to resume, dedupe and take
@@ -54,9 +142,17 @@ def shortened(value, limit: int = ATTR_CHARS):
     return head + text[:cut] + "…"
 
 
-def concise(record: dict) -> dict:
-    """The record as user attributes: every value at most ATTR_CHARS of JSON (but WHOLE's)."""
-    return {key: value if key in WHOLE else shortened(value) for key, value in record.items()}
+def to_attrs(record: Mapping) -> dict:
+    """The record as the trial's user attributes: every value at most ATTR_CHARS of JSON (but WHOLE's),
+    each status and role the plain string of its value."""
+    return {key: plain(value) if key in WHOLE else shortened(plain(value)) for key, value in record.items()}
+
+
+def set_attrs(trial, attrs: Mapping) -> None:
+    """Write `attrs` to the trial's user attributes, each status and role the plain string of its value
+    (a whole record goes through `to_attrs` first, to be kept concise)."""
+    for key, value in attrs.items():
+        trial.set_user_attr(key, plain(value))
 
 
 def snippet_header(model: str, study: str, number: int) -> str:
@@ -68,14 +164,14 @@ def trial_folder(study_dir: str, number: int) -> str:
     return os.path.join(study_dir, "trials", f"{number:04d}")
 
 
-def save_record(folder: str, record: dict) -> None:
+def save_record(folder: str, record: Mapping) -> None:
     """Write the whole record to folder/result.json (the folder the trial ran in)."""
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "result.json"), "w") as f:
         json.dump(record, f, indent=1, default=str)
 
 
-def full_record(trial, study_dir: str | None) -> dict:
+def full_record(trial, study_dir: str | None) -> Record:
     """A trial's whole record: its user attributes, with each value they hold shortened read back
     from its result.json. A study made before attributes were concise holds it all already."""
     attrs = dict(trial.user_attrs)
@@ -90,69 +186,6 @@ def full_record(trial, study_dir: str | None) -> dict:
         if key not in attrs or (attrs[key] != value and shortened(value) == attrs[key]):
             attrs[key] = value
     return attrs
-
-
-def baseline_trial(study, role: str):
-    """The first trial of a baseline role ("eager", "compile-defaults") that ran cleanly."""
-    return next((t for t in study.trials if t.user_attrs.get("role") == role and t.user_attrs.get("status") == "ok"),
-                None)
-
-
-def baseline_value(study, role: str, key: str):
-    """A baseline's measurement: from its clean run, else from a run that measured it and needed more
-    than --max-memory-gb (over_memory_baseline): its speed is still the reference the ratios need."""
-    trial = baseline_trial(study, role) or over_memory_baseline(study, role)
-    return trial.user_attrs.get(key) if trial else None
-
-
-EAGER_PEAK = "eager"  # --max-memory-gb eager: no more memory than eager as the workload built it
-
-
-def memory_limit(max_memory_gb, study) -> float | None:
-    """The search's memory limit in GB: --max-memory-gb's number, or with "eager", the eager baseline's peak
-    as the workload built it (None until eager has run)."""
-    if max_memory_gb == EAGER_PEAK:
-        return baseline_value(study, "eager", "peak_mem_gb")
-    return max_memory_gb
-
-
-def over_memory_baseline(study, role: str):
-    """The first trial of a baseline role that ran and measured, infeasible only for its memory
-    (llama-8b-60gb's eager: 3.44 steps/s at 75.15 GB against --max-memory-gb 60, H200, 2026-11-26)."""
-    return next((t for t in study.trials if t.user_attrs.get("role") == role and t.user_attrs.get("over_memory_gb")
-                 and t.user_attrs.get("steps_per_s") and not (t.user_attrs.get("numerics") or {}).get("differs")), None)
-
-
-def eager_record(study, study_dir: str | None = None) -> dict | None:
-    """The eager baseline's record: its user attributes, whole from its result.json with `study_dir`."""
-    eager = baseline_trial(study, "eager")
-    return (full_record(eager, study_dir) if study_dir else eager.user_attrs) if eager else None
-
-
-def search_candidates(study, compiled_only: bool = True) -> list:
-    """Trials of distinct compiled configurations (eager too, unless `compiled_only`) that ran
-    cleanly, finalist reruns not, best score first."""
-    seen, out = [], []
-    ranked = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value
-                     and t.user_attrs.get("status") == "ok" and t.user_attrs.get("role") != "finalist"
-                     and (t.user_attrs.get("config", {}).get("compile") or not compiled_only)),
-                    key=lambda t: t.value, reverse=True)
-    for t in ranked:
-        if t.user_attrs["config"] not in seen:
-            seen.append(t.user_attrs["config"])
-            out.append(t)
-    return out
-
-
-def best_trial(study):
-    """The winner: the finalist round's choice while its finalists are still the top ones,
-    else the highest-scoring trial that ran cleanly (Optuna's best_trial ignores our status)."""
-    candidates = search_candidates(study)
-    verdict = study.user_attrs.get("finalists") or {}
-    if verdict.get("winner") is not None and verdict["finalists"] == [t.number for t in candidates[:len(verdict["finalists"])]]:
-        return study.trials[verdict["winner"]]
-    eager = baseline_trial(study, "eager")
-    return max(candidates + ([eager] if eager else []), key=lambda t: t.value, default=None)
 
 
 def speedup(value: float | None, base: float | None) -> str:
@@ -174,20 +207,21 @@ def config_columns(config: dict) -> dict:
     return columns
 
 
-def carried(record: dict, first: dict, number: int, warm_up: bool = True) -> dict:
+def carried(record: Record, first: Mapping, number: int, warm_up: bool = True) -> Record:
     """A finalist's rerun that started from the code its first run (trial `number`, whole record
     `first`) compiled: its warm warm-up kept apart, the first run's cold warm-up carried as its
     own, and the first run's numerics replay with it (not run again), so that its score is the
     score of the configuration as a user meets it, cold. Without `warm_up` (a rerun from empty
     caches, its warm-up cold already), the numerics alone."""
-    if record.get("status") != "ok":
+    if record.get("status") != Status.OK:
         return record
+    first = from_attrs(first, number)
     if warm_up:
         record["warm_warmup_s"] = record.get("warmup_measured_s", record.get("warmup_s"))
         for key in ("warmup_measured_s", "reconstruction"):
             record.pop(key, None)
         record.update(warmup_s=first.get("warmup_s"), warmup_steps=first.get("warmup_steps"),
-                      warmup_carried_from=number, warmup_kind=first.get("warmup_kind", "cold"))
+                      warmup_carried_from=number, warmup_kind=first.get("warmup_kind"))
     if first.get("replay") and not record.get("replay"):
         record.update(replay=first["replay"], replay_carried_from=number)
     return record

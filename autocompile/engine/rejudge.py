@@ -12,9 +12,11 @@ import os
 
 import optuna
 
-from autocompile.engine.records import concise, eager_record, full_record, save_record, trial_folder
+from autocompile.engine.records import full_record, save_record, to_attrs, trial_folder
 from autocompile.engine.scoring import _judged_by_an_older_guard, judge, score, violation
+from autocompile.engine.studyview import eager_record
 from autocompile.trial import TrialRequest, run_trial
+from autocompile.trial.result import Status
 
 # What the new trial does not copy from the original: its verdict, and what follows from it.
 _VERDICT_KEYS = ("status", "reason", "numerics", "score", "replay", "over_memory_gb")
@@ -47,11 +49,11 @@ def rejudge(study, study_dir: str, timeout_s: float = 900.0, dry_run: bool = Fal
                                    nproc=settings.get("nproc", 1), parallel=settings.get("parallel", "none"))
             replays[key] = run_trial(request)
         replayed = replays[key]
-        if replayed["status"] != "ok" or "error" in replayed.get("replay", {}):
+        if replayed["status"] != Status.OK or "error" in replayed.get("replay", {}):
             say(f"  the replay did not finish: {replayed.get('reason') or replayed.get('replay')}")
             continue
         measured = {k: v for k, v in full_record(original, study_dir).items() if k not in _VERDICT_KEYS}
-        record = judge({**measured, "status": "ok", "reason": "", "replay": replayed["replay"]}, eager,
+        record = judge({**measured, "status": Status.OK, "reason": "", "replay": replayed["replay"]}, eager,
                        settings["device"], None)
         record["score"] = score(record, horizon)
         record["rejudged_from"] = original.number
@@ -60,7 +62,7 @@ def rejudge(study, study_dir: str, timeout_s: float = 900.0, dry_run: bool = Fal
         save_record(trial_folder(study_dir, len(study.trials)), record)  # the number add_trial gives it
         study.add_trial(optuna.trial.create_trial(
             state=optuna.trial.TrialState.COMPLETE, value=record["score"], params=original.params,
-            distributions=original.distributions, user_attrs=concise(record),
+            distributions=original.distributions, user_attrs=to_attrs(record),
             system_attrs={"constraints": [violation(record)]}))
         say(f"  re-judged as trial {len(study.trials) - 1}: {record['status']}"
             + (f" ({record['reason'][:120]})" if record["reason"] else "")

@@ -18,8 +18,9 @@ import optuna
 
 from autocompile.apply import describe_config
 from autocompile.engine import horizon
-from autocompile.engine.records import (baseline_value, memory_limit, best_trial, carried, concise, eager_record, full_record,
-                                        save_record, snippet_header, speedup, trial_folder)
+from autocompile.engine.records import (BASELINES, Record, Role, carried, full_record, save_record, set_attrs,
+                                        snippet_header, speedup, to_attrs, trial_folder)
+from autocompile.engine.studyview import StudyView
 from autocompile.engine.cost import MIN_TRIAL_S, Predictor
 from autocompile.engine.gates import Outcome, Refusal, View, ran_its_course, why_not
 from autocompile.engine.learned import mark_refused_in, rng_dependent
@@ -29,12 +30,13 @@ from autocompile.space import DEFAULTS, EAGER
 from autocompile.engine.storage import heartbeat_s, this_worker
 from autocompile.trial import TrialRequest, caches, divergence, run_trial, triage
 from autocompile.trial.protocol import STOP_S
+from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
     from autocompile.engine.settings import SearchSettings
     from autocompile.space import SearchSpace
 
-BASELINES = (("eager", EAGER), ("compile-defaults", DEFAULTS))
+BASELINE_CONFIGS = ((Role.EAGER, EAGER), (Role.COMPILE_DEFAULTS, DEFAULTS))
 
 
 class Progress:
@@ -70,12 +72,12 @@ def _header(settings: SearchSettings, number: int) -> str:
     return snippet_header(settings.model, settings.study, number)
 
 
-def baselines_to_run(finished: list, limit_s: float) -> list[tuple[str, dict]]:
+def baselines_to_run(finished: list, limit_s: float) -> list[tuple[Role, dict]]:
     """The baselines (role, config) a search still owes its study: those never measured, and
     one that timed out under a shorter limit than `limit_s` (it is measured again)."""
     done = {t.user_attrs.get("role") for t in finished if t.state == optuna.trial.TrialState.COMPLETE
             and ran_its_course(t.user_attrs, limit_s) and not _judged_by_an_older_guard(t.user_attrs)}
-    return [(role, config) for role, config in BASELINES if role not in done]
+    return [(role, config) for role, config in BASELINE_CONFIGS if role not in done]
 
 
 def waiting(study) -> bool:
@@ -110,7 +112,7 @@ class Runner:
         self.failures = failures  # the knowledge store's failures: values that failed twice the same way
         self.cuts = cuts  # the knowledge store's compile cuts: values cut twice while compiling (or None)
         self.gains = gains  # the knowledge store's gains: how far a neighbour has gone past its parent (or None)
-        self.cut_baselines: set[str] = set()  # baselines this search cut by its budget (claims._baseline_limit)
+        self.cut_baselines: set[Role] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
 
     def view(self, **asked) -> View:
@@ -145,13 +147,12 @@ class Runner:
         self.refuse(trial, config, None, refusal)
         return True
 
-    def refuse(self, trial, config: dict, role: str | None, refusal: Refusal) -> None:
+    def refuse(self, trial, config: dict, role: Role | None, refusal: Refusal) -> None:
         """Tell the study a trial a gate refused, at no process cost, as its outcome says: a duplicate failed,
         one that cannot work infeasible, one that cannot win pruned, one that does not fit before the
         finalist round failed as not started."""
         if refusal.outcome is Outcome.DUPLICATE:
-            trial.set_user_attr("status", "duplicate")
-            trial.set_user_attr("config", config)
+            set_attrs(trial, {"status": Status.DUPLICATE, "config": config})
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         elif refusal.outcome is Outcome.INFEASIBLE:
             self._reject(trial, config, role, refusal.reason)
@@ -161,15 +162,14 @@ class Runner:
             self._not_started(trial, config, refusal.reason)
 
     def _not_started(self, trial, config: dict, reason: str) -> None:
-        """Told failed, status "not started" (like a trial cut by --timeout, it says nothing of the configuration)."""
+        """Told failed, not started (like a trial cut by --timeout, it says nothing of the configuration)."""
         reason = "not started: " + reason
-        for key, value in (("status", "not started"), ("reason", reason), ("wall_s", 0.0)):
-            trial.set_user_attr(key, value)
+        set_attrs(trial, {"status": Status.NOT_STARTED, "reason": reason, "wall_s": 0.0})
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.progress.line(f"trial {trial.number} {describe_config(config)}: {reason}")
 
-    def run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None = None,
-            keep_s: float = 0.0, first=None, cold: bool = False, measure: dict | None = None) -> dict:
+    def run(self, trial, config: dict, role: Role, prunable: bool, limit_s: float | None = None,
+            keep_s: float = 0.0, first=None, cold: bool = False, measure: dict | None = None) -> Record:
         """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
         of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record.
         A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`);
@@ -184,13 +184,12 @@ class Runner:
             self.abandon(trial)
             raise
 
-    def _run(self, trial, config: dict, role: str, prunable: bool, limit_s: float | None, keep_s: float,
-             first, cold: bool, measure: dict) -> dict:
+    def _run(self, trial, config: dict, role: Role, prunable: bool, limit_s: float | None, keep_s: float,
+             first, cold: bool, measure: dict) -> Record:
         settings = self.settings
         limit_s = limit_s or settings.trial_timeout_s
-        trial.set_user_attr("role", role)
-        trial.set_user_attr("config", config)  # known even if the search dies during the trial
-        trial.set_user_attr("worker", this_worker())  # a trial of a dead worker is failed and tried again
+        # the config is known even if the search dies during the trial; a dead worker's trial is failed and tried again
+        set_attrs(trial, {"role": role, "config": config, "worker": this_worker()})
         label = describe_config(config)
         predicted = self.predictor().predict(config) if first is None else None
         if predicted is not None:
@@ -211,7 +210,7 @@ class Runner:
                      **({"numerics_replay": False} if warm or cold else {}),
                      **({"compile_pool_wait": False} if warm else {})},
             cache_dir=warm or (caches.shared(settings.study_dir) if shared else None),
-            keep_cache=bool(config["compile"]) and first is None and role != "finalist",
+            keep_cache=bool(config["compile"]) and first is None and role != Role.FINALIST,
             ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
             nproc=settings.nproc, parallel=settings.parallel, prestart=settings.prestarts(),
             mark_refused_in=mark_refused_in(self.study, config),
@@ -240,14 +239,14 @@ class Runner:
             return caches.shared(self.settings.study_dir)
         return caches.kept(trial_folder(self.settings.study_dir, first.number))
 
-    def _shares(self, config: dict, role: str, first) -> bool:
+    def _shares(self, config: dict, role: Role, first) -> bool:
         """Whether a first run compiles into the study's shared cache: with --shared-cache, every
         compiled trial but the baselines (measured cold, the comparison users read) and a finalist's
         cold check."""
         return (self.settings.shared_cache and bool(config["compile"]) and first is None
-                and role not in ("eager", "compile-defaults", "finalist"))
+                and role not in (*BASELINES, Role.FINALIST))
 
-    def _launch(self, trial, request: TrialRequest, label: str, prunable: bool, remaining: float | None) -> dict:
+    def _launch(self, trial, request: TrialRequest, label: str, prunable: bool, remaining: float | None) -> Record:
         """The trial's process (and the triage ladder after a compile error): its record."""
         settings, storage = self.settings, self.storage
         beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None
@@ -255,20 +254,21 @@ class Runner:
                            heartbeat_every_s=heartbeat_s() / 2,
                            should_stop=self._pruning(trial) if prunable and settings.prune else None)
         self.trials_wall += record["wall_s"]
-        if record["status"] == "compile_error" and settings.triage and (remaining is None or
+        if record["status"] == Status.COMPILE_ERROR and settings.triage and (remaining is None or
                                                                         self.remaining() > MIN_TRIAL_S):
             self.progress.line(f"  trial {trial.number}: compile error; rerunning with simpler backends to find the layer")
             record = triage(request, record, time_left=self.remaining(), heartbeat=beat)
             self.trials_wall += sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
         return record
 
-    def _tell(self, trial, request: TrialRequest, record: dict, limit_s: float) -> dict:
+    def _tell(self, trial, request: TrialRequest, record: Record, limit_s: float) -> Record:
         """Judge the record, keep it whole in the trial's folder and concise in the study, tell the
         study; the judged record."""
         settings = self.settings
-        record = judge(record, eager_record(self.study, settings.study_dir), settings.device,
-                       memory_limit(settings.max_memory_gb, self.study))
-        if record["status"] == "infeasible" and record.get("numerics", {}).get("differs") and settings.triage:
+        view = StudyView(self.study)
+        record = judge(record, view.eager_record(settings.study_dir), settings.device,
+                       view.memory_limit(settings.max_memory_gb))
+        if record["status"] == Status.INFEASIBLE and record.get("numerics", {}).get("differs") and settings.triage:
             self.progress.line(f"  trial {trial.number}: numerics off; comparing it with eager module by module")
             # as measured: a hard mark_dynamic that fell back is compared as the maybe it ran
             measured = replace(request, config=record.get("config", request.config))
@@ -277,11 +277,10 @@ class Runner:
         horizon.settle(self, record)  # without --horizon-steps: from the first speed measured (eager's)
         record["score"] = score(record, horizon.scoring(settings))
         save_record(request.trial_dir, record)  # the whole record; the study keeps it concise
-        for key, value in concise(record).items():
-            trial.set_user_attr(key, value)
-        if record["status"] == "pruned":
+        set_attrs(trial, to_attrs(record))
+        if record["status"] == Status.PRUNED:
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        elif record["status"] == "timeout" and request.timeout_s < limit_s:
+        elif record["status"] == Status.TIMEOUT and request.timeout_s < limit_s:
             # Cut short by the search's own time bound, not by its trial limit: says nothing
             # of the configuration, so it is not told as infeasible (and may be tried again).
             trial.set_user_attr("reason", record["reason"] + "; cut by the search --timeout")
@@ -296,8 +295,7 @@ class Runner:
         told keeps its result), so no trial is left running in the study."""
         if self.storage.get_trial(trial._trial_id).state != optuna.trial.TrialState.RUNNING:
             return  # told already (its result stands), or abandoned by an inner handler
-        trial.set_user_attr("status", "interrupted")
-        trial.set_user_attr("reason", "interrupted")
+        set_attrs(trial, {"status": Status.INTERRUPTED, "reason": "interrupted"})
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
                            f"{self.url}; run the same command to resume")
@@ -310,25 +308,21 @@ class Runner:
             self._predictor = (finished, Predictor(self.study, self.settings.study_dir))
         return self._predictor[1]
 
-    def _prune_before_launch(self, trial, config: dict, role: str, reason: str) -> None:
+    def _prune_before_launch(self, trial, config: dict, role: Role, reason: str) -> None:
         """A configuration predicted not to win: pruned with the prediction as its reason, at no process cost."""
-        record = {"status": "pruned", "reason": "pruned before launch: " + reason, "config": config, "wall_s": 0.0,
+        record = {"status": Status.PRUNED, "reason": "pruned before launch: " + reason, "config": config, "wall_s": 0.0,
                   "notes": []}
-        trial.set_user_attr("role", role)
-        for key, value in concise(record).items():
-            trial.set_user_attr(key, value)
+        set_attrs(trial, {"role": role, **to_attrs(record)})
         self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         self.progress.done += 1
         self._report(trial.number, describe_config(config), record)
         self._told(trial)
 
-    def _reject(self, trial, config: dict, role: str, reason: str) -> None:
+    def _reject(self, trial, config: dict, role: Role, reason: str) -> None:
         """A configuration that cannot work here: infeasible before launch, at no GPU cost."""
-        record = {"status": "infeasible", "reason": "rejected before launch: " + reason, "config": config,
+        record = {"status": Status.INFEASIBLE, "reason": "rejected before launch: " + reason, "config": config,
                   "wall_s": 0.0, "score": 0.0, "notes": []}
-        trial.set_user_attr("role", role)
-        for key, value in concise(record).items():
-            trial.set_user_attr(key, value)
+        set_attrs(trial, {"role": role, **to_attrs(record)})
         trial.set_constraint("failed", violation(record))
         self.study.tell(trial, 0.0)
         self.progress.done += 1
@@ -365,7 +359,7 @@ class Runner:
         parent = trial.user_attrs.get("parent")
         moved = trial.user_attrs.get("changed") or []
         known = self.gains.ceiling(moved) if self.gains is not None and parent is not None else None
-        pace = self.study.trials[parent].user_attrs.get("steps_per_s") if known else None
+        pace = StudyView(self.study).trials[parent].user_attrs.get("steps_per_s") if known else None
         if not pace:
             return None, ""
         ceiling = pace * known["ratio"]
@@ -374,14 +368,14 @@ class Runner:
                          f"{known['by']}, of {known['of']})")
 
     def _report(self, number: int, label: str, record: dict) -> None:
-        eager = baseline_value(self.study, "eager", "steps_per_s")
-        best = best_trial(self.study)
+        view = StudyView(self.study)  # after the tell
+        eager, best = view.baseline_value(Role.EAGER, "steps_per_s"), view.best_trial
         if best:
             self.progress.best = f"best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager"
         self.progress.line(
             f"[{self.progress.done}/{self.progress.total}] trial {number} {label}: {record['status']}"
             + (f"  {record['steps_per_s']:.3g} steps/s ({speedup(record['steps_per_s'], eager)} eager),"
-               f" warm-up {record['warmup_s']:.1f} s, score {record['score']:.3g}" if record["status"] == "ok"
+               f" warm-up {record['warmup_s']:.1f} s, score {record['score']:.3g}" if record["status"] == Status.OK
                else f" - {record.get('reason', '')}")
             + (f"  | best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager" if best else "")
         )

@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import TYPE_CHECKING
 
 import optuna
 
 from autocompile.trial.protocol import REPLAY_VERSION
+from autocompile.trial.result import Status
+
+if TYPE_CHECKING:
+    from autocompile.engine.records import Record
 
 DEFAULT_HORIZON = 1000  # training steps the warm-up is amortised over
 RECOMPILE_PENALTY = 0.02  # score lost per recompile after warm-up (at most half)
@@ -26,9 +31,9 @@ def score(record: dict, horizon: int = DEFAULT_HORIZON) -> float:
 
     H / (warmup_s + (H - warmup_steps) / steps_per_s): the warm-up's own steps count as
     training done, and the rest run at steady-state speed. Each recompile after warm-up
-    takes RECOMPILE_PENALTY of the result off (at most half). 0 for any trial not "ok".
+    takes RECOMPILE_PENALTY of the result off (at most half). 0 for any trial not ok.
     """
-    if record.get("status") != "ok":
+    if record.get("status") != Status.OK:
         return 0.0
     remaining = max(horizon - record["warmup_steps"], 0)
     effective = horizon / (record["warmup_s"] + remaining / record["steps_per_s"])
@@ -38,7 +43,7 @@ def score(record: dict, horizon: int = DEFAULT_HORIZON) -> float:
 
 def violation(record: dict) -> float:
     """Optuna constraint value: > 0 means infeasible (by how much, where that is known)."""
-    if record.get("status") == "ok":
+    if record.get("status") == Status.OK:
         return 0.0
     return float(record.get("over_memory_gb") or 1.0)
 
@@ -131,10 +136,10 @@ PACKED_APART = ("; packed, the sequences of a row must attend only to themselves
                 "them), or, for an encoder, the block-diagonal mask (SequenceLayout)")
 
 
-def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | None) -> dict:
+def judge(record: Record, eager: dict | None, device: str, max_memory_gb: float | None) -> Record:
     """Make a trial that ran infeasible if it computes something else than eager
     (`numerics_verdict`), or needs more memory than allowed."""
-    if record.get("status") != "ok":
+    if record.get("status") != Status.OK:
         return record
     verdict = numerics_verdict(record, eager, device) if record["config"]["compile"] else None
     if verdict:
@@ -143,7 +148,7 @@ def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | 
             record.setdefault("notes", []).append("numerics not judged: " + verdict["how"])
     if verdict and verdict["differs"]:
         step = verdict["worst_step"]
-        record["status"] = "infeasible"
+        record["status"] = Status.INFEASIBLE
         record["reason"] = (f"numerics ({verdict['method']}): the loss of step {step} differs from eager by "
                             f"{verdict['max_rel_diff']:.2%} (tolerance {verdict['tolerance']:.1%}): "
                             f"{verdict['trial']} against {verdict['eager']}"
@@ -152,7 +157,7 @@ def judge(record: dict, eager: dict | None, device: str, max_memory_gb: float | 
         return record
     if max_memory_gb is not None and record.get("peak_mem_gb", 0) > max_memory_gb:
         record["over_memory_gb"] = record["peak_mem_gb"] - max_memory_gb
-        record["status"] = "infeasible"
+        record["status"] = Status.INFEASIBLE
         record["reason"] = f"peak memory {record['peak_mem_gb']:.2f} GB is above --max-memory-gb {max_memory_gb:g}"
     return record
 
@@ -180,7 +185,7 @@ def optimistic_score(events: list[dict], horizon: int, ceiling: float | None = N
         return _at_most(horizon, max(warmed["warmup_s"], 1e-9), warmed["warmup_steps"], ceiling)
     pace = statistics.mean(rates)
     slack = max(PRUNE_SLACK, 3 * statistics.pstdev(rates) / pace)
-    at_pace = score({"status": "ok", "warmup_s": warmed["warmup_s"], "warmup_steps": warmed["warmup_steps"],
+    at_pace = score({"status": Status.OK, "warmup_s": warmed["warmup_s"], "warmup_steps": warmed["warmup_steps"],
                      "steps_per_s": pace}, horizon)
     return at_pace * (1 + slack)
 
@@ -196,7 +201,7 @@ def _at_most(horizon: int, elapsed_s: float, steps: int, ceiling: float | None) 
 def best_score(study) -> float | None:
     """The best score of the feasible completed trials, finalist reruns included."""
     return max((t.value for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                if t.user_attrs.get("status") == "ok" and t.value), default=None)
+                if t.user_attrs.get("status") == Status.OK and t.value), default=None)
 
 
 class CannotWinPruner(optuna.pruners.BasePruner):
@@ -215,7 +220,7 @@ def _judged_by_an_older_guard(attrs: dict) -> bool:
     """A trial made infeasible for its numerics by a guard since replaced: before the verdict said
     how it was reached (the first losses of runs whose dropout masks differed), or by a replay of
     an older version. Its configuration is measured again."""
-    if attrs.get("status") != "infeasible" or not attrs.get("reason", "").startswith("numerics"):
+    if attrs.get("status") != Status.INFEASIBLE or not attrs.get("reason", "").startswith("numerics"):
         return False
     numerics = attrs.get("numerics", {})
     return "method" not in numerics or (numerics["method"] == "replay" and numerics.get("version", 1) < REPLAY_VERSION)

@@ -20,10 +20,11 @@ import os
 import optuna
 
 from autocompile.errors import UserError
-from autocompile.engine.records import concise, shortened
+from autocompile.engine.records import Role, set_attrs, shortened, to_attrs
 from autocompile.engine.scoring import CannotWinPruner, judge
 from autocompile.engine.storage import same_machine, this_boot
 from autocompile.trial import TrialRequest, run_trial
+from autocompile.trial.result import Status
 
 SCREENS = "screens"  # DIR/STUDY/screens/: the screened eager runs and the screens' shared compile cache
 REDUCTION_FACTOR = 2  # the top 1/2 of the screened trials are promoted
@@ -101,7 +102,7 @@ def screen_request(settings, config: dict, k: int, trial_dir: str, timeout_s: fl
 def screen_summary(record: dict, eager: dict, k: int) -> dict:
     """What a screen keeps on its trial: its status, speed and score (its steady speed as a
     multiple of eager's at k blocks)."""
-    ok = record["status"] == "ok"
+    ok = record["status"] == Status.OK
     return {"blocks": k, "status": record["status"], "reason": record.get("reason", ""),
             "steps_per_s": record.get("steps_per_s") if ok else None,
             "score": record["steps_per_s"] / eager["steps_per_s"] if ok else None,
@@ -127,7 +128,7 @@ def screened_eager(runner, k: int, keep_s: float = 0.0) -> dict | None:
     folder = os.path.join(settings.study_dir, SCREENS, f"eager-{k}-blocks")
     record = run_trial(screen_request(settings, dict(EAGER), k, folder, _limit(runner, settings.baseline_limit_s, keep_s)))
     runner.trials_wall += record["wall_s"]
-    if record["status"] != "ok":
+    if record["status"] != Status.OK:
         runner.progress.line(f"screening: eager at {k} blocks ended {record['status']} ({record.get('reason', '')}): "
                              "this trial is measured in full")
         return None
@@ -138,7 +139,7 @@ def screened_eager(runner, k: int, keep_s: float = 0.0) -> dict | None:
     return kept
 
 
-def screen_trial(runner, trial, config: dict, role: str, k: int, keep_s: float = 0.0) -> bool:
+def screen_trial(runner, trial, config: dict, role: Role, k: int, keep_s: float = 0.0) -> bool:
     """Measure `config` at k blocks as `trial`'s first rung; True when it goes on to a full trial.
     A pruned one is told to the study here. A screen that did not run cleanly goes on too: its
     full trial is triaged and remembered as any failure is. Under --no-prune every screen goes on,
@@ -149,8 +150,7 @@ def screen_trial(runner, trial, config: dict, role: str, k: int, keep_s: float =
     eager = screened_eager(runner, k, keep_s)
     if eager is None:
         return True
-    trial.set_user_attr("role", role)
-    trial.set_user_attr("config", config)  # known even if the search dies during the screen
+    set_attrs(trial, {"role": role, "config": config})  # known even if the search dies during the screen
     label = describe_config(config)
     folder = os.path.join(settings.study_dir, "trials", f"{trial.number:04d}", "screen")
     beat = getattr(runner.storage, "record_heartbeat", None)
@@ -159,13 +159,13 @@ def screen_trial(runner, trial, config: dict, role: str, k: int, keep_s: float =
                        heartbeat=beat and (lambda: beat(trial._trial_id)))
     runner.trials_wall += record["wall_s"]
     screen = screen_summary(judge(record, eager, settings.device, None), eager, k)
-    trial.set_user_attr("screen", shortened(screen))  # a long reason cut; the screen's folder has it all
-    if screen["status"] != "ok":
+    set_attrs(trial, {"screen": shortened(screen)})  # a long reason cut; the screen's folder has it all
+    if screen["status"] != Status.OK:
         progress.line(f"  trial {trial.number}: at {k} blocks it ended {screen['status']}: measured in full")
         return True
     trial.report(screen["score"], k)
     screen["promoted"] = not trial.should_prune()
-    trial.set_user_attr("screen", shortened(screen))  # a long reason cut; the screen's folder has it all
+    set_attrs(trial, {"screen": shortened(screen)})  # a long reason cut; the screen's folder has it all
     if screen["promoted"] or not settings.prune:  # --no-prune: every screen goes on (both measured)
         progress.line(f"  trial {trial.number} {label}: at {k} blocks {screen['score']:.3g}x eager: "
                       + ("promoted to a full trial" if screen["promoted"] else "measured in full anyway (--no-prune)"))
@@ -174,14 +174,13 @@ def screen_trial(runner, trial, config: dict, role: str, k: int, keep_s: float =
     return False
 
 
-def _tell_pruned(runner, trial, config: dict, role: str, screen: dict) -> None:
+def _tell_pruned(runner, trial, config: dict, role: Role, screen: dict) -> None:
     from autocompile.apply import describe_config
 
-    record = {"status": "pruned", "config": config, "role": role, "wall_s": screen["wall_s"], "score": 0.0,
+    record = {"status": Status.PRUNED, "config": config, "role": role, "wall_s": screen["wall_s"], "score": 0.0,
               "notes": [], "reason": f"screened at {screen['blocks']} blocks: {screen['score']:.3g}x eager, "
                                      "below the top half of the screened trials"}
-    for key, value in concise(record).items():
-        trial.set_user_attr(key, value)
+    set_attrs(trial, to_attrs(record))
     runner.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     runner.progress.done += 1
     runner._report(trial.number, describe_config(config), record)  # the runner's own line and callbacks

@@ -30,7 +30,7 @@ class SearchSettings:
     fixed: dict | None = None
     space_file: str | None = None  # a space file (TOML or JSON): [fix], [exclude], [inductor]
     measure: dict | None = None
-    # trials above it are infeasible; "eager": above eager's peak as the workload built it (records.memory_limit)
+    # trials above it are infeasible; "eager": above eager's peak as the workload built it (StudyView.memory_limit)
     max_memory_gb: float | str | None = None
     finalists: int = DEFAULT_FINALISTS  # re-measured at the end, alternating with eager (0: none)
     prune: bool = True  # stop trials that can no longer win

@@ -25,6 +25,7 @@ import zlib
 import optuna
 
 from autocompile.errors import UserError
+from autocompile.engine.records import Role
 from autocompile.trial import pid_alive
 
 JOURNAL = "journal://"  # journal:///abs/path/journal.log: Optuna's JournalStorage on that file
@@ -246,7 +247,7 @@ def counted(study) -> int:
     """Trials that count against the study's budget: finished ones that ran or were refused, and
     running ones (claimed); not failed ones (interrupted, cut by --timeout, duplicates), not the finalist round's."""
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.RUNNING)
-    return sum(t.user_attrs.get("role") != "finalist" for t in study.get_trials(deepcopy=False, states=states))
+    return sum(t.user_attrs.get("role") != Role.FINALIST for t in study.get_trials(deepcopy=False, states=states))
 
 
 def set_budget(study, trials: int, deadline: float | None) -> dict:

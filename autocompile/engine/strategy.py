@@ -18,14 +18,15 @@ dimension's promising value (a step no longer compiled: the fused optimizer).
 from __future__ import annotations
 
 import functools
-import statistics
 
 import optuna
 
-from autocompile.engine.records import config_columns
+from autocompile.engine.records import Role, config_columns
+from autocompile.engine.studyview import StudyView
 from autocompile.engine.scoring import DEFAULT_HORIZON
 from autocompile.engine.storage import same_machine
 from autocompile.space import Graphs, shaping
+from autocompile.trial.result import Status
 
 # Dimensions in the order a change is most likely to pay, and why.
 PROMISE = (
@@ -104,34 +105,18 @@ _PROMISING_VALUE = {**{name: True for name, values in PROMISING.items() if value
 WARMUP_SHARE = 0.1
 
 
-def incumbent(space, study):
-    """The best-scoring trial that ran cleanly, with its Optuna parameters: a recipe, neighbour
-    or TPE trial, or plain torch.compile (its parameters: every dimension at its default). Not
-    eager, not a finalist rerun. A trial measured again in a finalist round is judged by the mean of
-    its scores (the captioner's trial 3 scored 16.7 in the search and 12.2 in its round, H200,
-    2026-11-23). (trial, params), or (None, None)."""
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    ranked = [t for t in done
-              if t.value and t.user_attrs.get("status") == "ok" and t.user_attrs.get("config", {}).get("compile")
-              and (t.params or t.user_attrs.get("role") == "compile-defaults")]
-    means = mean_scores(study)
-    best = max(ranked, key=lambda t: means[t.number], default=None)
+def incumbent(space, study, view: StudyView | None = None):
+    """The best-scoring trial that ran cleanly (`StudyView.incumbent`), with its Optuna parameters: a
+    recipe, neighbour or TPE trial, or plain torch.compile (its parameters: every dimension at its
+    default). Not eager, not a finalist rerun. A trial measured again in a finalist round is judged by
+    the mean of its scores: one run's score can be far from another's. (trial, params), or (None, None)."""
+    best = (view or StudyView(study)).incumbent
     if best is None:
         return None, None
     return best, dict(best.params) if best.params else space.params_for({})
 
 
-def mean_scores(study) -> dict[int, float]:
-    """Each trial that ran cleanly: the mean of its score and those of its finalist reruns."""
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    scores = {t.number: [t.value] for t in done if t.value and t.user_attrs.get("status") == "ok"}
-    for t in done:
-        if t.user_attrs.get("remeasure_of") in scores and t.number in scores:
-            scores[t.user_attrs["remeasure_of"]].append(t.value)
-    return {number: statistics.mean(values) for number, values in scores.items()}
-
-
-def effects(study) -> list[dict]:
+def effects(study, view: StudyView | None = None) -> list[dict]:
     """The measured effect of each neighbour against its parent: trial, parent, every dimension in
     which their configurations differ (dimension: from -> to), whether that is one move (`single`: the
     dimension moved and those the move conditions, as the neighbour recorded them), and the ratio of
@@ -139,13 +124,13 @@ def effects(study) -> list[dict]:
     failure; `other_machine` where the two ran on different machines, whose hosts may differ in
     speed. A parent outside the space (plain torch.compile under a space file) differs in more than
     the move: the quickstart's trial 3 changed five dimensions of trial 1, not one."""
-    means = mean_scores(study)
-    rows = []
-    for t in study.get_trials(deepcopy=False):
+    view = view or StudyView(study)
+    means, rows = view.mean_scores, []
+    for t in view.finished:
         a = t.user_attrs
-        if "parent" not in a or not t.state.is_finished() or "status" not in a:
+        if "parent" not in a or "status" not in a:
             continue
-        parent = study.trials[a["parent"]]
+        parent = view.trials[a["parent"]]
         before, after = config_columns(parent.user_attrs["config"]), config_columns(a["config"])
         changes = {name: (before.get(name), after.get(name)) for name in sorted(set(before) | set(after))
                    if before.get(name) != after.get(name)}
@@ -166,11 +151,11 @@ def effects(study) -> list[dict]:
     return rows
 
 
-def _order(space, study) -> list:
+def _order(space, view: StudyView) -> list:
     """The space's searched dimensions, most promising first (see the module's docstring)."""
     rank = {name: i for i, (name, _) in enumerate(PROMISE)}
     seen: dict[str, float] = {}
-    for row in effects(study):
+    for row in effects(view.study, view):
         for name in row["changed"] if row["single"] else ():  # a move of several says nothing of each
             seen[name] = max(seen.get(name, -1.0), row.get("effect", -1.0))
     dims = [d for d in space.dimensions if d.name not in space.fixed]
@@ -186,13 +171,11 @@ def _same(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
-def fastest(space, study):
-    """The trial with the highest steady speed that ran cleanly (its warm-up aside), and its
-    parameters: the incumbent may have won on warm-up, and what made this one fast is worth
-    borrowing. (trial, params), or (None, {})."""
-    ok = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-          if t.user_attrs.get("status") == "ok" and t.user_attrs.get("config", {}).get("compile")
-          and t.user_attrs.get("role") != "finalist" and (t.params or t.user_attrs.get("role") == "compile-defaults")]
+def fastest(space, study, view: StudyView | None = None):
+    """The trial of the search (`StudyView.searched`) with the highest steady speed that ran cleanly (its
+    warm-up aside), and its parameters: the incumbent may have won on warm-up, and what made this one
+    fast is worth borrowing. (trial, params), or (None, {})."""
+    ok = [t for t in (view or StudyView(study)).searched if t.user_attrs.get("status") == Status.OK]
     top = max(ok, key=lambda t: t.user_attrs.get("steps_per_s") or 0, default=None)
     return (None, {}) if top is None else (top, dict(top.params) if top.params else space.params_for({}))
 
@@ -247,12 +230,12 @@ def neighbours_turn(study, proposals: int) -> bool:
     turn by turn, that one proposal cost the time of seven neighbours."""
     if proposals % 2 == 0:
         return True
-    spent = {"neighbour": 0.0, "search": 0.0}
-    for t in study.get_trials(deepcopy=False):
+    spent = {Role.NEIGHBOUR: 0.0, Role.SEARCH: 0.0}
+    for t in StudyView(study).finished:
         role = t.user_attrs.get("role")
-        if role in spent and t.state.is_finished():
+        if role in spent:
             spent[role] += t.user_attrs.get("wall_s") or 0.0
-    return spent["neighbour"] < spent["search"]
+    return spent[Role.NEIGHBOUR] < spent[Role.SEARCH]
 
 
 def next_neighbour(space, study, tried, cost=None) -> dict | None:
@@ -270,25 +253,26 @@ def next_neighbour(space, study, tried, cost=None) -> dict | None:
     ran 20.8 steps/s after 31-34 s with the eager fused AdamW and the loss compiled apart: score
     19.4-19.5 against the incumbent recipe's 17.0 at 10000 steps; H200, 2026-11-23,
     studies/runs/2026-11-23-captioner-probe.log.)"""
-    fit = fitting_move(space, study, tried)
-    best, base = incumbent(space, study)
-    if best is None or (fit and study.get_trials(deepcopy=False)[fit["parent"]].user_attrs["steps_per_s"]
+    view = StudyView(study)
+    fit = fitting_move(space, study, tried, view)
+    best, base = incumbent(space, study, view)
+    if best is None or (fit and view.trials[fit["parent"]].user_attrs["steps_per_s"]
                         > (best.user_attrs.get("steps_per_s") or 0)):
         return fit  # a configuration faster than any that fits, made to fit, goes first
-    top, fast = fastest(space, study)
+    top, fast = fastest(space, study, view)
     heavy = warmup_share(study, best) >= WARMUP_SHARE
     parents = [(best, base, fast, functools.partial(_rank, heavy=heavy))]
     if top is not None and top.number != best.number:
         parents.append((top, fast, base, _rank_lighter))
         children = {p.number: 0 for p, *_ in parents}
-        for t in study.get_trials(deepcopy=False):
+        for t in view.trials:
             if t.user_attrs.get("parent") in children:
                 children[t.user_attrs["parent"]] += 1
         # on a tie, the incumbent first, unless the fastest trial is heavy with warm-up: its lighter move pays most
         fast_first = warmup_share(study, top) >= WARMUP_SHARE
         parents.sort(key=lambda p: (children[p[0].number], (p[0].number == best.number) == fast_first))
     for parent, own, borrow, rank in parents:
-        found = _neighbour(space, study, tried, parent, own, borrow, rank, cost)
+        found = _neighbour(space, view, tried, parent, own, borrow, rank, cost)
         if found:
             return found
     return fit
@@ -297,7 +281,7 @@ def next_neighbour(space, study, tried, cost=None) -> dict | None:
 BUDGET = "activation_memory_budget"
 
 
-def fitting_move(space, study, tried) -> dict | None:
+def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | None:
     """The move that may make a configuration fit the memory limit: the fastest trial that ran but
     needed more memory than --max-memory-gb, one rung down the budget ladder, or further where the
     peaks measured at its other rungs predict the next one will not fit either (`_rung`). None where
@@ -307,14 +291,13 @@ def fitting_move(space, study, tried) -> dict | None:
     dim = next((d for d in space.dimensions if d.name == BUDGET), None)
     if dim is None:
         return None
-    over = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if t.user_attrs.get("over_memory_gb") and t.user_attrs.get("config", {}).get("compile")
-            and t.user_attrs.get("role") != "finalist" and (t.params or t.user_attrs.get("role") == "compile-defaults")]
+    view = view or StudyView(study)
+    over = [t for t in view.searched if t.user_attrs.get("over_memory_gb")]
     for t in sorted(over, key=lambda t: -(t.user_attrs.get("steps_per_s") or 0)):
         base = dict(t.params) if t.params else space.params_for({})
         lower = sorted((v for v in dim.choices if v is not None and v < (base.get(BUDGET) or 1.0)), reverse=True)
         limit = t.user_attrs["peak_mem_gb"] - t.user_attrs["over_memory_gb"]
-        peaks = _peaks_by_budget(study, t.user_attrs["config"])
+        peaks = _peaks_by_budget(view, t.user_attrs["config"])
         for value in sorted(lower, key=lambda v: _rung(v, lower, peaks, limit)):
             params = space.params_for({**base, BUDGET: value})
             if not params or params.get(BUDGET) != value:
@@ -327,11 +310,11 @@ def fitting_move(space, study, tried) -> dict | None:
     return None
 
 
-def _peaks_by_budget(study, config: dict) -> dict[float, float]:
+def _peaks_by_budget(view: StudyView, config: dict) -> dict[float, float]:
     """The peak memory measured for `config` at each budget it ran with (None counted as 1.0)."""
     same = {k: v for k, v in config.items() if k != BUDGET}
     peaks = {}
-    for t in study.get_trials(deepcopy=False):
+    for t in view.trials:
         seen = t.user_attrs.get("config") or {}
         if t.user_attrs.get("peak_mem_gb") and {k: v for k, v in seen.items() if k != BUDGET} == same:
             peaks[seen.get(BUDGET) or 1.0] = t.user_attrs["peak_mem_gb"]
@@ -353,12 +336,12 @@ def _rung(value: float, lower: list[float], peaks: dict[float, float], limit: fl
 CHEAPEST_OF = 4  # moves of the first rank weighed by their predicted cost
 
 
-def _neighbour(space, study, tried, parent, base: dict, borrow: dict, rank, cost=None) -> dict | None:
+def _neighbour(space, view: StudyView, tried, parent, base: dict, borrow: dict, rank, cost=None) -> dict | None:
     """The next untried, feasible neighbour of `parent` (parameters `base`) in `rank`'s order, a move
     bringing in what it conditions as `borrow` has it, else at its promising value. Among the first
     CHEAPEST_OF moves of the first rank, the one `cost(config)` (a predicted warm-up, None where it is
     unknown) says is cheapest: as likely to pay, it costs least (gain per second)."""
-    moves = [(dim, value) for dim in _order(space, study) for value in dim.choices
+    moves = [(dim, value) for dim in _order(space, view) for value in dim.choices
              if not (dim.name in base and _same(base[dim.name], value))]
     found = []
     for dim, value in sorted(moves, key=lambda m: rank(m[0].name, m[1], base, borrow)):  # a stable sort

@@ -42,7 +42,9 @@ from autocompile.engine.storage import (check_study_name, counted, create_or_loa
                                  load_study, open_storage, set_budget, storage_url)
 from autocompile.engine.strategy import compile_heavy_values
 from autocompile.trial import caches, prestart, reap_orphans
-from autocompile.engine.records import trial_folder
+from autocompile.trial.result import Status
+from autocompile.engine.records import Role, trial_folder
+from autocompile.engine.studyview import EAGER_PEAK, StudyView
 
 def _sampler(seed: int):
     """TPE over the conditional space (multivariate, grouped); it reads each trial's constraint."""
@@ -122,15 +124,15 @@ NEAR_CAPACITY = 0.9  # eager's peak at this share of the device's memory or more
 def memory_bound(max_memory_gb: float | None, device: str, study=None) -> str | None:
     """Why memory is the constraint of a search, or None: --max-memory-gb, or the study's eager
     baseline ran out of memory or peaked within 10% of the device's memory."""
-    if max_memory_gb == "eager":
+    if max_memory_gb == EAGER_PEAK:
         return "--max-memory-gb eager: no more than eager's peak as the workload built it"
     if max_memory_gb is not None:
         return f"--max-memory-gb {max_memory_gb:g}"
-    eager = next((t.user_attrs for t in (study.trials if study else ()) if t.user_attrs.get("role") == "eager"
-                  and t.user_attrs.get("status") in ("ok", "oom")), None)
+    eager = StudyView(study).first_of(Role.EAGER, Status.OK, Status.OOM) if study else None
     if eager is None or not device.startswith("cuda"):
         return None
-    if eager["status"] == "oom":
+    eager = eager.user_attrs
+    if eager["status"] == Status.OOM:
         return "eager ran out of the device's memory"
     import torch
 

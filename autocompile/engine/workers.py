@@ -19,6 +19,7 @@ import time
 import optuna
 
 from autocompile.errors import UserError
+from autocompile.engine.records import Role
 from autocompile.engine.storage import load_study
 from autocompile.trial import die_with_parent
 
@@ -130,7 +131,7 @@ def _wait_for_others(runner) -> None:
     running = (optuna.trial.TrialState.RUNNING,)
     while True:
         fail_stale(runner.study)
-        others = [t for t in runner.study.get_trials(deepcopy=False, states=running) if t.user_attrs.get("role") != "finalist"]
+        others = [t for t in runner.study.get_trials(deepcopy=False, states=running) if t.user_attrs.get("role") != Role.FINALIST]
         if not others:
             return
         runner.progress.line(f"waiting for {len(others)} trials of other workers: "

@@ -38,6 +38,7 @@ import optuna
 
 from autocompile.trial import TrialRequest, caches, run_trial
 from autocompile.trial.graphs import ledger_path
+from autocompile.trial.result import Status
 
 TOLERANCE = 0.15  # the brief's: a reconstructed warm-up agrees with a cold one within 15%
 MOVES = ("compile_optimizer", "compile_loss", "fused_optimizer")  # changes that keep the model's graphs
@@ -168,7 +169,8 @@ def rows(state: dict) -> list[dict]:
     out = []
     for i, run in enumerate(state["runs"]):
         shared, cold = run["shared"], run.get("cold") or {}
-        if shared.get("warmup_kind") != "reconstructed" or cold.get("status") != "ok" or shared.get("status") != "ok":
+        if shared.get("warmup_kind") != "reconstructed" or cold.get("status") != Status.OK \
+                or shared.get("status") != Status.OK:
             continue
         out.append({"config": i + 1, "group": run["group"], "measured_s": shared["warmup_measured_s"],
                     "reconstructed_s": shared["warmup_s"], "cold_s": cold["warmup_s"],
@@ -225,7 +227,7 @@ def _drift_lines(state: dict) -> list[str]:
     """The first configuration's cold warm-up at the check's start and at its end."""
     first = state["runs"][0]["shared"] if state.get("runs") else {}
     repeat = state.get("repeat") or {}
-    if first.get("warmup_kind") != "cold" or repeat.get("status") != "ok" or first.get("status") != "ok":
+    if first.get("warmup_kind") != "cold" or repeat.get("status") != Status.OK or first.get("status") != Status.OK:
         return []
     start, end = first["warmup_s"], repeat["warmup_s"]
     return ["", f"Drift of cold compiles on this machine: configuration 1 warmed up in {start:.1f} s at the start "

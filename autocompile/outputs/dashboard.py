@@ -29,6 +29,7 @@ import uuid
 import optuna
 
 from autocompile.engine.records import full_record, trial_folder
+from autocompile.trial.result import FAILURES, Status
 
 ARTIFACTS_DIR = "artifacts"  # DIR/STUDY/artifacts/
 TRIAL_FILES = ("apply_compilation.py", "log.txt", "events.jsonl", "result.json", "log-hard-mark.txt")
@@ -43,7 +44,8 @@ TRACE_DIR, REPORT_DIR = "trace", "tlparse"  # in a trial's folder: TORCH_TRACE's
 # Shown by a browser rather than downloaded.
 MIMETYPES = {".py": "text/plain", ".txt": "text/plain", ".jsonl": "text/plain", ".json": "application/json",
              ".html": "text/html", ".zip": "application/zip"}
-FAILED = ("failed", "compile_error", "oom", "timeout", "crashed", "infeasible")
+# A trial whose trace is worth a report: it failed, timed out or was judged infeasible.
+FAILED = (*FAILURES, Status.TIMEOUT, Status.INFEASIBLE)
 _TRIAL_KEY = "dashboard:artifacts:{trial_id}:"  # optuna-dashboard's key for a trial's artifact, in the study
 
 

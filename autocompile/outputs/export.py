@@ -16,6 +16,7 @@ import shutil
 
 from autocompile.errors import UserError
 from autocompile.trial import TrialRequest, run_trial
+from autocompile.trial.result import Status
 
 EXPORT_MEASURE = {"min_windows": 1, "max_windows": 1}  # the warm-up is what counts here
 
@@ -23,7 +24,7 @@ EXPORT_MEASURE = {"min_windows": 1, "max_windows": 1}  # the warm-up is what cou
 def chosen(study, number: int | None) -> tuple[int, dict]:
     """(trial number, configuration) of the winner, or of trial `number`: one that ran cleanly,
     compiled, on a device this machine has."""
-    from autocompile.engine.records import best_trial
+    from autocompile.engine.studyview import best_trial
 
     settings = study.user_attrs.get("settings") or {}
     if "model" not in settings:
@@ -41,7 +42,7 @@ def chosen(study, number: int | None) -> tuple[int, dict]:
         raise UserError(f"study {study.study_name!r} has no trial {number} (it has {len(study.trials)})")
     else:
         trial = study.trials[number]
-        if trial.user_attrs.get("status") != "ok":
+        if trial.user_attrs.get("status") != Status.OK:
             raise UserError(f"trial {number} did not run cleanly ({trial.user_attrs.get('status', trial.state.name)})")
     config = trial.user_attrs["config"]
     if not config["compile"]:
@@ -67,7 +68,7 @@ def export(study, out: str, number: int | None = None, timeout_s: float = 900.0)
     `out`; returns the trial's record, with `cache` (path, bytes, artifacts) and `snippet_path`."""
     request = winner_request(study, out, number, timeout_s, save_cache=os.path.abspath(out))
     record = run_trial(request)
-    if record["status"] != "ok":
+    if record["status"] != Status.OK:
         raise UserError(f"the export run of the winner ended {record['status']}: {record.get('reason', '')} "
                         f"(log: {record['log']})")
     if not (record.get("cache") or {}).get("path"):

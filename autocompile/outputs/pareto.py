@@ -9,9 +9,12 @@ more than once (a finalist) counts with the mean of its measurements.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
+
+from autocompile.engine.records import Role
+from autocompile.engine.studyview import StudyView
+from autocompile.trial.result import Status
 
 FIGURES = ("warmup_s", "warmup_steps", "steps_per_s", "recompiles_after_warmup", "peak_mem_gb")
 # Horizons at which `front_ranges` looks for each point's winning range: 10 to 10 million steps.
@@ -32,21 +35,19 @@ class Point:
     def score(self, horizon: int) -> float:
         from autocompile.engine.scoring import score
 
-        return score({"status": "ok", **self.figures}, horizon)
+        return score({"status": Status.OK, **self.figures}, horizon)
 
 
 def measured_points(study, max_memory_gb: float | None = None) -> list[Point]:
     """Each configuration that ran cleanly (eager included), first trial first. Under a memory limit:
     those whose peak is within it, a trial made infeasible by a search's own limit alone included
     (it trained as eager does, and was measured)."""
-    groups: dict[str, list] = {}
-    for t in study.get_trials(deepcopy=False):
+    def ran(t) -> bool:
         a = t.user_attrs
-        ran = a.get("status") == "ok" or (max_memory_gb is not None and _over_the_search_limit_alone(a))
-        if t.state.name == "COMPLETE" and ran and a.get("steps_per_s") and "config" in a:
-            groups.setdefault(json.dumps(a["config"], sort_keys=True), []).append(t)
+        return a.get("status") == Status.OK or (max_memory_gb is not None and _over_the_search_limit_alone(a))
+
     points = []
-    for trials in groups.values():
+    for trials in StudyView(study).measurements(ran):
         figures = {k: statistics.mean(t.user_attrs.get(k) or 0 for t in trials) for k in FIGURES}
         figures["peak_mem_gb"] = max(t.user_attrs.get("peak_mem_gb") or 0 for t in trials)  # the worst run's
         points.append(Point(trial=trials[0], trials=trials, figures=figures))
@@ -57,7 +58,7 @@ def measured_points(study, max_memory_gb: float | None = None) -> list[Point]:
 
 def _over_the_search_limit_alone(attrs: dict) -> bool:
     """A trial the search's --max-memory-gb made infeasible, and nothing else did (its numerics held)."""
-    return (attrs.get("status") == "infeasible" and bool(attrs.get("over_memory_gb"))
+    return (attrs.get("status") == Status.INFEASIBLE and bool(attrs.get("over_memory_gb"))
             and attrs.get("reason", "").startswith("peak memory"))
 
 
@@ -145,7 +146,7 @@ def format_memory_front(study, horizon: int, max_memory_gb: float | None = None)
     points = measured_points(study, float("inf") if max_memory_gb is None else max_memory_gb)
     front, best = memory_front(points), winner_at(points, horizon)
     eager = next((p.figures["peak_mem_gb"] for p in measured_points(study) if not p.trial.user_attrs["config"]["compile"]
-                  and p.trial.user_attrs.get("role") == "eager"), None)
+                  and p.trial.user_attrs.get("role") == Role.EAGER), None)
     within = f" within {max_memory_gb:g} GB" if max_memory_gb is not None else ""
     lines = [f"Pareto front of steady throughput against peak memory ({len(front)} of {len(points)} measured "
              f"configurations{within}; eager as built peaked at " + (f"{eager:.2f} GB" if eager else "-") + "):",

@@ -16,16 +16,18 @@ from matplotlib.figure import Figure
 
 from autocompile.apply import describe_config
 from autocompile.outputs.pareto import measured_points, pareto_front, winner_at
-from autocompile.engine.records import config_columns
+from autocompile.engine.records import Role, config_columns, status_of
+from autocompile.engine.studyview import StudyView
+from autocompile.trial.result import Status
 
 DPI = 110
 ROLE_STYLE = {  # role -> (marker, colour, legend label)
-    "eager": ("s", "#444444", "baseline: eager"),
-    "compile-defaults": ("s", "#1f77b4", "baseline: plain torch.compile"),
-    "recipe": ("o", "#2ca02c", "recipe"),
-    "search": ("^", "#9467bd", "sampled (TPE)"),
-    "neighbour": ("P", "#17becf", "neighbour (of the incumbent or the fastest trial)"),
-    "finalist": ("D", "#ff7f0e", "finalist round"),
+    Role.EAGER: ("s", "#444444", "baseline: eager"),
+    Role.COMPILE_DEFAULTS: ("s", "#1f77b4", "baseline: plain torch.compile"),
+    Role.RECIPE: ("o", "#2ca02c", "recipe"),
+    Role.SEARCH: ("^", "#9467bd", "sampled (TPE)"),
+    Role.NEIGHBOUR: ("P", "#17becf", "neighbour (of the incumbent or the fastest trial)"),
+    Role.FINALIST: ("D", "#ff7f0e", "finalist round"),
 }
 OTHER_STYLE = ("v", "#8c564b", "other")
 PHASE_COLOURS = {"build": "#bbbbbb", "compile / warm-up": "#ff7f0e", "measurement": "#2ca02c",
@@ -51,26 +53,21 @@ def _finished(study) -> list:
     return [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
 
 
-def _status(trial) -> str:
-    return trial.user_attrs.get("status") or ("pruned" if trial.state.name == "PRUNED" else "interrupted")
-
-
 def plot_scores(study, path: str) -> dict:
     """(a) The score of each trial in order, by role; failures at 0, pruned trials at the bound
     they could still reach; eager and plain torch.compile as horizontal lines."""
-    from autocompile.engine.records import baseline_trial, best_trial
     from autocompile.outputs.table import default_score_bound
 
-    horizon, figure = _horizon(study), _figure(9, 4.8)
+    horizon, figure, view = _horizon(study), _figure(9, 4.8), StudyView(study)
     ax = figure.add_subplot()
     drawn = {"ran": [], "pruned": [], "failed": []}
-    for t in _finished(study):
+    for t in view.finished:
         marker, colour, label = ROLE_STYLE.get(t.user_attrs.get("role"), OTHER_STYLE)
-        status = _status(t)
-        if status == "ok":
+        status = status_of(t)
+        if status == Status.OK:
             ax.scatter(t.number, t.value, marker=marker, color=colour, s=60, zorder=3, label=label)
             drawn["ran"].append(t.number)
-        elif status == "pruned" and t.value:
+        elif status == Status.PRUNED and t.value:
             ax.scatter(t.number, t.value, marker=marker, facecolors="none", edgecolors=colour, s=60, zorder=3,
                        label="pruned (at its bound)")
             drawn["pruned"].append(t.number)
@@ -79,22 +76,22 @@ def plot_scores(study, path: str) -> dict:
             ax.annotate(status, (t.number, 0), textcoords="offset points", xytext=(0, 6), ha="center",
                         fontsize=7, rotation=90, color="#d62728")
             drawn["failed"].append(t.number)
-    eager, default = baseline_trial(study, "eager"), baseline_trial(study, "compile-defaults")
+    eager, default = view.baseline_trial(Role.EAGER), view.baseline_trial(Role.COMPILE_DEFAULTS)
     if eager is not None:
-        ax.axhline(eager.value, color=ROLE_STYLE["eager"][1], linestyle="--", linewidth=1, label="eager's score")
+        ax.axhline(eager.value, color=ROLE_STYLE[Role.EAGER][1], linestyle="--", linewidth=1, label="eager's score")
     if default is not None:
-        ax.axhline(default.value, color=ROLE_STYLE["compile-defaults"][1], linestyle="--", linewidth=1,
+        ax.axhline(default.value, color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1], linestyle="--", linewidth=1,
                    label="plain torch.compile's score")
-    elif (bound := default_score_bound(study, horizon)) is not None:
-        top = max([t.value for t in _finished(study) if t.value] or [bound])
+    elif (bound := default_score_bound(study, horizon, view)) is not None:
+        top = max([t.value for t in view.finished if t.value] or [bound])
         drawn["default_bound"] = {"value": bound, "line": bound <= 3 * top}
         if bound <= 3 * top:
-            ax.axhline(bound, color=ROLE_STYLE["compile-defaults"][1], linestyle=":", linewidth=1.2,
+            ax.axhline(bound, color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1], linestyle=":", linewidth=1.2,
                        label="plain torch.compile: at most (never finished warming up)")
         else:  # a bound from a short attempt (captioner-regional's 40 s: 390) would squash every trial to the floor
-            ax.plot([], [], color=ROLE_STYLE["compile-defaults"][1], linestyle=":", linewidth=1.2,
+            ax.plot([], [], color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1], linestyle=":", linewidth=1.2,
                     label=f"plain torch.compile: at most {bound:.3g}\n(never finished warming up; off this scale)")
-    best = best_trial(study)
+    best = view.best_trial
     if best is not None:
         ax.scatter(best.number, best.value, marker="*", s=320, color="gold", edgecolors="black", zorder=4, label="winner")
         drawn["winner"] = best.number
@@ -102,7 +99,7 @@ def plot_scores(study, path: str) -> dict:
     ax.legend(handles.values(), handles.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set(xlabel="trial", ylabel=f"score (steps/s over {horizon} steps, warm-up included)",
            title=f"{study.study_name}: the score of each trial, in the order they ran")
-    ax.set_xticks([t.number for t in _finished(study)])
+    ax.set_xticks([t.number for t in view.finished])
     ax.set_ylim(bottom=-0.02 * ax.get_ylim()[1])
     drawn["y_top"] = ax.get_ylim()[1]
     ax.grid(alpha=0.3)
@@ -128,7 +125,7 @@ def plot_pareto(study, path: str) -> dict:
     at a few horizons: a point above a line would beat that winner at that horizon."""
     horizon, figure = _horizon(study), _figure(9, 7)
     ax = figure.add_subplot()
-    ran = [t for t in _finished(study) if _status(t) == "ok" and t.user_attrs.get("steps_per_s")]
+    ran = [t for t in _finished(study) if status_of(t) == Status.OK and t.user_attrs.get("steps_per_s")]
     for t in ran:
         marker, colour, label = ROLE_STYLE.get(t.user_attrs.get("role"), OTHER_STYLE)
         ax.scatter(t.user_attrs["warmup_s"], t.user_attrs["steps_per_s"], marker=marker, color=colour, s=55,
@@ -277,7 +274,7 @@ def trial_phases(trial, study_dir: str) -> list[tuple[str, float, float]]:
         marks = [("build", t0), ("compile / warm-up", warm), ("measurement", measure), ("end", done)]
         marks = [(name, t - t0) for name, t in marks if t is not None]
         phases = [(name, start, end - start) for (name, start), (_, end) in zip(marks, marks[1:])]
-        if _status(trial) not in ("ok",) and phases and measure is None:
+        if status_of(trial) != Status.OK and phases and measure is None:
             phases[-1] = ("stopped or failed", *phases[-1][1:])
         return phases
     spent = a.get("warm_warmup_s", a.get("warmup_s"))  # a finalist's rerun carries a cold warm-up it did not spend
@@ -298,8 +295,8 @@ def plot_timeline(study, study_dir: str, path: str) -> dict:
         for name, start, length in phases:
             ax.barh(row, length, left=start, color=PHASE_COLOURS[name], height=0.7, label=name)
         end = phases[-1][1] + phases[-1][2]
-        ax.annotate(f"{_status(t)}  {_short(describe_config(t.user_attrs['config']))}" if t.user_attrs.get("config")
-                    else _status(t), (end, row), textcoords="offset points", xytext=(4, -3), fontsize=7)
+        ax.annotate(f"{status_of(t)}  {_short(describe_config(t.user_attrs['config']))}" if t.user_attrs.get("config")
+                    else status_of(t), (end, row), textcoords="offset points", xytext=(4, -3), fontsize=7)
     ax.set_yticks(range(len(trials)), [f"{t.number} {t.user_attrs.get('role', '')}" for t in trials], fontsize=8)
     ax.invert_yaxis()
     right = max((p[1] + p[2] for phases in drawn.values() for p in phases), default=1.0)
@@ -316,11 +313,11 @@ def _header(study) -> str:
     """Model, device, versions, horizon and the trials' outcomes, in two lines."""
     settings = study.user_attrs.get("settings", {})
     finished = _finished(study)
-    ran = [t for t in finished if _status(t) == "ok"]
+    ran = [t for t in finished if status_of(t) == Status.OK]
     measured = next((t.user_attrs for t in ran), {})
     outcomes = {}
     for t in finished:
-        outcomes[_status(t)] = outcomes.get(_status(t), 0) + 1
+        outcomes[status_of(t)] = outcomes.get(status_of(t), 0) + 1
     return (f"Model `{settings.get('model', '?')}` on {measured.get('device_name', settings.get('device', '?'))} "
             f"(torch {measured.get('torch', '?')}), study created {study.user_attrs.get('created', '?')}, "
             f"scored at a horizon of {_horizon(study)} steps.\n{len(finished)} trials: "

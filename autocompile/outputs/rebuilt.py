@@ -21,12 +21,11 @@ import os
 
 import optuna
 
-from autocompile.engine.records import snippet_header
+from autocompile.engine.records import BASELINES, snippet_header
 from autocompile.errors import UserError
 from autocompile.trial.process import default_toolchain_dir
 
 SPEC = "spec.json"
-BASELINES = ("eager", "compile-defaults")  # the roles that ran under the baselines' own limit
 TRIAL_LIMIT_S = 900.0  # SearchSettings.trial_timeout_s's default, for a study that did not store its own
 
 
@@ -74,4 +73,4 @@ def _limit_s(search: dict, role: str | None) -> float:
     """The time limit the trial ran under, as the study stored it (SearchSettings.baseline_limit_s
     for a baseline), else the default trial limit."""
     limit = search.get("trial_timeout_s") or TRIAL_LIMIT_S
-    return (search.get("baseline_timeout_s") or limit) if role in BASELINES else limit
+    return (search.get("baseline_timeout_s") or limit) if role in BASELINES else limit  # under their own limit

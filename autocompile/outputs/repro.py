@@ -45,14 +45,15 @@ from autocompile.errors import UserError
 from autocompile.outputs import rebuilt, standalone
 from autocompile.trial import TrialRequest, run_trial
 from autocompile.trial.process import TRIAGE_MEASURE
+from autocompile.trial.result import Status
 
 REPRO_DIR = "repro"  # in a trial's folder
 SUMMARY = "summary.json"
-CRASHES = ("failed", "compile_error", "crashed")
+CRASHES = (Status.FAILED, Status.COMPILE_ERROR, Status.CRASHED)
 # A minifier check in a process of its own (--isolate) cost ~7 s each on 2 CPU cores, 42 of them
 # for a 33-node toy graph: 4.8 min against 8 s in one process. In one process unless the trial's
 # process died (a segfault would end the minifier too).
-ISOLATE_WHEN = ("crashed",)
+ISOLATE_WHEN = (Status.CRASHED,)
 # The minifier's own words where the graph it was given does not fail when run alone (its first
 # check, before cutting anything): torch/_functorch/fx_minifier.py's `minifier` (used by both
 # after_aot and after_dynamo) raises the first; after_dynamo's accuracy backend logs the second
@@ -67,7 +68,7 @@ def minifier_setting(record: dict, accuracy: bool) -> tuple[str | None, int, str
     """(TORCHDYNAMO_REPRO_AFTER, TORCHDYNAMO_REPRO_LEVEL, why) for a failed record; after None when
     no minifier reaches the failure (Dynamo's own graph capture fails: there is no graph yet)."""
     layer = record.get("failing_layer") or ""
-    level = 4 if accuracy else 3 if record.get("status") == "crashed" else 2
+    level = 4 if accuracy else 3 if record.get("status") == Status.CRASHED else 2
     if accuracy and accuracy_module(record):
         return "aot", level, (f"accuracy: {accuracy_module(record)} (where the numerics part) compiled alone, "
                               "its graphs against their eager run (level 4)")
@@ -275,7 +276,7 @@ def _unminified(folder: str, out: str, summary: dict, record: dict, outside: str
     did not fail so, no repro, and the line says which."""
     rerun = summary["rerun"]
     summary["recurred"] = same = recurred(record, rerun)
-    if same is None and rerun["status"] in ("ok", "infeasible"):
+    if same is None and rerun["status"] in (Status.OK, Status.INFEASIBLE):
         return _finish(out, summary, None, f"the rerun did not fail ({rerun['status']}): the failure did not recur, "
                                            "so it is flaky or depends on the machine or its load")
     if same is None:
@@ -283,7 +284,7 @@ def _unminified(folder: str, out: str, summary: dict, record: dict, outside: str
         return _finish(out, summary, None, f"the rerun failed otherwise ({rerun['status']}: {rerun['reason'][:160]}), "
                                            f"not as the trial did, and left {left}")
     outside = (f"{outside}; the rerun failed with {same}" if outside else
-               f"the failure happens {'at run time, ' if rerun['status'] == 'failed' else ''}outside what the "
+               f"the failure happens {'at run time, ' if rerun['status'] == Status.FAILED else ''}outside what the "
                f"minifier watches (it left no launcher; the rerun failed with {same})")
     spec = _spec(folder)
     if spec.get("parallel", "none") != "none":

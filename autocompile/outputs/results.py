@@ -19,7 +19,7 @@ import os
 import sqlite_utils
 
 from autocompile.apply import describe_config
-from autocompile.engine.records import config_columns, full_record
+from autocompile.engine.records import config_columns, full_record, status_of
 from autocompile.engine.storage import file_lock
 
 FILE_NAME = "results.db"
@@ -31,11 +31,10 @@ FIRST_COLUMNS = ("number", "state", "role", "remeasure_of", "status", "reason", 
 
 
 def _status(trial) -> str:
-    """The record's status; for a trial without one, what its state says."""
-    status = trial.user_attrs.get("status")
-    if status:
-        return status
-    return {"PRUNED": "pruned", "FAIL": "interrupted"}.get(trial.state.name, trial.state.name.lower())
+    """The record's status; for a trial without one, what its state says (`status_of`; another state's name)."""
+    if trial.user_attrs.get("status") or trial.state.name in ("PRUNED", "FAIL"):
+        return status_of(trial)
+    return trial.state.name.lower()
 
 
 def _cell(value):

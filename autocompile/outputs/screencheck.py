@@ -20,7 +20,9 @@ import sys
 import time
 
 from autocompile.errors import UserError
-from autocompile.engine.records import baseline_value
+from autocompile.engine.records import Role
+from autocompile.engine.studyview import baseline_value
+from autocompile.trial.result import Status
 from autocompile.space import CUDA_GRAPH_MODES
 from autocompile.engine.storage import same_machine, this_boot
 
@@ -64,8 +66,8 @@ def study_configs(study, limit: int, others=()) -> list:
     at `study`'s horizon; a configuration in several studies counts once, from the first. Across
     studies, "best" is the score over the study's own eager speed: studies run on different machines,
     and a workload bound by the host moves with the machine (the captioner's eager: 8.2 and 13.3 steps/s)."""
-    from autocompile.engine.records import search_candidates
     from autocompile.engine.scoring import score
+    from autocompile.engine.studyview import search_candidates
 
     horizon = study.user_attrs.get("horizon")
     found = []
@@ -78,7 +80,7 @@ def study_configs(study, limit: int, others=()) -> list:
         if t.user_attrs["config"] not in seen:
             seen.append(t.user_attrs["config"])
             out.append((source, t, full))
-    eager = {source.study_name: baseline_value(source, "eager", "steps_per_s") or 1.0 for source in (study, *others)}
+    eager = {source.study_name: baseline_value(source, Role.EAGER, "steps_per_s") or 1.0 for source in (study, *others)}
     return sorted(out, key=lambda item: item[2] / eager[item[0].study_name], reverse=True)[:limit]
 
 
@@ -104,7 +106,7 @@ def _previous(study_dir: str, k: int, fresh: bool) -> dict:
     if earlier.get("blocks") != k:
         return {}
     rows = {_key(row["config"]): row for row in earlier.get("rows", [])
-            if row.get("screen_from") == "check" and row.get("status") == "ok" and row.get("screened_steps_per_s")}
+            if row.get("screen_from") == "check" and row.get("status") == Status.OK and row.get("screened_steps_per_s")}
     return {"rows": rows, "eager": earlier.get("eager"), "date": earlier.get("date")}
 
 
@@ -148,7 +150,7 @@ def check_screening(study, directory: str, k: int, limit: int = 10, timeout_s: f
         raise UserError(f"study {study.study_name!r} has {len(trials)} distinct configurations that ran cleanly; "
                         f"a screening check needs at least {MIN_CONFIGS}")
     for source in (study, *others):  # the full scores compare as multiples of their own study's eager
-        if not baseline_value(source, "eager", "steps_per_s"):
+        if not baseline_value(source, Role.EAGER, "steps_per_s"):
             raise UserError(f"study {source.study_name!r} has no eager baseline that ran cleanly: "
                             "screen-check compares each full score with its own study's eager speed")
     _check_here(settings, k)
@@ -166,7 +168,7 @@ def check_screening(study, directory: str, k: int, limit: int = 10, timeout_s: f
         eager = None
     if eager is None:
         eager = _screen(settings, _eager(), k, os.path.join(folder, "eager"), left(), None)
-        if eager["status"] != "ok":
+        if eager["status"] != Status.OK:
             raise UserError(f"eager at {k} blocks ended {eager['status']}: {eager.get('reason', '')}")
         eager.update({"from": "check", "boot": this_boot()})
     if previous.get("rows"):
@@ -203,15 +205,15 @@ def _row(source, trial, full: float, settings, k: int, folder: str, left, eager:
     config = trial.user_attrs["config"]
     row = {"study": source.study_name, "trial": trial.number, "config": config, "label": describe_config(config),
            "role": trial.user_attrs.get("role"), "full_score": full, "full_steps_per_s": trial.user_attrs["steps_per_s"],
-           "full_eager_steps_per_s": baseline_value(source, "eager", "steps_per_s")}
+           "full_eager_steps_per_s": baseline_value(source, Role.EAGER, "steps_per_s")}
     made = trial.user_attrs.get("screen") or {}
     earlier = previous.get(_key(config))
-    if row["role"] == "eager":  # eager at k blocks is the reference itself
-        row.update(status="ok", screened=1.0, screen_from="reference")
-    elif not fresh and eager.get("from") != "check" and made.get("blocks") == k and made.get("status") == "ok":
-        row.update(status="ok", screened=made["score"], screen_from="search")
+    if row["role"] == Role.EAGER:  # eager at k blocks is the reference itself
+        row.update(status=Status.OK, screened=1.0, screen_from="reference")
+    elif not fresh and eager.get("from") != "check" and made.get("blocks") == k and made.get("status") == Status.OK:
+        row.update(status=Status.OK, screened=made["score"], screen_from="search")
     elif earlier:  # measured by an earlier check: its speed over the eager of its own check (its own machine)
-        row.update(status="ok", screened_steps_per_s=earlier["screened_steps_per_s"], screen_from="check",
+        row.update(status=Status.OK, screened_steps_per_s=earlier["screened_steps_per_s"], screen_from="check",
                    screened=earlier["screened"], wall_s=earlier.get("wall_s"), boot=earlier.get("boot"))
     elif left() < 1:
         return {**row, "status": "not measured", "reason": "the check's --timeout was reached"}
@@ -220,7 +222,7 @@ def _row(source, trial, full: float, settings, k: int, folder: str, left, eager:
         record = _screen(settings, config, k, os.path.join(folder, name), left(), eager)
         row.update(status=record["status"], reason=record.get("reason", ""), wall_s=record["wall_s"], screen_from="check",
                    boot=this_boot())
-        if record["status"] == "ok":
+        if record["status"] == Status.OK:
             row.update(screened_steps_per_s=record["steps_per_s"], screened=record["steps_per_s"] / eager["steps_per_s"])
     say(f"  trial {trial.number} {row['label']}: full score {row['full_score']:.3g}, at {k} blocks "
         + (f"{row['screened']:.3g}x eager ({row['screen_from']})" if "screened" in row

@@ -6,26 +6,30 @@ import json
 import os
 
 from autocompile.apply import describe_config
-from autocompile.engine.records import baseline_trial, baseline_value, best_trial, full_record, over_memory_baseline, speedup
+from autocompile.engine.records import Role, full_record, speedup, status_of
 from autocompile.engine.strategy import effects
+from autocompile.engine.studyview import StudyView
+from autocompile.trial.result import FAILURES, STOPPED, Status
 
 
-def default_score_bound(study, horizon: int) -> float | None:
+def default_score_bound(study, horizon: int, view: StudyView | None = None) -> float | None:
     """An upper bound on plain torch.compile's score when its baseline never finished warming up:
     horizon / the seconds it spent warming up before it was stopped."""
-    elapsed = [t.user_attrs["warmup_elapsed_s"] for t in study.trials if t.user_attrs.get("role") == "compile-defaults"
-               and t.user_attrs.get("status") in ("timeout", "pruned") and t.user_attrs.get("warmup_elapsed_s")]
+    elapsed = [t.user_attrs["warmup_elapsed_s"] for t in (view or StudyView(study)).trials
+               if t.user_attrs.get("role") == Role.COMPILE_DEFAULTS and t.user_attrs.get("status") in STOPPED
+               and t.user_attrs.get("warmup_elapsed_s")]
     return horizon / max(elapsed) if elapsed else None  # the longest attempt bounds it closest
 
 
-def trial_rows(study) -> list[dict]:
+def trial_rows(study, view: StudyView | None = None) -> list[dict]:
     """One flat row per finished trial: what tables, JSON and reports show."""
-    eager_sps = baseline_value(study, "eager", "steps_per_s")
-    default_sps = baseline_value(study, "compile-defaults", "steps_per_s")
-    eager_peak = baseline_value(study, "eager", "peak_mem_gb")  # eager as the workload built it
+    view = view or StudyView(study)
+    eager_sps = view.baseline_value(Role.EAGER, "steps_per_s")
+    default_sps = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
+    eager_peak = view.baseline_value(Role.EAGER, "peak_mem_gb")  # eager as the workload built it
     rows = []
-    for t in study.trials:
-        if not t.state.is_finished() or t.user_attrs.get("status") == "duplicate":  # proposed twice, never run
+    for t in view.finished:
+        if t.user_attrs.get("status") == Status.DUPLICATE:  # proposed twice, never run
             continue
         a = t.user_attrs
         config = a.get("config")
@@ -34,7 +38,7 @@ def trial_rows(study) -> list[dict]:
             "role": a.get("role", "") + (f" of {a['remeasure_of']}" if "remeasure_of" in a else "")
                     + (f" (re-judged {a['rejudged_from']})" if "rejudged_from" in a else ""),
             "config": describe_config(config) if config else "",
-            "status": a.get("status", "pruned" if t.state.name == "PRUNED" else "interrupted"),
+            "status": status_of(t),
             "reason": a.get("reason", "the search stopped during this trial" if "status" not in a else ""),
             "warmup_s": a.get("warmup_s"), "warmup_kind": a.get("warmup_kind"), "predicted_warmup_s": a.get("predicted_warmup_s"),
             "steps_per_s": a.get("steps_per_s"), "items_per_s": a.get("items_per_s"),
@@ -54,7 +58,7 @@ def trial_rows(study) -> list[dict]:
 def no_winner_line(rows: list[dict], trials_dir: str, max_memory_gb: float | None) -> str:
     """Why a search ended without a winner, in one line: every configuration that ran needed more
     memory than allowed (say the least any needed), or see the reasons and logs."""
-    compiled = [r for r in rows if r["status"] != "ok" and r.get("peak_mem_gb") and r["role"] != "eager"]
+    compiled = [r for r in rows if r["status"] != Status.OK and r.get("peak_mem_gb") and r["role"] != Role.EAGER]
     over = [r for r in compiled if max_memory_gb is not None and r["peak_mem_gb"] > max_memory_gb]
     if over and len(over) == len(compiled):
         least = min(over, key=lambda r: r["peak_mem_gb"])
@@ -69,7 +73,7 @@ def add_repros(rows: list[dict], study_dir: str) -> None:
     from autocompile.outputs.repro import summary_of
 
     for row in rows:
-        made = summary_of(study_dir, row["number"]) if row.get("status") not in ("ok", None) else None
+        made = summary_of(study_dir, row["number"]) if row.get("status") not in (Status.OK, None) else None
         if made:
             row.update(repro=made.get("repro"), repro_line=made["line"])
 
@@ -79,25 +83,26 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
     """The winner and the table; with write, the winner's snippet goes to study_dir. With a
     horizon other than the study's, or a memory limit, the winner for it comes from the
     measurements (its score too)."""
-    rows = trial_rows(study)
+    view = StudyView(study)
+    rows = trial_rows(study, view)
     if study_dir:
         add_repros(rows, study_dir)
     searched = study.user_attrs.get("horizon", 1000)
     horizon = horizon or searched
     if horizon == searched and max_memory_gb is None:
-        best, score_of = best_trial(study), (lambda t: t.value)
+        best, score_of = view.best_trial, (lambda t: t.value)
     else:
         from autocompile.outputs.pareto import best_trial_for
         from autocompile.engine.scoring import score
 
         best = best_trial_for(study, horizon, max_memory_gb)
-        score_of = lambda t: score({**t.user_attrs, "status": "ok"}, horizon)  # noqa: E731 (within the limit: it ran)
+        score_of = lambda t: score({**t.user_attrs, "status": Status.OK}, horizon)  # noqa: E731 (within the limit: it ran)
     summary = {"study": study.study_name, "rows": rows, "best": None, "horizon": horizon,
-               "finalists": study.user_attrs.get("finalists"), "effects": effects(study)}
+               "finalists": study.user_attrs.get("finalists"), "effects": effects(study, view)}
     if best is None:
         return summary
-    eager_sps = baseline_value(study, "eager", "steps_per_s")
-    default_sps = baseline_value(study, "compile-defaults", "steps_per_s")
+    eager_sps = view.baseline_value(Role.EAGER, "steps_per_s")
+    default_sps = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
     a = best.user_attrs
     summary["best"] = {
         "number": best.number, "role": a.get("role"), "config": a.get("config"), "score": score_of(best),
@@ -111,23 +116,25 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
     if max_memory_gb is not None:
         summary["best"]["max_memory_gb"] = max_memory_gb
     verdict = summary["finalists"]
-    over = [(name, t.user_attrs["peak_mem_gb"]) for role, name in (("eager", "eager"), ("compile-defaults", "plain torch.compile"))
-            if not baseline_trial(study, role) and (t := over_memory_baseline(study, role))]
+    over = [(name, t.user_attrs["peak_mem_gb"]) for role, name in ((Role.EAGER, "eager"),
+                                                                   (Role.COMPILE_DEFAULTS, "plain torch.compile"))
+            if not view.baseline_trial(role) and (t := view.over_memory_baseline(role))]
     if over:  # measured, over the limit: still the references of the ratios
         summary["best"]["references_over_memory"] = " and ".join(f"{n} peaked at {gb:.2f} GB" for n, gb in over)
     if eager_sps is None:  # eager did not run cleanly (a model eager cannot fit): say what the ratios are against
-        eager = next((t.user_attrs for t in study.trials if t.user_attrs.get("role") == "eager"), {})
+        first = view.first_of(Role.EAGER)
+        eager = first.user_attrs if first else {}
         summary["best"]["no_eager"] = (f"eager ended {eager.get('status', 'unmeasured')}"
                                        + (f" ({eager['reason'][:100]})" if eager.get("reason") else ""))
     _cold_warm_up(summary["best"], verdict)
-    summary["best"]["snippet"] = winner_snippet(study, best, study_dir, summary["best"])
+    summary["best"]["snippet"] = winner_snippet(study, best, study_dir, summary["best"], view)
     if verdict and verdict.get("finalists") and verdict.get("winner") is None:
         summary["best"]["unconfirmed"] = "the finalist round measured none of its finalists again"
-    default = baseline_trial(study, "compile-defaults")
+    default = view.baseline_trial(Role.COMPILE_DEFAULTS)
     if default is not None:  # measured: scores weigh warm-up in, over the horizon
         if default.number != best.number and score_of(default):
             summary["best"]["score_vs_default"] = score_of(best) / score_of(default)
-    elif (bound := default_score_bound(study, horizon)) and score_of(best) > bound:
+    elif (bound := default_score_bound(study, horizon, view)) and score_of(best) > bound:
         # Plain torch.compile never finished warming up: its score is at most `bound`.
         summary["best"]["score_vs_default_at_least"] = score_of(best) / bound
     if write and study_dir:
@@ -142,7 +149,7 @@ def _cold_warm_up(best: dict, verdict: dict | None) -> None:
     checks = verdict.get("cold_checks") or [verdict.get("cold_check") or {}]
     check = next((c for c in checks if c.get("of", verdict.get("winner")) == best["number"]), {})
     if best.get("warmup_kind") == "reconstructed" and verdict.get("winner") == best["number"] \
-            and check.get("status") == "ok":
+            and check.get("status") == Status.OK:
         best.update(warmup_s=check["cold_warmup_s"], warmup_kind=f"cold, measured in trial {check['trial']}",
                     reconstructed_warmup_s=check["reconstructed_warmup_s"])
 
@@ -193,14 +200,16 @@ def write_outputs(summary: dict, study_dir: str) -> None:
         json.dump({k: v for k, v in summary.items()}, f, indent=1, default=str)
 
 
-def winner_snippet(study, best, study_dir: str | None = None, summary_best: dict | None = None) -> str:
+def winner_snippet(study, best, study_dir: str | None = None, summary_best: dict | None = None,
+                   view: StudyView | None = None) -> str:
     """The code the winning trial ran, under a docstring that says what it measured (the
     snippet from the trial's whole record: the study holds only its start; the warm-up the
     summary's winner has, cold-checked where it was reconstructed)."""
     a = {**full_record(best, study_dir), **{k: v for k, v in (summary_best or {}).items()
                                            if k in ("warmup_s", "warmup_kind")}}
-    eager = baseline_value(study, "eager", "steps_per_s")
-    default = baseline_value(study, "compile-defaults", "steps_per_s")
+    view = view or StudyView(study)
+    eager = view.baseline_value(Role.EAGER, "steps_per_s")
+    default = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
     measured = (
         f"Measured on {a.get('device_name')} with torch {a.get('torch')}: {a.get('steps_per_s', 0):.3g} steps/s "
         f"steady ({speedup(a.get('steps_per_s'), eager)} eager, {_against_defaults(speedup(a.get('steps_per_s'), default))}), "
@@ -209,7 +218,7 @@ def winner_snippet(study, best, study_dir: str | None = None, summary_best: dict
     config = a.get("config") or {}
     if a.get("peak_mem_gb") and (config.get("activation_checkpointing", "as_built") != "as_built"
                                  or config.get("activation_memory_budget") is not None):
-        eager_peak = baseline_value(study, "eager", "peak_mem_gb")
+        eager_peak = view.baseline_value(Role.EAGER, "peak_mem_gb")
         measured += (f" Peak memory {a['peak_mem_gb']:.1f} GB ({a.get('peak_mem_kind', 'measured')})"
                      + (f", eager as built {eager_peak:.1f} GB." if eager_peak else "."))
     snippet = a.get("snippet", "")
@@ -236,7 +245,7 @@ def format_table(rows: list[dict]) -> str:
             line.append("-" if value is None or value == "" else fmt.format(value))
             if key == "warmup_s" and value is not None and row.get("warmup_kind") == "reconstructed":
                 line[-1] += "r"
-        if row.get("status") not in ("ok", None) and row.get("reason"):
+        if row.get("status") not in (Status.OK, None) and row.get("reason"):
             line[-1] += f"  [{row['reason'][:80]}]"
         if row.get("diverges_at"):
             found = row["diverges_at"]
@@ -276,16 +285,13 @@ def format_best(best: dict) -> str:
                if best.get("max_memory_gb") is not None else ""))
 
 
-FAILED = ("compile_error", "failed", "crashed", "oom")
-
-
 def format_failures(rows: list[dict], study: str) -> str:
     """The configurations that failed (numerics failures included), one line each, with what
     `autocompile repro` made of it or the command that makes it, and where numerics part; "" if none."""
     lines = []
     for row in rows:
-        numerics = row.get("status") == "infeasible" and row.get("reason", "").startswith("numerics")
-        if row.get("status") not in FAILED and not numerics:
+        numerics = row.get("status") == Status.INFEASIBLE and row.get("reason", "").startswith("numerics")
+        if row.get("status") not in FAILURES and not numerics:
             continue
         line = f"  trial {row['number']} {row['config']}: {row['status']}: {row.get('reason', '')[:100]}"
         if row.get("diverges_at"):
@@ -293,7 +299,7 @@ def format_failures(rows: list[dict], study: str) -> str:
             line += f"; diverges first at {found['module']} ({found['pass']}, {found['rel_error']:.2%})"
         if row.get("repro_line"):
             line += f"; {row['repro_line']}"
-        elif row.get("status") != "oom":
+        elif row.get("status") != Status.OOM:
             accuracy = " --accuracy" if numerics else ""
             line += f"; to reproduce it: autocompile repro --study {study} --trial {row['number']}{accuracy}"
         lines.append(line)
@@ -304,8 +310,8 @@ def format_predictions(rows: list[dict]) -> str:
     """How well warm-ups predicted before launch (autocompile.engine.cost.Predictor) matched the measured
     ones, and how many trials a prediction pruned before launch; "" where there was none."""
     pairs = [(r["predicted_warmup_s"], r["warmup_s"]) for r in rows
-             if r.get("predicted_warmup_s") and r.get("warmup_s") and r.get("status") == "ok"]
-    pruned = sum(r.get("status") == "pruned" and r.get("reason", "").startswith("pruned before launch") for r in rows)
+             if r.get("predicted_warmup_s") and r.get("warmup_s") and r.get("status") == Status.OK]
+    pruned = sum(r.get("status") == Status.PRUNED and r.get("reason", "").startswith("pruned before launch") for r in rows)
     if not pairs and not pruned:
         return ""
     line = "warm-up predicted before launch:"
@@ -329,7 +335,7 @@ def format_finalists(verdict: dict | None) -> str:
     else:
         lines = [f"finalist round (eager {eager:.3g} steps/s in the round):" if eager else "finalist round:"]
     for row in verdict["candidates"]:
-        if row["status"] != "ok":
+        if row["status"] != Status.OK:
             lines.append(f"  trial {row['trial']}: {row['status']} - {row['reason'][:100]}")
             continue
         vs = f"{row['vs_eager']:.2f}x eager, " if row.get("vs_eager") else ""
@@ -362,7 +368,8 @@ def format_effects(rows: list[dict]) -> str:
         if "effect" in row:
             outcome = f"{row['effect']:+.1%} score"
         elif row.get("peak_mem_gb"):  # a move made for memory: whether it fits now
-            outcome = "still over the memory limit" if row["over_limit"] else "fits" if row["status"] == "ok" else row["status"]
+            outcome = ("still over the memory limit" if row["over_limit"] else "fits" if row["status"] == Status.OK
+                       else row["status"])
         else:
             outcome = reason[:90] if reason.startswith(row["status"]) else f"{row['status']}: {reason[:90]}"
         if row.get("peak_mem_gb"):

@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Callable
 
 from autocompile.trial.process import TrialRequest, run_trial
+from autocompile.trial.result import Status
 
 ROOT = "(model)"  # the whole model's output: a difference made in its own forward, outside every watched module
 DIVERGENCE_MEASURE = {"numerics_replay": False}
@@ -163,7 +164,7 @@ def locate(request: TrialRequest, record: dict, tolerance: float, time_left: flo
                             measure={**request.measure, **DIVERGENCE_MEASURE, "divergence_tolerance": tolerance}),
                     heartbeat=heartbeat)
     found = run.get("divergence")
-    if run["status"] != "ok" or not found:
+    if run["status"] != Status.OK or not found:
         record.setdefault("notes", []).append(f"where the numerics part: not found ({run['status']}: "
                                               f"{run.get('reason', '')[:200]})")
         return record

@@ -23,10 +23,7 @@ from typing import Callable
 
 from autocompile.trial import caches, graphs, prestart
 from autocompile.trial.protocol import STACK_SIGNAL, STACKS_WAIT_S
-
-# A record's fields, in the order tables and `trial --json` show them.
-RECORD_FIELDS = ("status", "reason", "warmup_s", "steps_per_s", "items_per_s", "recompiles",
-                 "graph_breaks", "peak_mem_gb", "score")
+from autocompile.trial.result import STOPPED, Result, Status
 
 
 def default_toolchain_dir() -> str:
@@ -254,7 +251,7 @@ def _measured(result_path: str) -> bool:
     """Whether the worker wrote a finished measurement (it does so before the numerics replay)."""
     try:
         with open(result_path) as f:
-            return json.load(f).get("status") == "ok"
+            return json.load(f).get("status") == Status.OK
     except (OSError, ValueError):
         return False
 
@@ -269,7 +266,7 @@ def _describe_exit(code: int) -> str:
 
 def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = None,
               heartbeat: Callable[[], None] | None = None, heartbeat_every_s: float = 20.0,
-              should_stop: Callable[[list[dict]], str | None] | None = None, check_every_s: float = 2.0) -> dict:
+              should_stop: Callable[[list[dict]], str | None] | None = None, check_every_s: float = 2.0) -> Result:
     """Run one configuration in a fresh process; always returns a record (never raises for the trial's own failures).
 
     should_stop(events so far) is asked every `check_every_s` and after new events; a reason
@@ -293,7 +290,7 @@ def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = N
                           f"mark_dynamic: the hard mark failed in trial {n} of the study under the same graph settings "
                           f"(engine/learned.py GRAPH_KEYS): measured with maybe_mark_dynamic at once")
     record = _run_once(request, **kwargs)
-    if not (record["status"] == "compile_error" and "ConstraintViolation" in record.get("reason", "")
+    if not (record["status"] == Status.COMPILE_ERROR and "ConstraintViolation" in record.get("reason", "")
             and request.config.get("mark_dynamic") == "mark" and request.timeout_s - record["wall_s"] > 10):
         return record
     first = record
@@ -409,7 +406,7 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
         last_phase = event.get("phase", last_phase)
 
     if stop_reason:
-        record = {"status": "pruned", "reason": stop_reason, "failed_phase": last_phase, "notes": [],
+        record = {"status": Status.PRUNED, "reason": stop_reason, "failed_phase": last_phase, "notes": [],
                   "events": [e for e in seen if e.get("phase") == "measuring" and "window" in e]}
     elif timed_out and _measured(result_path):
         with open(result_path) as f:
@@ -417,7 +414,7 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
         record["replay"] = {"error": f"cut by the {request.timeout_s:.0f} s limit"}
     elif timed_out:
         where, stack = stuck_in(log_path)
-        record = {"status": "timeout", "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase}"
+        record = {"status": Status.TIMEOUT, "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase}"
                   + (f", in {where})" if where else ")"), "failed_phase": last_phase, "notes": []}
         if where:
             record.update(stuck_in=where, stack=stack)
@@ -425,9 +422,9 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
         with open(result_path) as f:
             record = json.load(f)
     else:
-        record = {"status": "crashed", "reason": f"{_describe_exit(process.returncode)} (while {last_phase})",
+        record = {"status": Status.CRASHED, "reason": f"{_describe_exit(process.returncode)} (while {last_phase})",
                   "failed_phase": last_phase, "notes": []}
-    if record["status"] in ("timeout", "pruned"):
+    if record["status"] in STOPPED:
         seen += events
         warm_start = next((e["t"] for e in seen if e.get("phase") in ("compiling", "warming up")), None)
         if warm_start and not any(e.get("phase") == "measuring" for e in seen):
@@ -437,7 +434,7 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
     if prestarted:
         record["prestarted"] = True  # its imports ran before its clock started, during the trial before it
     record["log"] = log_path
-    if request.ledger or not (request.keep_cache and record["status"] == "ok"):
+    if request.ledger or not (request.keep_cache and record["status"] == Status.OK):
         caches.drop(request.trial_dir)  # a cache_dir it was given is kept (a shared one's trial keeps none: `caches`)
     with open(result_path, "w") as f:
         json.dump(record, f, indent=1, default=str)
@@ -454,7 +451,7 @@ TRIAGE_LADDER = (
 TRIAGE_MEASURE = {"min_windows": 1, "max_windows": 1, "min_window_s": 0.0, "settle_steps": 1, "numerics_replay": False}
 
 
-def triage(request: TrialRequest, record: dict, time_left: float | None = None, heartbeat=None) -> dict:
+def triage(request: TrialRequest, record: Result, time_left: float | None = None, heartbeat=None) -> Result:
     """Rerun a configuration that failed to compile down the backend ladder; name the failing layer.
 
     Each rung is a trial of its own (same configuration, model and batches) with `backend`
@@ -475,13 +472,13 @@ def triage(request: TrialRequest, record: dict, time_left: float | None = None, 
                                  measure={**request.measure, **TRIAGE_MEASURE}), heartbeat=heartbeat)
         rungs.append({"backend": backend, "status": rung["status"], "reason": rung.get("reason", ""),
                       "wall_s": rung["wall_s"]})
-        if rung["status"] == "timeout":
+        if rung["status"] == Status.TIMEOUT:
             layer = f"an undetermined layer (the {backend} rerun timed out)"
             break
-        if rung["status"] != "ok":
+        if rung["status"] != Status.OK:
             layer = name
             break
-    passed = [r["backend"] for r in rungs if r["status"] == "ok"]
+    passed = [r["backend"] for r in rungs if r["status"] == Status.OK]
     record["triage"] = rungs
     record["failing_layer"] = layer
     record["reason"] += (f"; triage: fails in {layer}" + (f" (backends {', '.join(passed)} run)" if passed else

@@ -22,6 +22,7 @@ import socket
 import sys
 
 from autocompile.trial.protocol import rank_result_path
+from autocompile.trial.result import Status
 
 
 def free_port() -> int:
@@ -46,7 +47,7 @@ def _rank(local_rank: int, spec_path: str, nproc: int, port: int) -> None:
     worker.main([spec_path])
     with open(spec_path) as f:
         spec = json.load(f)
-    os._exit(0 if (_read(rank_result_path(spec, local_rank)) or {}).get("status") == "ok" else 1)
+    os._exit(0 if (_read(rank_result_path(spec, local_rank)) or {}).get("status") == Status.OK else 1)
 
 
 def launch(spec_path: str) -> int:
@@ -81,13 +82,13 @@ def _group_failure(spec: dict, nproc: int, first: int, code: int | None, raised:
     # The first rank torch's launcher saw fail is the cause; the others may have failed after it, in a
     # collective whose peer was gone.
     record = _read(rank_result_path(spec, first))
-    if not record or record.get("status") in (None, "ok"):
+    if not record or record.get("status") in (None, Status.OK):
         if code is not None and code < 0:
             how = f"died with {signal.Signals(-code).name}" + (
                 " (the kernel's out-of-memory killer sends SIGKILL)" if -code == signal.SIGKILL else "")
         else:
             how = f"exited with status {code} before writing a result"
-        record = {"status": "crashed", "reason": raised or f"the trial process {how}", "notes": []}
+        record = {"status": Status.CRASHED, "reason": raised or f"the trial process {how}", "notes": []}
     record["reason"] = f"rank {first} of {nproc}: {record.get('reason', '')}"
     record["failed_rank"] = first
     tmp = spec["result"] + ".tmp"

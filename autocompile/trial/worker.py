@@ -29,6 +29,7 @@ from autocompile.space import DEFAULTS, uses_cuda_graphs
 from autocompile.space.capabilities import compiled_autograd_api_name
 from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
 from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL, rank_result_path
+from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
     from autocompile.workloads import Workload, WorkloadOptions
@@ -264,7 +265,7 @@ def run(spec: dict, events: Events, result: dict) -> None:
     _measure(torch, training, watcher, warm, spec, events, result, sync, setup.counts, setup.workload.unit)
     # Decided by every rank together: the replay's models are wrapped as the trial's (DDP, FSDP2), so a
     # rank that replayed alone would wait in their collectives for peers that had left.
-    if _all_ranks(bool(result.get("rng_dependent") and spec.get("numerics_replay", True) and result["status"] == "ok")):
+    if _all_ranks(bool(result.get("rng_dependent") and spec.get("numerics_replay", True) and result["status"] == Status.OK)):
         del training  # the replay builds models of its own
         _check_numerics(torch, spec, events, result, setup, sync)
 
@@ -360,7 +361,7 @@ def _write_snippet(spec: dict, result: dict, setup: Setup) -> None:
 
 def _replay_only(torch, spec: dict, result: dict, setup: Setup) -> None:
     """The numerics replay alone, with nothing measured."""
-    result.update(status="ok", reason="replay only: nothing measured",
+    result.update(status=Status.OK, reason="replay only: nothing measured",
                   replay=_replay(torch, spec, setup.workload, setup.options, setup.batches, setup.info, setup.snippet,
                                  lambda: None))
 
@@ -386,7 +387,7 @@ def _divergence_only(torch, spec: dict, result: dict, setup: Setup) -> None:
         recorded[side] = recorder.finish()
         del training, recorder
     (eager, order), (trial, _) = recorded["eager"], recorded["trial"]
-    result.update(status="ok", reason="divergence only: nothing measured",
+    result.update(status=Status.OK, reason="divergence only: nothing measured",
                   divergence=divergence.first_divergence(eager, trial, order, spec["divergence_tolerance"]))
 
 
@@ -410,7 +411,7 @@ def _accuracy_only(torch, spec: dict, result: dict, setup: Setup, built: tuple) 
         output = first_tensor(module(*args, **kwargs))
         if output is not None and output.requires_grad:  # the backward graph is compiled and checked at its first run
             output.backward(torch.ones_like(output))
-    result.update(status="ok",
+    result.update(status=Status.OK,
                   reason=f"{spec['accuracy_module']} compiled alone: its graphs agree with their eager run")
 
 
@@ -480,7 +481,7 @@ def _packed_alike(torch, spec: dict, events: Events, result: dict, setup: Setup,
     result["packing_check"] = {"max_rel_diff": apart, "tolerance": tolerance}
     if apart <= tolerance:
         return True
-    result.update(status="infeasible", reason=(
+    result.update(status=Status.INFEASIBLE, reason=(
         f"numerics (packing check): packed, the first batch's outputs part from the padded batch's by {apart:.1%} (norm) "
         f"(tolerance {tolerance:.1%}), eager, before anything compiled: the sequences of a packed row see each other; "
         "the workload's forward must pass the position ids to the model (a causal decoder takes its mask from them), "
@@ -696,7 +697,7 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
     peak, peak_kind = _peak_memory_gb(torch, spec["device"])
     result.update(_padding_share(training))
     result.update(
-        status="ok",
+        status=Status.OK,
         reason="",
         steps_per_s=total_steps / total_time,
         items_per_s=total_items / total_time,
@@ -721,7 +722,7 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
         result["notes"].append(f"the steady speed's 95% interval stayed at +-{interval(rates):.1%}, above "
                                f"+-{target:.1%}, after {len(rates)} windows")
     if watcher.limit_hits:
-        result["status"] = "infeasible"
+        result["status"] = Status.INFEASIBLE
         result["reason"] = "hit the recompile limit, so part of the model fell back to eager: " + watcher.limit_hits[0]
 
 
@@ -885,18 +886,18 @@ def _switch_off_dropout(torch, model) -> int:
     return len(modules)
 
 
-def classify(exc: BaseException) -> str:
+def classify(exc: BaseException) -> Status:
     """The status for an exception: oom, compile_error or failed."""
     name = type(exc).__name__
     module = type(exc).__module__ or ""
     text = str(exc).lower()
     if name in ("OutOfMemoryError", "MemoryError") or "out of memory" in text or "can't allocate memory" in text:
-        return "oom"
+        return Status.OOM
     if module.startswith(("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes")):
-        return "compile_error"
+        return Status.COMPILE_ERROR
     if "BackendCompilerFailed" in name or "InductorError" in name:
-        return "compile_error"
-    return "failed"
+        return Status.COMPILE_ERROR
+    return Status.FAILED
 
 
 def main(argv: list[str]) -> int:
@@ -904,7 +905,7 @@ def main(argv: list[str]) -> int:
         spec = json.load(f)
     _as_rank(spec)
     events = Events(spec["events"])
-    result: dict = {"status": "failed", "reason": "", "notes": []}
+    result: dict = {"status": Status.FAILED, "reason": "", "notes": []}
     try:
         run(spec, events, result)
     except BaseException as exc:  # every failure becomes a record; the parent decides what next

@@ -10,8 +10,10 @@ from autocompile.engine.horizon import scoring as horizon_of
 from autocompile.engine.cost import ROUND_MEASURE, cold_run_s, cold_scale
 from autocompile.engine.finalists.plan import rerun_limit_s
 from autocompile.engine.finalists.verdict import choose_winner, measurements, pool_row
-from autocompile.engine.records import baseline_trial
+from autocompile.engine.records import Role
 from autocompile.engine.runner import new_trial
+from autocompile.engine.studyview import StudyView
+from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
     from autocompile.engine.runner import Runner
@@ -21,7 +23,7 @@ def cold_run_check(first, run: dict) -> dict:
     """A cold run of finalist `first` in the round, as `cold_check` lists it."""
     check = {"trial": run["trial"], "of": first.number, "status": run["status"],
              "reconstructed_warmup_s": first.user_attrs["warmup_s"]}
-    if run["status"] == "ok":
+    if run["status"] == Status.OK:
         check.update(cold_warmup_s=run["warmup_s"], agreement=first.user_attrs["warmup_s"] / run["warmup_s"] - 1)
     return check
 
@@ -35,14 +37,14 @@ def cold_check(runner: Runner, verdict: dict, checks: list | None = None) -> dic
     lists every check, `cold_check` is the winner's."""
     checks = list(checks or [])
     for check in checks:
-        if check["status"] == "ok":
+        if check["status"] == Status.OK:
             runner.progress.line(f"finalist round: trial {check['of']} warmed up in {check['cold_warmup_s']:.1f} s "
                                  f"cold in the round, reconstructed {check['reconstructed_warmup_s']:.1f} s "
                                  f"({check['agreement']:+.0%})")
     while (first := _reconstructed_winner(runner.study, verdict, checks)) is not None:
         verdict, check = _measure_cold(runner, verdict, first)
         checks.append(check)
-        if check["status"] != "ok":
+        if check["status"] != Status.OK:
             break
     if not checks:
         return verdict
@@ -55,7 +57,7 @@ def _reconstructed_winner(study, verdict: dict, checks: list):
     row = next((r for r in verdict["candidates"] if r["trial"] == verdict["winner"]), None)
     if row is None or any(c["of"] == row["trial"] for c in checks):
         return None
-    first = study.trials[row["trial"]]
+    first = StudyView(study).trials[row["trial"]]
     return first if first.user_attrs.get("warmup_kind") == "reconstructed" else None
 
 
@@ -69,10 +71,10 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
     trial.set_user_attr("remeasure_of", first.number)
     trial.set_user_attr("cold_check", True)
     limit = rerun_limit_s(cold_run_s(first, cold_scale(study)), runner.settings.trial_timeout_s)
-    record = runner.run(trial, dict(first.user_attrs["config"]), "finalist", prunable=False, limit_s=limit,
+    record = runner.run(trial, dict(first.user_attrs["config"]), Role.FINALIST, prunable=False, limit_s=limit,
                         keep_s=-limit, first=first, cold=True, measure=ROUND_MEASURE)
     check = cold_run_check(first, {**record, "trial": trial.number})
-    if record["status"] != "ok":
+    if record["status"] != Status.OK:
         progress.line(f"finalist round: the cold run of trial {first.number} ended {record['status']}: "
                       f"its warm-up stays reconstructed")
         return verdict, check
@@ -85,9 +87,10 @@ def _chosen_again(runner: Runner, verdict: dict, row: dict, record: dict, check:
     study, horizon = runner.study, horizon_of(runner.settings)
     cold_row = {**row, "warmup_s": record["warmup_s"], "reconstructed_warmup_s": row["warmup_s"],
                 "warmup_reconstructed": False, "reruns": [*row["reruns"], check["trial"]]}
-    cold_row = pool_row(cold_row, measurements(study.trials, cold_row), verdict["eager_steps_per_s"], horizon)
+    view = StudyView(study)
+    cold_row = pool_row(cold_row, measurements(view.trials, cold_row), verdict["eager_steps_per_s"], horizon)
     rows = [r if r is not row else cold_row for r in verdict["candidates"]]
-    eager = baseline_trial(study, "eager")
+    eager = view.baseline_trial(Role.EAGER)
     again = {**verdict, "candidates": rows,
              **choose_winner(rows, eager.number if eager else None, verdict["eager_score"], horizon, cold_scale(study),
                              budget_horizon(study))}

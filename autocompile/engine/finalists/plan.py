@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from autocompile.engine.cost import added_s, cold_over_warm_s, cold_scale, rerun_estimate_s, round_s
 from autocompile.engine.finalists.verdict import expected_cold, reconstructed
 from autocompile.engine.gates import Outcome, Refusal, View, why_not
-from autocompile.engine.records import eager_record, search_candidates
+from autocompile.engine.studyview import StudyView
 
 if TYPE_CHECKING:
     from autocompile.engine.runner import Runner
@@ -56,22 +56,22 @@ def _spread(trial) -> float:
     return trial.user_attrs.get("cv") or 0.0
 
 
-def cold_check_s(study, k: int, limit_s: float | None = None) -> float:
+def cold_check_s(study, k: int, limit_s: float | None = None, view: StudyView | None = None) -> float:
     """What measuring a finalist's warm-up cold adds to the round, where `cold_pick` names one: its
     round's run is a cold one (`round._rerun`), its first run with the compile time its cache hits
     saved, in place of a warm rerun."""
     scale = cold_scale(study)
-    pick = cold_pick(contenders(study, k, limit_s), scale)
+    pick = cold_pick(contenders(study, k, limit_s, view), scale)
     if pick is None:
         return 0.0
     return cold_over_warm_s(pick, scale)
 
 
-def contenders(study, k: int, limit_s: float | None = None) -> list:
+def contenders(study, k: int, limit_s: float | None = None, view: StudyView | None = None) -> list:
     """The top k distinct configurations that a rerun could still make the winner: best first,
     those within REACH of the leader's score, and whose rerun fits `limit_s` (the trial limit, which
     bounds a rerun: `not_rerun`)."""
-    top = search_candidates(study)[:k]
+    top = (view or StudyView(study)).search_candidates()[:k]
     return [t for t in top if t.value >= (1 - REACH) * top[0].value and not not_rerun(study, t, limit_s)]
 
 
@@ -87,10 +87,11 @@ def finalist_reserve(study, k: int, limit_s: float | None = None) -> float:
     it at once) and updated as trials finish, so the round always runs. A tenth more for runs that
     take longer the second time. Nothing while no compiled trial is a contender: the round measures
     contenders against eager, and without one it does not run."""
-    finalists = contenders(study, k, limit_s) if k > 0 else []
+    view = StudyView(study)
+    finalists = contenders(study, k, limit_s, view) if k > 0 else []
     if not finalists:
         return 0.0
-    return round_s(finalists, eager_record(study) or {}, cold_check_s(study, k, limit_s))
+    return round_s(finalists, view.eager_record() or {}, cold_check_s(study, k, limit_s, view))
 
 
 def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None = None) -> str | None:
@@ -109,7 +110,7 @@ def say_left_out(runner: Runner, k: int, candidates: list) -> None:
     """A line for each of the top k left out of the round (not a contender): its rerun too long for
     the trial limit (`not_rerun`), or its score too far behind the leader's (REACH)."""
     trial_limit = runner.settings.trial_timeout_s
-    top, chosen = search_candidates(runner.study)[:k], {c.number for c in candidates}
+    top, chosen = StudyView(runner.study).search_candidates()[:k], {c.number for c in candidates}
     for t in top:
         refusal = not_rerun(runner.study, t, trial_limit)
         if refusal:

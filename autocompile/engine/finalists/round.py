@@ -11,9 +11,11 @@ from autocompile.engine.horizon import budget_horizon
 from autocompile.engine.horizon import scoring as horizon_of
 from autocompile.engine.finalists.plan import cold_pick, contenders, plan_round, rerun_limit_s, say_left_out
 from autocompile.engine.finalists.verdict import WINNER_RULE, rechosen, round_verdict
-from autocompile.engine.records import baseline_trial
+from autocompile.engine.records import Role, plain
 from autocompile.engine.runner import new_trial
+from autocompile.engine.studyview import StudyView
 from autocompile.trial.protocol import REPLAY_VERSION, STOP_S
+from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
     from autocompile.engine.runner import Runner
@@ -34,9 +36,9 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
     of the machine reaches all of them alike. The winner has the best score in the round;
     when the top two are within noise (see choose_winner), the one with the shorter warm-up wins.
     """
-    study, progress = runner.study, runner.progress
-    eager = baseline_trial(study, "eager")
-    candidates = contenders(study, k, runner.settings.trial_timeout_s)
+    study, progress, view = runner.study, runner.progress, StudyView(runner.study)
+    eager = view.baseline_trial(Role.EAGER)
+    candidates = contenders(study, k, runner.settings.trial_timeout_s, view)
     if not candidates:
         return None
     if eager is None:  # eager did not fit: the finalists are measured again among themselves
@@ -59,9 +61,10 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1) -> dict | None:
         verdict = _verdict(runner, eager, finalists, runs, rounds)
     if verdict["winner"] is not None:
         progress.line("finalists: " + verdict["why"])
-        verdict = cold_check(runner, verdict, [cold_run_check(study.trials[n], x) for n, xs in runs.items()
+        trials = StudyView(study).trials  # the round's runs among them
+        verdict = cold_check(runner, verdict, [cold_run_check(trials[n], x) for n, xs in runs.items()
                                                for x in xs if x.get("cold")])
-    study.set_user_attr("finalists", verdict)
+    study.set_user_attr("finalists", plain(verdict))
     return verdict
 
 
@@ -90,7 +93,7 @@ def _runs_of(runner: Runner, original, r: int, overrun: float, cold: bool) -> li
     """Finalist `original`'s runs in round `r`: its rerun; where that was a cold one and failed, a warm
     one after it, its speed measured all the same, as the others'."""
     record = _rerun(runner, original, r, overrun, cold)
-    if not cold or record["status"] == "ok":
+    if not cold or record["status"] == Status.OK:
         return [record]
     runner.progress.line(f"finalist round: the cold run of trial {original.number} ended {record['status']}: "
                          "measured again from its compiled code, its warm-up stays reconstructed")
@@ -105,7 +108,7 @@ def _verdict(runner: Runner, eager, finalists: list, runs: dict[int, list[dict]]
 
 def far_apart(row: dict) -> bool:
     """Whether a finalist's measurements disagree far beyond their windows' spread (FAR_SPREADS, FAR_FLOOR)."""
-    return row["status"] == "ok" and row["agreement"] > max(FAR_SPREADS * row["spread"], FAR_FLOOR)
+    return row["status"] == Status.OK and row["agreement"] > max(FAR_SPREADS * row["spread"], FAR_FLOOR)
 
 
 def _measure_again(runner: Runner, eager, finalists: list, runs: dict[int, list[dict]], rows: list[dict],
@@ -149,7 +152,7 @@ def _rerun(runner: Runner, original, r: int, overrun: float, cold: bool) -> dict
     limit = rerun_limit_s(first_s, runner.settings.trial_timeout_s)
     remaining = runner.remaining()
     keep = -overrun if remaining is None else min(-overrun, remaining - limit - STOP_S)  # its whole limit
-    record = runner.run(trial, dict(original.user_attrs["config"]), "finalist", prunable=False,
+    record = runner.run(trial, dict(original.user_attrs["config"]), Role.FINALIST, prunable=False,
                         limit_s=limit, keep_s=keep, first=original, cold=cold, measure=ROUND_MEASURE)
     return {**record, "trial": trial.number, "cold": cold}
 
@@ -157,13 +160,13 @@ def _rerun(runner: Runner, original, r: int, overrun: float, cold: bool) -> dict
 def rechoose(study, horizon: int, say=print) -> dict | None:
     """The study's finalist verdict chosen again under the current rule from the round's own runs,
     without measuring (`verdict.rechosen`). Stored, and said when the winner changes."""
-    verdict = study.user_attrs.get("finalists")
-    eager = baseline_trial(study, "eager")
+    verdict, view = study.user_attrs.get("finalists"), StudyView(study)
+    eager = view.baseline_trial(Role.EAGER)
     if not verdict or verdict.get("winner_rule") == WINNER_RULE or eager is None:
         return verdict
-    again = rechosen(verdict, eager, study.trials, horizon, cold_scale(study), budget_horizon(study))
+    again = rechosen(verdict, eager, view.trials, horizon, cold_scale(study), budget_horizon(study))
     if again["winner"] != verdict.get("winner"):
         say(f"finalist round of trials {', '.join(map(str, verdict['finalists']))} chosen again under the current "
             f"rule: trial {again['winner']} wins (was trial {verdict.get('winner')}): {again['why']}")
-    study.set_user_attr("finalists", again)
+    study.set_user_attr("finalists", plain(again))
     return again

@@ -13,6 +13,7 @@ import statistics
 from autocompile.engine.cost import added_s
 from autocompile.engine.scoring import score
 from autocompile.trial.protocol import REPLAY_VERSION
+from autocompile.trial.result import Status
 
 # choose_winner's rule; a stored verdict of an older rule is chosen again from its own rows (rechoose).
 # 2: a runner-up's disagreement between its two runs no longer counts as noise against the leader.
@@ -47,7 +48,7 @@ def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horiz
     larger) plus the runner-up's window spread: a runner-up whose own measurements disagree is
     less to be trusted, not a closer rival (WINNER_RULE 2). With `prefer_speed` (a horizon the budget
     gave, not the user), the faster steady speed first (WINNER_RULE 6)."""
-    ranked = sorted((row for row in rows if row["status"] == "ok"), key=lambda row: row["score"], reverse=True)
+    ranked = sorted((row for row in rows if row["status"] == Status.OK), key=lambda row: row["score"], reverse=True)
     if not ranked:
         return {"winner": None}
     verdict = {}
@@ -94,7 +95,7 @@ def _within_noise(rows: list[dict], winner: dict, second: dict, margin: float, n
 def _cold_ratio(rows: list[dict]) -> float | None:
     """Cold over reconstructed warm-up, as the round's cold runs measured them (their median), or None."""
     ratios = [row["warmup_s"] / row["reconstructed_warmup_s"] for row in rows
-              if row.get("status") == "ok" and row.get("reconstructed_warmup_s")]
+              if row.get("status") == Status.OK and row.get("reconstructed_warmup_s")]
     return statistics.median(ratios) if ratios else None
 
 
@@ -113,7 +114,7 @@ def pooled(measurements: list[dict], horizon: int, warmup_s: float | None = None
     its runs in the round, records or trial attributes): the median of each, the mean of two. Each
     score is taken at `warmup_s` (a finalist's carried or cold warm-up), else at its own (eager's)."""
     paces = [m["steps_per_s"] for m in measurements]
-    scores = [score({**m, "status": "ok", **({} if warmup_s is None else {"warmup_s": warmup_s})}, horizon)
+    scores = [score({**m, "status": Status.OK, **({} if warmup_s is None else {"warmup_s": warmup_s})}, horizon)
               for m in measurements]
     return statistics.median(paces), statistics.median(scores)
 
@@ -122,7 +123,7 @@ def round_verdict(eager, finalists: list, runs: dict[int, list[dict]], rounds: i
                   scale: float, prefer_speed: bool = False) -> dict:
     """The round's verdict from its runs: each finalist's row and eager's speed and score, each from
     all its measurements (`pooled`: its run in the search and its runs in the round), and the winner."""
-    eager_runs = [x for x in runs[eager.number] if x["status"] == "ok"] if eager is not None else []
+    eager_runs = [x for x in runs[eager.number] if x["status"] == Status.OK] if eager is not None else []
     eager_measured = [eager.user_attrs, *eager_runs] if eager_runs else []
     eager_pace, eager_score = pooled(eager_measured, horizon) if eager_measured else (None, 0.0)
     rows = [_row(t, runs[t.number], eager_pace, horizon) for t in finalists]
@@ -135,7 +136,7 @@ def round_verdict(eager, finalists: list, runs: dict[int, list[dict]], rounds: i
 def _row(t, runs: list[dict], eager_pace: float | None, horizon: int) -> dict:
     """A finalist's row in the verdict: its measurements in the search and in the round, their noise,
     and its speed and score from all of them (`pooled`)."""
-    ok = [x for x in runs if x["status"] == "ok"]
+    ok = [x for x in runs if x["status"] == Status.OK]
     if not runs:
         return {"trial": t.number, "config": t.user_attrs["config"], "status": "not run",
                 "reason": "no time left in the round"}
@@ -144,7 +145,7 @@ def _row(t, runs: list[dict], eager_pace: float | None, horizon: int) -> dict:
                 "reason": "; ".join(x.get("reason", "") for x in runs)}
     cold = [x for x in ok if x.get("cold")]  # its warm-up measured cold in the round: that one stands
     warmup_s = statistics.mean(x["warmup_s"] for x in cold or ok)
-    row = {"trial": t.number, "config": t.user_attrs["config"], "status": "ok", "reruns": [x["trial"] for x in ok],
+    row = {"trial": t.number, "config": t.user_attrs["config"], "status": Status.OK, "reruns": [x["trial"] for x in ok],
            "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value, "warmup_s": warmup_s}
     if cold:
         row["reconstructed_warmup_s"] = t.user_attrs["warmup_s"]
@@ -182,7 +183,7 @@ def rechosen(verdict: dict, eager, trials: list, horizon: int, scale: float, pre
     eager_pace, _ = pooled(eager_measured, horizon)
     eager_score = (statistics.median([eager.value, _round_eager_score(verdict, eager, trials)])
                    if verdict.get("eager_steps_per_s") else eager.value)
-    rows = [row if row["status"] != "ok" else pool_row(
+    rows = [row if row["status"] != Status.OK else pool_row(
         {"warmup_reconstructed": not row.get("reconstructed_warmup_s") and reconstructed(trials[row["trial"]]),
          **row}, measurements(trials, row), eager_pace, horizon) for row in verdict["candidates"]]
     kept = {k: v for k, v in verdict.items() if k not in ("margin", "noise", "within_noise", "winner", "why")}

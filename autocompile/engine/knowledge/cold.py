@@ -20,6 +20,7 @@ import statistics
 import sqlite_utils
 
 from autocompile.engine.knowledge.schema import Observer, open_file
+from autocompile.trial.result import Status
 
 TABLE = "cold_runs"
 # A reconstruction that added less than this says little of a ratio (the CPU toy's add tenths of a second).
@@ -32,7 +33,7 @@ def observed(cold: dict, first: dict) -> tuple[float, float] | None:
     """(seconds the reconstruction of `first` added, seconds its cold run `cold` took over `first`'s
     measured warm-up), or None where `cold` is not a clean cold run of a reconstructed trial."""
     rebuilt = first.get("reconstruction") or {}
-    if cold.get("status") != "ok" or cold.get("warmup_kind") != "cold" or rebuilt.get("added_s", 0) < MIN_ADDED_S:
+    if cold.get("status") != Status.OK or cold.get("warmup_kind") != "cold" or rebuilt.get("added_s", 0) < MIN_ADDED_S:
         return None
     return float(rebuilt["added_s"]), float(cold["warmup_s"]) - float(rebuilt["measured_s"])
 

@@ -23,6 +23,7 @@ import sqlite_utils
 
 from autocompile.engine.knowledge.schema import TIMES, Observer, item, open_file
 from autocompile.engine.records import config_columns
+from autocompile.trial.result import Status
 
 TABLE = "compile_cuts"
 
@@ -30,9 +31,9 @@ TABLE = "compile_cuts"
 def outcome(record: dict) -> tuple[str, float] | None:
     """("cut", wall seconds) for a trial cut while compiling, ("warmed", warm-up seconds) for one that
     measured, else None (a failure, a pruning, a refusal: nothing said of its compile time)."""
-    if record.get("status") == "timeout" and "while compiling" in (record.get("reason") or ""):
+    if record.get("status") == Status.TIMEOUT and "while compiling" in (record.get("reason") or ""):
         return "cut", float(record.get("wall_s") or 0.0)
-    if record.get("status") == "ok" and record.get("warmup_s"):
+    if record.get("status") == Status.OK and record.get("warmup_s"):
         return "warmed", float(record["warmup_s"])
     return None
 

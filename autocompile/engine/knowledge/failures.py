@@ -19,8 +19,7 @@ import sqlite_utils
 
 from autocompile.engine.knowledge.schema import TIMES, Observer, item, open_file
 from autocompile.errors import UserError
-
-FAILED = ("failed", "compile_error", "crashed", "oom")  # statuses remembered (and a recompile-limit hit)
+from autocompile.trial.result import FAILURES, Status
 
 
 def signature(record: dict) -> str | None:
@@ -28,9 +27,9 @@ def signature(record: dict) -> str | None:
     frame), or None for an outcome that says nothing of the values (ok, timeout, pruned, numerics,
     memory limit, rejected before launch)."""
     status = record.get("status")
-    if status == "infeasible" and record.get("recompile_limit_hit"):
+    if status == Status.INFEASIBLE and record.get("recompile_limit_hit"):
         return "infeasible: hit the recompile limit"
-    if status not in FAILED:
+    if status not in FAILURES:  # remembered: a failure (and a recompile-limit hit)
         return None
     kind = re.match(r"([A-Za-z_][\w.]*): ", record.get("reason") or "")
     parts = [status, kind and kind.group(1), record.get("failing_layer") and f"in {record['failing_layer']}",
@@ -105,7 +104,7 @@ class Failures(Observer):
             return
         found = items(self.space.searched_values(config))
         key = {"torch": self.torch, "device": self.device, "study": study, "trial": trial}
-        if record.get("status") == "ok":
+        if record.get("status") == Status.OK:
             self.db["ran"].insert_all(({**key, "item": each} for each in found), ignore=True)
         elif (sig := signature(record)) is not None:
             self.db["failures"].insert_all(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite_utils
 
 from autocompile.engine.knowledge.schema import TIMES, Observer, open_file
+from autocompile.trial.result import Status
 
 TABLE = "gains"
 
@@ -28,10 +29,10 @@ class MoveGains(Observer):
     def take(self, study, trial) -> bool:
         """Remember `trial` of `study` where it is a neighbour that ran cleanly from a parent that did."""
         a = trial.user_attrs
-        if "parent" not in a or a.get("status") != "ok" or not a.get("steps_per_s"):
+        if "parent" not in a or a.get("status") != Status.OK or not a.get("steps_per_s"):
             return False
         parent = study.get_trials(deepcopy=False)[a["parent"]].user_attrs
-        if parent.get("status") != "ok" or not parent.get("steps_per_s"):
+        if parent.get("status") != Status.OK or not parent.get("steps_per_s"):
             return False
         self.db[TABLE].upsert({**self.key, "study": study.study_name, "trial": trial.number,
                                "parent": a["parent"], "moved": ",".join(a.get("changed") or []),

@@ -1,0 +1,189 @@
+"""The study's trials read once: what the engine and the outputs ask of them (the baselines, the
+search's points, incumbent and candidates, the winner, each configuration's measurements), each
+answer worked out once from one reading of the study.
+
+A `StudyView` is the study at the moment it was built (one `get_trials`): it does not follow the
+study, so a reader builds one after a tell (`StudyView(study)`), asks it what it needs, and lets it
+go. The functions beside it (`best_trial(study)`, ...) are its answers for a reader that asks one
+question. Not to be confused with `gates.View`, what a gate sees of a search when it is asked.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from functools import cached_property
+
+import optuna
+
+from autocompile.engine.records import Role, full_record
+from autocompile.trial.result import Status
+
+COMPLETE = optuna.trial.TrialState.COMPLETE
+EAGER_PEAK = "eager"  # --max-memory-gb eager: no more memory than eager as the workload built it
+
+
+def ran_cleanly(trial) -> bool:
+    return trial.user_attrs.get("status") == Status.OK
+
+
+def compiled(trial) -> bool:
+    return bool(trial.user_attrs.get("config", {}).get("compile"))
+
+
+class StudyView:
+    """A study's trials at one moment, and what is asked of them, each answered once."""
+
+    def __init__(self, study):
+        self.study = study
+        self.trials = study.get_trials(deepcopy=False)  # by number
+        self._answers: dict = {}  # an answer that takes an argument, by its question
+
+    def _once(self, question: tuple, answer):
+        if question not in self._answers:
+            self._answers[question] = answer()
+        return self._answers[question]
+
+    @cached_property
+    def finished(self) -> list:
+        return [t for t in self.trials if t.state.is_finished()]
+
+    @cached_property
+    def complete(self) -> list:
+        return [t for t in self.trials if t.state == COMPLETE]
+
+    @cached_property
+    def running(self) -> list:
+        return [t for t in self.trials if t.state == optuna.trial.TrialState.RUNNING]
+
+    # -- the baselines -------------------------------------------------------------------------
+
+    def first_of(self, role: Role, *statuses: Status):
+        """The first trial of `role` that ended in one of `statuses` (however it ended, without any)."""
+        return self._once(("first", role, statuses), lambda: next(
+            (t for t in self.trials if t.user_attrs.get("role") == role
+             and (not statuses or t.user_attrs.get("status") in statuses)), None))
+
+    def baseline_trial(self, role: Role):
+        """The first trial of a baseline role (eager, plain torch.compile) that ran cleanly."""
+        return self.first_of(role, Status.OK)
+
+    def over_memory_baseline(self, role: Role):
+        """The first trial of a baseline role that ran and measured, infeasible only for its memory: its
+        speed is still the reference the ratios need."""
+        return self._once(("over", role), lambda: next(
+            (t for t in self.trials if t.user_attrs.get("role") == role and t.user_attrs.get("over_memory_gb")
+             and t.user_attrs.get("steps_per_s") and not (t.user_attrs.get("numerics") or {}).get("differs")), None))
+
+    def measured_baseline(self, role: Role):
+        """A baseline's trial that measured it: its clean run, else its run over --max-memory-gb only."""
+        return self.baseline_trial(role) or self.over_memory_baseline(role)
+
+    def baseline_value(self, role: Role, key: str):
+        """A baseline's measurement `key`, from `measured_baseline`."""
+        trial = self.measured_baseline(role)
+        return trial.user_attrs.get(key) if trial else None
+
+    def eager_record(self, study_dir: str | None = None) -> dict | None:
+        """The eager baseline's record: its user attributes, whole from its result.json with `study_dir`."""
+        eager = self.baseline_trial(Role.EAGER)
+        return (full_record(eager, study_dir) if study_dir else eager.user_attrs) if eager else None
+
+    def memory_limit(self, max_memory_gb) -> float | None:
+        """The search's memory limit in GB: --max-memory-gb's number, or with "eager", the eager baseline's
+        peak as the workload built it (None until eager has run)."""
+        if max_memory_gb == EAGER_PEAK:
+            return self.baseline_value(Role.EAGER, "peak_mem_gb")
+        return max_memory_gb
+
+    # -- the search's points -------------------------------------------------------------------
+
+    @cached_property
+    def points(self) -> list:
+        """The completed trials at a point of the search space: compiled, with the sampler's parameters
+        or plain torch.compile (every dimension at its default)."""
+        return [t for t in self.complete if compiled(t)
+                and (t.params or t.user_attrs.get("role") == Role.COMPILE_DEFAULTS)]
+
+    @cached_property
+    def searched(self) -> list:
+        """`points` less the finalist reruns (one of an older study may hold a queued recipe's parameters)."""
+        return [t for t in self.points if t.user_attrs.get("role") != Role.FINALIST]
+
+    def search_candidates(self, compiled_only: bool = True) -> list:
+        """Trials of distinct compiled configurations (eager too, unless `compiled_only`) that ran
+        cleanly, finalist reruns not, best score first."""
+        return self._once(("candidates", compiled_only), lambda: _distinct(sorted(
+            (t for t in self.complete if t.value and ran_cleanly(t) and t.user_attrs.get("role") != Role.FINALIST
+             and (compiled(t) or not compiled_only)), key=lambda t: t.value, reverse=True)))
+
+    def measurements(self, counts=ran_cleanly) -> list[list]:
+        """Each configuration's measurements: its completed trials with a steady speed that `counts`
+        (default: those that ran cleanly), first first, configurations in the order first measured."""
+        groups: dict[str, list] = {}
+        for t in self.complete:
+            if counts(t) and t.user_attrs.get("steps_per_s") and "config" in t.user_attrs:
+                groups.setdefault(json.dumps(t.user_attrs["config"], sort_keys=True), []).append(t)
+        return list(groups.values())
+
+    @cached_property
+    def mean_scores(self) -> dict[int, float]:
+        """Each trial that ran cleanly: the mean of its score and those of its finalist reruns."""
+        scores = {t.number: [t.value] for t in self.complete if t.value and ran_cleanly(t)}
+        for t in self.complete:
+            if t.user_attrs.get("remeasure_of") in scores and t.number in scores:
+                scores[t.user_attrs["remeasure_of"]].append(t.value)
+        return {number: statistics.mean(values) for number, values in scores.items()}
+
+    @cached_property
+    def incumbent(self):
+        """The best trial at a point of the search (`points`) that ran cleanly, by its mean score with its
+        finalist reruns (`mean_scores`): a recipe, neighbour or TPE trial, or plain torch.compile; None."""
+        ranked = [t for t in self.points if t.value and ran_cleanly(t)]
+        return max(ranked, key=lambda t: self.mean_scores[t.number], default=None)
+
+    # -- the finalists and the winner ----------------------------------------------------------
+
+    @cached_property
+    def verdict(self) -> dict:
+        """The finalist round's stored verdict ({} before the round)."""
+        return self.study.user_attrs.get("finalists") or {}
+
+    @cached_property
+    def best_trial(self):
+        """The winner: the finalist round's choice while its finalists are still the top ones,
+        else the highest-scoring trial that ran cleanly (Optuna's best_trial ignores our status)."""
+        candidates, verdict = self.search_candidates(), self.verdict
+        if verdict.get("winner") is not None and \
+                verdict["finalists"] == [t.number for t in candidates[:len(verdict["finalists"])]]:
+            return self.trials[verdict["winner"]]
+        eager = self.baseline_trial(Role.EAGER)
+        return max(candidates + ([eager] if eager else []), key=lambda t: t.value, default=None)
+
+
+def _distinct(ranked: list) -> list:
+    """The first trial of each configuration in `ranked`, in its order."""
+    seen, out = [], []
+    for t in ranked:
+        if t.user_attrs["config"] not in seen:
+            seen.append(t.user_attrs["config"])
+            out.append(t)
+    return out
+
+
+# -- one question of a study -------------------------------------------------------------------
+
+def baseline_value(study, role: Role, key: str):
+    return StudyView(study).baseline_value(role, key)
+
+
+def eager_record(study, study_dir: str | None = None) -> dict | None:
+    return StudyView(study).eager_record(study_dir)
+
+
+def search_candidates(study, compiled_only: bool = True) -> list:
+    return StudyView(study).search_candidates(compiled_only)
+
+
+def best_trial(study):
+    return StudyView(study).best_trial
