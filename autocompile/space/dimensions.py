@@ -261,6 +261,7 @@ class WorkloadTraits:
     varying: dict[str, tuple[int, int]] = field(default_factory=dict)
     parts: tuple[str, ...] = ()
     regions: list[str] | None = None  # repeated-block lists; None: not known before building
+    blocks: int = 0  # the repeated blocks in them, all lists together
     fusable_optimizer: bool = False  # the optimizer has a fused implementation (Adam, AdamW, SGD)
     criterion: bool = False  # the loss comes as forward + criterion: the criterion can be compiled apart
     schedule: bool = False  # the learning rate follows a scheduler, changing during training
