@@ -624,6 +624,16 @@ def _list_knowledge(path: str) -> None:
         warmed = f", warmed up in {cut['warmed_in_s']:.0f} s at most" if cut["warmed_in_s"] else ""
         print(f"  {cut['item']}  [torch {cut['torch']}, {cut['device']}, {cut['model']}]  cut {cut['cuts']} times, "
               f"after {cut['cut_after_s']} s{warmed}")
+    plain: dict = {}
+    for row in known["plain"]:
+        plain.setdefault((row["torch"], row["device"], row["model"]), []).append(row)
+    for (torch_version, device, model), rows in plain.items():
+        cut = [r["seconds"] for r in rows if r["outcome"] == "cut"]
+        warmed = [r["seconds"] for r in rows if r["outcome"] == "warmed"]
+        print(f"plain torch.compile [torch {torch_version}, {device}, {model}]: "
+              + (f"warmed up in {min(warmed):.0f}-{max(warmed):.0f} s" if warmed else "never warmed up")
+              + (f", cut while compiling after up to {max(cut):.0f} s" if cut else "")
+              + f" ({len(rows)} {'run' if len(rows) == 1 else 'runs'})")
     for gain in known["gains"]:
         print(f"neighbours against their parents [torch {gain['torch']}, {gain['device']}, {gain['model']}]: {gain['moves']}, the most "
               f"one gained {gain['ratio']:.2f}x its parent's steady speed (the ceiling of a neighbour's pruning bound)")

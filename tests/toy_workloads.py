@@ -481,3 +481,8 @@ def llama_positions_dropped() -> Workload:
     workload.loss = lambda model, batch: criterion(forward(model, batch), batch)
     workload.name = "llama-positions-dropped"
     return workload
+
+
+def toy_many_blocks() -> Workload:
+    """Eight repeated blocks, one length: a model whose whole-model compile grows with its blocks."""
+    return _workload("toy-many-blocks", lengths=(16, 16), depth=8, pool=2)

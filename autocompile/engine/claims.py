@@ -21,11 +21,13 @@ from autocompile.engine.screening import screen_trial
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
 from autocompile.engine.strategy import neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
-from autocompile.engine.gates import Outcome, why_not
+from autocompile.engine.gates import Outcome, Refusal, why_not
 from autocompile.engine.records import BASELINES, Role, set_attrs
-from autocompile.engine.runner import Runner, ask, baselines_to_run, waiting
+from autocompile.engine.runner import BASELINE_CONFIGS, Runner, ask, baselines_to_run, new_trial, waiting
 from autocompile.engine.studyview import StudyView
 from autocompile.trial.result import Status
+
+BASELINES_BY_ROLE = dict(BASELINE_CONFIGS)
 
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
 
@@ -74,8 +76,8 @@ def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState)
     """Claim the next trial (`loop.claimed`) and run it; False when the search is done."""
     study, settings, progress = runner.study, runner.settings, runner.progress
     reserve = finalist_reserve(study, settings.finalists, settings.trial_timeout_s) if runner.remaining() is not None else 0.0
-    if _out_of_time(runner, reserve, loop):
-        return False
+    if _out_of_time(runner, reserve, loop) or counted(study) >= budget["trials"]:
+        return _plain_compile_now(runner, reserve)  # where it runs last; then on to the round
     with claim_lock(runner.storage, runner.url, settings.study):
         fail_stale(study)
         claim = None if counted(study) >= budget["trials"] else _claim(runner, loop)
@@ -141,12 +143,72 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
     return True
 
 
-def _owed_baselines(runner: Runner, view: StudyView | None = None) -> list[tuple[Role, dict]]:
-    """The baselines still owed, less those another worker is running and those this search cut by its budget."""
+def _owed_baselines(runner: Runner, deferred: bool = True, view: StudyView | None = None) -> list[tuple[Role, dict]]:
+    """The baselines still owed, less those another worker is running and those this search cut by its budget,
+    and plain torch.compile where it runs last (`plain_compile_last`), unless `deferred` is False."""
     view = view or StudyView(runner.study)
     running = {t.user_attrs.get("role") for t in view.running}
     owed = baselines_to_run(view.finished, runner.settings.baseline_limit_s)
-    return [(role, config) for role, config in owed if role not in running and role not in runner.cut_baselines]
+    last = deferred and plain_compile_last(runner)
+    return [(role, config) for role, config in owed if role not in running and role not in runner.cut_baselines
+            and not (last and role == Role.COMPILE_DEFAULTS)]
+
+
+# A model of this many repeated blocks or more compiles whole for many minutes (its whole-model compile
+# grows with its blocks): under --timeout the search explores first, and plain torch.compile runs last.
+MANY_BLOCKS = 8
+
+
+def plain_compile_last(runner: Runner) -> str | None:
+    """Why plain torch.compile runs last under --timeout, with what is left before the finalist round, or
+    None (it runs right after eager): its whole-model compile was cut, or warmed up beyond its limit, on this
+    model here before (the knowledge store's `plain`), or the model has MANY_BLOCKS repeated blocks or more.
+    Decided once per study (its `plain_compile_last`), so that every worker and a resumed search agree."""
+    study, settings = runner.study, runner.settings
+    if "plain_compile_last" in study.user_attrs:
+        return study.user_attrs["plain_compile_last"]
+    why = None
+    if settings.timeout_s:
+        seen = runner.plain.expected() if runner.plain is not None else None
+        blocks = runner.space.traits.blocks if runner.space is not None else 0
+        if seen and (seen["cut"] or seen["seconds"] >= settings.baseline_limit_s):
+            how = "was cut while compiling after" if seen["cut"] else "warmed up in"
+            why = (f"its whole-model compile {how} {seen['seconds']:.0f} s on this model here ({seen['from']}), "
+                   f"against its {settings.baseline_limit_s:.0f} s limit")
+        elif not seen and blocks >= MANY_BLOCKS:
+            why = f"its whole-model compile grows with the model's {blocks} repeated blocks"
+    study.set_user_attr("plain_compile_last", why)
+    if why:
+        runner.progress.line(f"plain torch.compile runs last, with what is left before the finalist round: {why}")
+    return why
+
+
+def _plain_compile_now(runner: Runner, reserve: float) -> bool:
+    """At the end of the exploration: plain torch.compile where it was left to run last, with what is left
+    (its limit that, at most its own), or recorded as not run where too little is left for what it is
+    expected to take. Whether it ran or was recorded (the search then goes on to the finalist round)."""
+    config = dict(BASELINES_BY_ROLE[Role.COMPILE_DEFAULTS])
+    with claim_lock(runner.storage, runner.url, runner.settings.study):
+        if not plain_compile_last(runner) or not any(role == Role.COMPILE_DEFAULTS
+                                                     for role, _ in _owed_baselines(runner, deferred=False)):
+            return False
+        trial = new_trial(runner.study)
+        # claimed: no other worker starts it
+        set_attrs(trial, {"role": Role.COMPILE_DEFAULTS, "config": config, "worker": this_worker()})
+    left = max((runner.remaining() or 0.0) - reserve, 0.0)
+    seen = runner.plain.expected() if runner.plain is not None else None
+    if left < MIN_TRIAL_S or (seen and seen["cut"] and seen["seconds"] >= left):
+        before = f"; it was cut while compiling after {seen['seconds']:.0f} s before ({seen['from']})" if seen else ""
+        runner.refuse(trial, config, Role.COMPILE_DEFAULTS, Refusal(
+            f"plain torch.compile: {left:.0f} s left before the finalist round{before}", Outcome.NOT_STARTED, "plain"))
+        runner.cut_baselines.add(Role.COMPILE_DEFAULTS)
+        return True
+    limit = min(runner.settings.baseline_limit_s, left)
+    runner.progress.line(f"plain torch.compile, last: {limit:.0f} s of the {left:.0f} s left before the finalist round")
+    record = runner.run(trial, config, Role.COMPILE_DEFAULTS, prunable=False, limit_s=limit, keep_s=reserve)
+    if record["status"] == Status.TIMEOUT:
+        runner.cut_baselines.add(Role.COMPILE_DEFAULTS)
+    return True
 
 
 def _claim(runner: Runner, loop: LoopState):
@@ -156,7 +218,7 @@ def _claim(runner: Runner, loop: LoopState):
     study, view = runner.study, StudyView(runner.study)
     if any(t.user_attrs.get("role") == Role.EAGER for t in view.running):
         return "wait"
-    pending = _owed_baselines(runner, view)
+    pending = _owed_baselines(runner, view=view)
     _queue_proposals(runner, loop, pending)
     trial = ask(study)
     try:

@@ -59,12 +59,13 @@ class Progress:
         head = f"[{self.done + 1}/{self.total}] trial {number} {label}: {phase}"
         if self.live:
             detail = (f" step {event['step']}" if "step" in event else
-                      f" window {event['window']} at {event['steps_per_s']:.3g} steps/s" if "window" in event else "")
+                      f" window {event['window']} at {event['steps_per_s']:.3g} steps/s" if "window" in event else
+                      f", {event['compiled']} compiles finished" if "compiled" in event else "")
             status = head + detail + (f"  | {self.best}" if self.best else "")
             columns = shutil.get_terminal_size((120, 20)).columns
             self.stream.write("\r\x1b[2K" + status[: columns - 1])
             self.stream.flush()
-        elif phase in ("building", "compiling", "warming up", "measuring") and "step" not in event and "window" not in event:
+        elif phase in ("building", "compiling", "warming up", "measuring") and not {"step", "window", "compiled"} & set(event):
             self.line("  " + head)
 
 
@@ -102,7 +103,7 @@ class Runner:
 
     def __init__(self, study, storage, url: str, settings: SearchSettings, progress: Progress, deadline: float | None,
                  callbacks=(), *, space: SearchSpace | None = None, failures=None, cuts=None, gains=None,
-                 started: float | None = None):
+                 plain=None, started: float | None = None):
         self.study, self.storage, self.url, self.settings, self.progress = study, storage, url, settings, progress
         self.deadline = deadline
         self.callbacks = callbacks  # Optuna's signature, callback(study, frozen_trial): after each tell
@@ -112,6 +113,7 @@ class Runner:
         self.failures = failures  # the knowledge store's failures: values that failed twice the same way
         self.cuts = cuts  # the knowledge store's compile cuts: values cut twice while compiling (or None)
         self.gains = gains  # the knowledge store's gains: how far a neighbour has gone past its parent (or None)
+        self.plain = plain  # the knowledge store's plain torch.compiles of this model here (or None)
         self.cut_baselines: set[Role] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
 

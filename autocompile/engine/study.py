@@ -59,12 +59,13 @@ def workload_traits(workload, options) -> WorkloadTraits:
     from autocompile.space.optimizer import foreach_map_refusal
     from autocompile.workloads import checkpointing, packing
 
-    regions, fusable, refusal, found, flex = None, False, WorkloadTraits.foreach_map_refusal, None, False
+    regions, fusable, refusal, found, flex, blocks = None, False, WorkloadTraits.foreach_map_refusal, None, False, 0
     try:
         import dataclasses
 
         model, optimizer = workload.build(dataclasses.replace(options, device="meta"))
         regions = find_repeated_blocks(model)
+        blocks = sum(len(model.get_submodule(path)) for path in regions)
         fusable = "fused" in getattr(optimizer, "defaults", {})
         refusal = foreach_map_refusal(optimizer)
         found = checkpointing.find(model, workload.checkpointing)
@@ -81,7 +82,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
                           foreach_map_refusal=refusal, checkpointing=found.where if found else None,
                           selective_checkpointing=bool(found and found.selective),
                           checkpoint_in_forward=bool(found and found.in_forward),
-                          pack_refusal=packing.refusal(workload), flex_attention=flex)
+                          pack_refusal=packing.refusal(workload), flex_attention=flex, blocks=blocks)
 
 
 def _batch_shape(workload, options) -> dict:
@@ -202,10 +203,10 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
     path = store_path(settings.memory_path)
     key = (space.caps.torch_version, _device_name(settings.device), settings.model)
     failures, cuts, cold = Failures(path, space, key[1], url), compile_cuts(path, *key), ColdRuns(path, *key)
-    gains = knowledge.MoveGains(path, *key)
+    gains, plain = knowledge.MoveGains(path, *key), knowledge.PlainCompiles(path, *key)
     _plan_cold_runs(study, cold, progress)
-    return Runner(study, storage, url, settings, progress, callbacks=(failures, cuts, cold, gains, *callbacks),
-                  deadline=None, space=space, failures=failures, cuts=cuts, gains=gains,
+    return Runner(study, storage, url, settings, progress, callbacks=(failures, cuts, cold, gains, plain, *callbacks),
+                  deadline=None, space=space, failures=failures, cuts=cuts, gains=gains, plain=plain,
                   started=started)  # the knowledge store's observers first
 
 
@@ -220,7 +221,7 @@ def learn_from(path: str, study) -> dict[str, int]:
     torch and device its trials recorded (`knowledge.study_key`): how many trials each stored."""
     key = knowledge.study_key(study)
     return knowledge.learn(study, {"cuts": compile_cuts(path, *key), "cold": ColdRuns(path, *key),
-                                   "gains": knowledge.MoveGains(path, *key)})
+                                   "gains": knowledge.MoveGains(path, *key), "plain": knowledge.PlainCompiles(path, *key)})
 
 
 def _plan_cold_runs(study, cold: ColdRuns, progress: Progress) -> None:

@@ -337,6 +337,12 @@ def _start(request: TrialRequest, spec_path: str, log, log_path: str) -> tuple[s
     return process, prestarted
 
 
+def _how_far(events: list[dict]) -> str:
+    """How far a compile cut by the limit got: the compiles it had finished (the worker's events)."""
+    done = max((e.get("compiled", 0) for e in events), default=0)
+    return f", {done} compile{'s' if done != 1 else ''} finished by then" if done else ", no compile finished by then"
+
+
 def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_every_s: float = 20.0,
               should_stop=None, check_every_s: float = 2.0) -> dict:
     os.makedirs(request.trial_dir, exist_ok=True)
@@ -415,7 +421,8 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
     elif timed_out:
         where, stack = stuck_in(log_path)
         record = {"status": Status.TIMEOUT, "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase}"
-                  + (f", in {where})" if where else ")"), "failed_phase": last_phase, "notes": []}
+                  + _how_far(seen + events) + (f", in {where})" if where else ")"), "failed_phase": last_phase,
+                  "notes": []}
         if where:
             record.update(stuck_in=where, stack=stack)
     elif os.path.exists(result_path):

@@ -60,8 +60,9 @@ class CompileWatcher(logging.Handler):
     rather than private counters whose names move between releases.
     """
 
-    def __init__(self):
+    def __init__(self, events: Events | None = None):
         super().__init__(level=logging.DEBUG)
+        self.told = events  # told each compile that finishes: how far a compile cut by the limit got
         self.compiles_started = 0
         self.compiles_ended = 0
         self.recompile_reasons: list[str] = []
@@ -101,6 +102,8 @@ class CompileWatcher(logging.Handler):
 
     def _ended(self):
         self.compiles_ended += 1
+        if self.told is not None:
+            self.told.emit(phase="compiling", compiled=self.compiles_ended)
 
     @property
     def events(self) -> int:
@@ -278,7 +281,8 @@ def _prepare(torch, spec: dict, result: dict) -> tuple[CompileWatcher, GraphLedg
         raise RuntimeError("CUDA was asked for but torch sees no GPU")
     if not device.startswith("cuda") and config["compile"]:
         _warm_cpu_toolchain(spec.get("toolchain_dir"), notes)
-    watcher, ledger = CompileWatcher(), GraphLedger(spec.get("graph_ledger"), os.path.basename(spec.get("trial_dir", "")))
+    watcher = CompileWatcher(Events(spec["events"]) if spec["config"]["compile"] else None)
+    ledger = GraphLedger(spec.get("graph_ledger"), os.path.basename(spec.get("trial_dir", "")))
     notes += watcher.install(torch)
     if config["compile"]:
         _start_compile_pool()

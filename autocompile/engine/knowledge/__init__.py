@@ -4,7 +4,8 @@
 finished trial as an Optuna callback and answers one question: `failures` (values that failed twice
 the same way: left out), `cuts` (values cut at the trial limit while compiling: refused), `cold`
 (the finalist round's cold runs: the scale its next round plans with), `gains` (how far a neighbour
-has gone past its parent: the ceiling of a neighbour's pruning bound). `store` forgets, lists and
+has gone past its parent: the ceiling of a neighbour's pruning bound), `plain` (what plain torch.compile's
+whole-model compile took: where it runs in the next study). `store` forgets, lists and
 learns over all of them. The store knows no search policy: the engine passes it in.
 """
 
@@ -12,8 +13,9 @@ from autocompile.engine.knowledge.cold import ColdRuns
 from autocompile.engine.knowledge.cuts import CompileCuts, implicated
 from autocompile.engine.knowledge.failures import Failures, signature, why
 from autocompile.engine.knowledge.gains import MoveGains
+from autocompile.engine.knowledge.plain import PlainCompiles
 from autocompile.engine.knowledge.schema import Observer, device_name, store_path
 from autocompile.engine.knowledge.store import forget, learn, listing, study_key
 
-__all__ = ["ColdRuns", "CompileCuts", "Failures", "MoveGains", "Observer", "device_name", "forget", "implicated", "learn",
+__all__ = ["ColdRuns", "CompileCuts", "Failures", "MoveGains", "Observer", "PlainCompiles", "device_name", "forget", "implicated", "learn",
            "listing", "signature", "store_path", "study_key", "why"]
