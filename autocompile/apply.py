@@ -671,7 +671,7 @@ def _pack_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str], li
     layout = info.layout or SequenceLayout()
     one_row = config.get("pack_length", "longest") == "batch"
     settings = [f"VARYING = {_literal({k: tuple(v) for k, v in info.varying.items()})}  # key: (dim, pad value)",
-                (f"PACK_LENGTH = None  # the whole batch in one row, its length a multiple of PACK_MULTIPLE" if one_row
+                ("PACK_LENGTH = None  # the whole batch in one row, its length a multiple of PACK_MULTIPLE" if one_row
                  else f"PACK_LENGTH = {info.max_len}  # tokens a packed row holds: the workload's longest sequence"),
                 f"PACK_MULTIPLE = {config['pad_multiple'] if one_row else 1}",
                 f"POSITIONS = {layout.positions!r}  # the key the forward passes to the model as its position ids",

@@ -6,7 +6,6 @@ it would have cut no trial that won or came within noise of winning."""
 import glob
 import os
 
-import optuna
 import pytest
 
 from autocompile.engine.knowledge import MoveGains, study_key

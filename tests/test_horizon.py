@@ -16,7 +16,6 @@ def test_without_horizon_steps_the_horizon_is_what_eager_runs_in_ten_budgets(tmp
     from autocompile.api import run_search
     from autocompile.engine.scoring import score
     from autocompile.engine.study import load_study
-    from autocompile.outputs.progress import progress_for
 
     settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="h", directory=str(tmp_path), trials=2,
                               timeout_s=300, trial_timeout_s=120, measure=FAST, horizon=None, finalists=0,

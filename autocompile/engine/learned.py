@@ -1,9 +1,9 @@
 """What a study's earlier trials found out that a new trial need not find out again: whether the
 loss depends on the random stream, and which hard mark_dynamic Dynamo refused.
 
-Each saves seconds of every compiled trial on a large model (llama-8b on an H200, 2026-11-26: the
-randomness check's three eager forwards took 3.2-4.1 s of each; a refused hard mark, 21 s of each
-trial that asked for it). The trial obeys what it is passed (TrialRequest) and says so in its record.
+Each saves seconds of every compiled trial on a large model (on llama-8b, the randomness check's three
+eager forwards took 3.2-4.1 s of each; a refused hard mark, 21 s of each trial that asked for it). The
+trial obeys what it is passed (TrialRequest) and says so in its record.
 """
 
 from __future__ import annotations

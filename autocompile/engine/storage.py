@@ -135,7 +135,7 @@ def create_or_load(name: str, storage, **kwargs):
 
 def load_study(name: str, url: str, folder: bool = False, **kwargs):
     """The study `name` in `url`. With `folder` (the URL is DIR/NAME's own file), the one study the
-    file holds answers to the folder's name too: studies/llama-8b/ keeps llama-8b-fresh-5."""
+    file holds answers to the folder's name too: a workload's folder keeps its study under the name it ran under."""
     storage = open_storage(url)
     try:
         return optuna.load_study(study_name=name, storage=storage, **kwargs)
@@ -149,8 +149,8 @@ def load_study(name: str, url: str, folder: bool = False, **kwargs):
 def this_boot() -> str | None:
     """This machine since its last boot (Linux's boot id), None where unknown. Leased GPU machines
     share one host name ("vm"), so two measurements come from one machine only if their boots match:
-    a workload bound by the host runs at different speeds on two of them (the captioner's eager:
-    8.2 and 13.3 steps/s on two H200 machines, 2026-11-23)."""
+    a workload bound by the host runs at different speeds on two of them (the captioner's eager: 8.2
+    and 13.3 steps/s on two machines of one kind)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip() or None

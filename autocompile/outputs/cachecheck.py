@@ -11,11 +11,10 @@ one. Sharing is trusted where every reconstruction is within TOLERANCE of its co
 A primer run comes first, cold and not compared, as a search's baselines come before its shared
 trials: the first compile on a fresh machine is slower (files not yet in the page cache, CUDA's
 JIT cache empty), and graphs first compiled then made every reconstruction from them 17-38% long
-(the captioner on one H100, 2026-11-25, studies/cache-check/2026-11-25-captioner-h100-unprimed.json).
+(docs/decisions.md).
 
 Cold compiles themselves drift over a machine's first runs: the same six graphs of the captioner
-took 49.2 s in the second run on an H100 and 38.0 s in the eighth (2026-11-25,
-studies/cache-check/2026-11-25-captioner-h100-per-occurrence.json), and a reconstruction carries
+took 49.2 s in the second run and 38.0 s in the eighth (docs/decisions.md), and a reconstruction carries
 the first compile's time. So a group's cold runs follow its own shared runs (not all groups'), the
 table sets beside each error the same graphs' compile times in the cold run and the error had the
 reconstruction used them (`drift`), and the check ends by running its first configuration cold

@@ -250,7 +250,7 @@ def correlations(ok: list[dict]) -> dict:
     their full steady speeds too, and without the CUDA-graph modes; each full figure over its own
     study's eager speed. A cut model is more bound by the host and its CUDA graphs hold less memory,
     so those modes gain more there than in full (llama-8b's reduce-overhead step: 1.32x eager at 4
-    blocks, 0.67x in full; H200, 2026-11-23)."""
+    blocks, 0.67x in full: docs/decisions.md)."""
     def rho(rows, key):
         return (spearman([_over_eager(row, key) for row in rows], [row["screened"] for row in rows])
                 if len(rows) >= MIN_CONFIGS else None)

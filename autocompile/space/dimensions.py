@@ -125,8 +125,8 @@ def shaping(kind: Graphs) -> tuple[str, ...]:
 # from known-good ground (each applies only where its values are offered).
 STARTING_POINTS: list[dict] = [
     # Where the model checkpoints its activations: its checkpointing off, compile's partitioner keeping
-    # half of them (a LoRA fine-tune of the 8B Llama: 2.85 against 1.90 steps/s with its own checkpointing,
-    # 51.7 against 23.0 GB, H200, 2026-11-27), its batches packed where they can be, else padded
+    # half of them (1.5x the steps/s of its own checkpointing on a LoRA 8B: docs/decisions.md), its
+    # batches packed where they can be, else padded
     {"scope": "regional", "activation_checkpointing": "off", "activation_memory_budget": 0.5,
      "fused_optimizer": True, "compile_loss": True, "padding": "pack", "pack_length": "batch", "pad_multiple": 64},
     {"scope": "regional", "activation_checkpointing": "off", "activation_memory_budget": 0.5,

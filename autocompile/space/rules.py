@@ -23,8 +23,8 @@ from autocompile.space.dimensions import (CUDA_GRAPH_MODES, DEFAULTS, EAGER, _me
 SEEN_FAILING = (
     (("2.11",), lambda c: c["inductor"].get("triton.cudagraph_trees") is False,
      "Inductor's non-tree CUDA-graph path (triton.cudagraph_trees=false) failed in training with "
-     "`assert dst.data_ptr() == src.data_ptr()` on two models under torch 2.11 (llama-8b trial 14 and "
-     "a 24-block encoder, H200, 2026-11-22)"),
+     "`assert dst.data_ptr() == src.data_ptr()` on two models under torch 2.11 (llama-8b and a 24-block "
+     "encoder: docs/decisions.md)"),
 )
 
 
@@ -66,8 +66,7 @@ def doomed(config: dict, traits, caps) -> str | None:
 
 def _cuda_graphs_under_checkpointing(config: dict, traits, caps) -> str | None:
     """CUDA graphs fail to record where the model's own checkpointing recomputes its blocks (its freed
-    activations break the recording): a LoRA fine-tune of the 8B Llama with Hugging Face checkpointing,
-    regional reduce-overhead, H200, torch 2.11, 2026-11-27."""
+    activations break the recording; the run that showed it: docs/decisions.md)."""
     on = config.get("activation_checkpointing", "as_built") != "off"
     if not (traits.checkpointing and on and uses_cuda_graphs(config)
             and caps.torch_version.startswith(CUDA_GRAPHS_UNDER_CHECKPOINTING)):
@@ -80,8 +79,7 @@ def _cuda_graphs_under_checkpointing(config: dict, traits, caps) -> str | None:
 
 def _a_float_lr_under_a_schedule(config: dict, traits) -> str | None:
     """A compiled optimizer step guards on its learning rate as a Python float: under a schedule
-    each new value compiles the step again (test_apply shows it on the CPU; llama-8b's trial 12
-    was still compiling after 300 s, H200, 2026-11-23)."""
+    each new value compiles the step again (test_apply shows it on the CPU; on the GPU: docs/decisions.md)."""
     if config["compile_optimizer"] and traits.schedule and not config["lr_tensor"]:
         return ("a compiled optimizer step with the learning rate as a float compiles again for each new "
                 "value the LR schedule gives it; set lr_tensor (the learning rate as a tensor)")
@@ -254,7 +252,7 @@ def _parallel_rejection(space, c: dict) -> str | None:
             return f"{key} is a setting of --parallel {owner}, and this search is --parallel {parallel}"
     if parallel == "ddp" and c["compiled_autograd"] and not str(c["optimize_ddp"]).startswith("python_reducer"):
         return ("compiled_autograd under DDP needs optimize_ddp='python_reducer' (scope full): torch 2.13 raises "
-                "'Compiled autograd is not compatible with C++ DDP Reducer' (a 2-rank gloo trial, 2026-11-25)")
+                "'Compiled autograd is not compatible with C++ DDP Reducer' (a 2-rank gloo trial)")
     if parallel == "ddp" and c["scope"] == "full":
         mode = c["optimize_ddp"]
         if c["fullgraph"] and mode in _SPLITS:

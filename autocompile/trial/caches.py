@@ -10,9 +10,8 @@ Triton's kernel binaries are not shared: a trial of the shared cache compiles th
 its own (`triton_root`), removed when it ends. A graph the shared cache has brings its kernels with it
 (Inductor bundles them into its FX graph cache entry), so a hit compiles nothing either way; but a
 graph the cache lacks would otherwise find the kernels other graphs compiled, and its compile stand
-in the ledger as a cold one: captioner-fresh-8's trial 16 (epilogue fusion off, a neighbour of
-trial 10) compiled its four model graphs in 4.4, 3.6, 5.7 and 5.0 s, its cold run in the round in
-7.6, 7.7, 8.1 and 5.7 s (H200, torch 2.11, 2026-11-26). Nor are the autotuner's best configs of
+in the ledger as a cold one (four model graphs in 4.4-5.7 s so, 5.7-8.1 s cold: docs/decisions.md).
+Nor are the autotuner's best configs of
 Triton's kernels, which Inductor keeps beside the kernels' source in the shared folder: a trial of
 the shared cache turns that cache off (`graphs.cold_autotune`)."""
 

@@ -11,7 +11,7 @@ ledger lacks is counted with the time torch says its cache saved (the Inductor c
 
 One key may stand for several compiles of a trial: a frame recompiled for new shapes can trace to
 the same AOTAutograd key each time (the captioner's decoder block: four compiles of 5.5-11 s under
-one key on an H100, 2026-11-25). The ledger keeps each of them, in order, from the trial that
+one key). The ledger keeps each of them, in order, from the trial that
 compiled them first, and a trial's n-th hit of a key is given that trial's n-th compile of it.
 """
 
@@ -117,10 +117,8 @@ def cold_autotune() -> None:
     config beside the kernel's source, in the Inductor cache folder, keyed by that source: under a
     shared cache a graph's first compile found the best configs other trials' graphs had measured
     for the same kernels and compiled one config of each instead of all of them, so its time in the
-    ledger was not a cold one, and a cache hit skipped the benchmarking a cold run does. GPT-2's
-    block, first compiled in 6.3 s by captioner-fresh-10's trial 5 (the kernels of earlier trials'
-    graphs already tuned), took 9.8 s in a cold run and 10.4 s as another trial's miss (H100,
-    torch 2.11, 2026-11-26). The option is not part of the FX graph cache's key."""
+    ledger was not a cold one, and a cache hit skipped the benchmarking a cold run does (GPT-2's block:
+    6.3 s so, 9.8 s cold; docs/decisions.md). The option is not part of the FX graph cache's key."""
     from torch._inductor import config
 
     config.autotune_local_cache = False

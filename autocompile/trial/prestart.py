@@ -2,7 +2,7 @@
 
 Every trial is a fresh process, and its first seconds go on imports that teach nothing: torch,
 Dynamo and Inductor, transformers (2.4-4.1 s of `import_torch` and most of the 3.3-5.3 s of
-`prepare` in every llama-8b trial on an H200, 2026-11-26; 6.4 s on 2 CPU cores). With `prestart`,
+`prepare` in every llama-8b trial; 6.4 s on 2 CPU cores: docs/decisions.md). With `prestart`,
 the process of the next trial is started as soon as a trial is launched: it imports those modules
 and waits, on its stdin, for the trial it will run. What it cannot do before it knows the trial
 stays for then: its Inductor, Triton and trace folders are the trial's, so they are set from the

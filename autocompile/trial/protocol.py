@@ -8,9 +8,8 @@ import signal
 STACK_SIGNAL = signal.SIGUSR1  # the trial process dumps every thread's stack to its log (worker.main)
 # What stopping a trial at its time limit takes past it: asking for its stacks (STACKS_WAIT_S at
 # most; trial.process) and waiting for its processes to end. A limit set by what is left of
-# --timeout leaves it (engine.runner): captioner-fresh-10's last trial, given 132 s to keep the
-# finalist round's 145 s, ended after 135.4 s, and the round's third finalist did not fit (H100,
-# 2026-11-26).
+# --timeout leaves it (engine.runner): a last trial given 132 s ended after 135.4 s, and the round's
+# third finalist did not fit (docs/decisions.md).
 STACKS_WAIT_S = 3.0
 STOP_S = STACKS_WAIT_S + 1.0
 
