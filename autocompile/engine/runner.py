@@ -290,7 +290,8 @@ class Runner:
         self.trials_wall += record["wall_s"] + sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
         if prepared.carries:
             first = prepared.first
-            record = carried(record, full_record(first, self.settings.study_dir), first.number, warm_up=not prepared.cold)
+            record = carried(record, full_record(first, self.settings.study_dir), first.number,
+                             warm_up=not prepared.cold)
         record = self._tell(trial, prepared.request, record, prepared.limit_s)
         self.progress.done += 1
         self._report(trial.number, prepared.label, record)

@@ -3,8 +3,9 @@
 The search creates the study and its budget (autocompile.engine.storage), starts one `autocompile worker`
 process per GPU (each sees only its GPU through CUDA_VISIBLE_DEVICES; on the CPU, N workers for
 testing), relays their lines prefixed by worker, waits for the last, then runs the finalist round once,
-its finalists split over the same GPUs, all at once, and writes the same table and winner as a single search. A worker on another host joins
-with `autocompile worker --study NAME --storage URL` and works until the study's budget is spent.
+its finalists split over the same GPUs, all at once, and writes the same table and winner as a single
+search. A worker on another host joins with `autocompile worker --study NAME --storage URL` and works
+until the study's budget is spent.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ class TrialRequest:
     # an earlier trial of the study whose hard mark_dynamic Dynamo refused under the same graphs: a
     # config asking for "mark" measures "maybe" at once (run_trial; the engine decides, engine/learned.py)
     mark_refused_in: int | None = None
-    gpus: str | None = None  # the trial process's CUDA_VISIBLE_DEVICES (a GPU of the finalist round); None: this process's
+    gpus: str | None = None  # its process's CUDA_VISIBLE_DEVICES (a GPU of the finalist round); None: this process's
 
 
 def _child_env(request: TrialRequest) -> dict:

@@ -141,7 +141,8 @@ def on_footing(footing: dict) -> str:
     listed = "; ".join(f"GPU {gpu}: trial{'s' if len(ns) > 1 else ''} {', '.join(map(str, ns))}"
                        for gpu, ns in footing["finalists"].items())
     if footing["reference"] is None:
-        return f" (the round ran on {len(footing['scales'])} GPUs at once, {listed}; no eager ran cleanly: speeds as measured)"
+        return (f" (the round ran on {len(footing['scales'])} GPUs at once, {listed}; no eager ran cleanly: "
+                "speeds as measured)")
     eager = footing["eager_steps_per_s"]
     speeds = ", ".join(f"GPU {gpu}'s {eager[gpu]:.3g} steps/s" if gpu in eager else f"GPU {gpu}'s did not run "
                        "cleanly (its finalists' speeds as measured)" for gpu in footing["scales"])
