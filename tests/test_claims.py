@@ -55,6 +55,13 @@ def test_plain_torch_compile_seen_cut_on_this_model_runs_last():
 
 
 def test_a_trial_cut_while_compiling_says_how_far_the_compile_got(tmp_path):
+    """The compiles a trial had finished when its limit cut it while compiling: from the worker's events."""
+    from autocompile.trial.process import _how_far
+
+    assert _how_far([{"phase": "compiling"}, {"phase": "compiling", "compiled": 1},
+                     {"phase": "compiling", "compiled": 2}]) == ", 2 compiles finished by then"
+    assert _how_far([{"phase": "compiling"}]) == ", no compile finished by then"
     record = run_trial(TrialRequest(model=toy(), config={**EAGER, "compile": True}, device="cpu",
-                                    trial_dir=str(tmp_path), timeout_s=1.5))
-    assert record["status"] == "timeout" and "finished by then" in record["reason"], record["reason"]
+                                    trial_dir=str(tmp_path), timeout_s=6))
+    assert record["status"] == "timeout"
+    assert ("finished by then" in record["reason"]) == (record["failed_phase"] == "compiling"), record["reason"]

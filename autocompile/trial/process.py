@@ -432,7 +432,8 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
     elif timed_out:
         where, stack = stuck_in(log_path)
         record = {"status": "timeout", "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase}"
-                  + _how_far(seen + events) + (f", in {where})" if where else ")"), "failed_phase": last_phase,
+                  + (_how_far(seen + events) if last_phase == "compiling" else "")
+                  + (f", in {where})" if where else ")"), "failed_phase": last_phase,
                   "notes": []}
         if where:
             record.update(stuck_in=where, stack=stack)

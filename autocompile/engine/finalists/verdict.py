@@ -74,8 +74,8 @@ def _within_noise(rows: list[dict], winner: dict, second: dict, margin: float, n
     """Of the top two within noise, with `prefer_speed` the faster where its steady speed is ahead by more
     than the noise; else the one with the shorter warm-up (each as a cold run would measure it:
     `expected_cold`); and why."""
-    faster, slower = sorted((winner, second), key=lambda row: row["steps_per_s"], reverse=True)
-    ahead = faster["steps_per_s"] / slower["steps_per_s"] - 1
+    faster, slower = sorted((winner, second), key=lambda row: row.get("steps_per_s", 0), reverse=True)
+    ahead = faster["steps_per_s"] / slower["steps_per_s"] - 1 if prefer_speed else 0.0
     if prefer_speed and ahead > noise:
         return faster, (f"trials {winner['trial']} and {second['trial']} are within noise ({margin:.1%} apart, noise "
                         f"{noise:.1%}): trial {faster['trial']} wins with the faster steady speed ({ahead:.1%} ahead), "
