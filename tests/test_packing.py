@@ -128,3 +128,16 @@ def test_space_lists_pack_with_its_conditions_and_says_why_a_workload_cannot_pac
     described = json.loads(cli("space", "--model", ENCODER, "--device", "cpu", "--json").stdout)
     [padding] = [d for d in described["dimensions"] if d["name"] == "padding"]
     assert "pack" in padding["choices"]
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", ENCODER])
+def test_a_packed_snippet_names_nothing_it_does_not_define(model, tmp_path):
+    """The snippet a user pastes passes pyflakes' undefined-name check (ruff F821): a causal decoder's
+    snippet once named MASK_DTYPE in pack's encoder branch without defining it."""
+    workload = get_workload(model)
+    built, _ = workload.build(OPTIONS)
+    path = tmp_path / "apply_compilation.py"
+    path.write_text(render_snippet({**DEFAULTS, "scope": "regional", "padding": "pack"}, _info(workload, built)))
+    found = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F821,F841",
+                            str(path)], capture_output=True, text=True)
+    assert found.returncode == 0, found.stdout

@@ -327,3 +327,114 @@ def test_gpus_count_within_the_gpus_the_job_was_given():
     from autocompile.engine.workers import _worker_env
 
     assert _worker_env("GPU-11aa", "cuda")["CUDA_VISIBLE_DEVICES"] == "GPU-11aa"
+
+
+
+# A search of eager, plain torch.compile and one recipe, then its round of both compiled ones (REACH opened:
+# the toy's compiled runs may lie further apart than a rerun moves), on both workers. Measured ranks and
+# noise are not what is tested; the limits leave a loaded 2-core host the time its compiles take.
+ROUND = {**SEARCH, "trials": 3, "trial_timeout_s": 300, "baseline_timeout_s": 300, "finalists": 2,
+         "horizon": 100_000, "prune": False}
+SLACK_S = 15.0  # what the search takes between its last worker's stop and its round: the journal, a loaded host
+
+
+@pytest.fixture(scope="module")
+def round_on_two(tmp_path_factory):
+    """One 2-worker CPU search with its finalist round: its study, what it printed, and its folder."""
+    import io
+
+    from autocompile.engine.finalists import plan, round as finalists
+    from autocompile.engine.runner import Progress
+
+    directory, said = tmp_path_factory.mktemp("round"), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOCOMPILE_HEARTBEAT_S", "2")
+        patch.setattr(plan, "REACH", 1.0)
+        patch.setattr(finalists, "FAR_FLOOR", float("inf"))  # the round's shape: one rerun of each
+        settings = SearchSettings(study="round", directory=str(directory), **ROUND)
+        search_on_workers(settings, ["0", "1"], progress=Progress(settings.trials, said))
+    return load_study("round", JOURNAL + str(directory / "round" / "journal.log")), said.getvalue(), directory
+
+
+def test_the_finalist_round_splits_its_finalists_over_the_workers(round_on_two):
+    """Each worker's GPU measures its own eager, then its finalist, both GPUs at once; the verdict puts each
+    finalist on the first GPU's footing (its ratio to its own GPU's eager) and says so."""
+    study, said, _ = round_on_two
+    verdict = study.user_attrs["finalists"]
+    assert len(verdict["finalists"]) == 2, said
+    reruns = [t for t in study.trials if "remeasure_of" in t.user_attrs]
+    on = {gpu: [t for t in reruns if t.user_attrs["gpu"] == gpu] for gpu in ("0", "1")}
+    leader, second = verdict["finalists"]
+    assert [t.user_attrs["remeasure_of"] for t in on["0"]] == [0, leader]  # eager first, on each GPU
+    assert [t.user_attrs["remeasure_of"] for t in on["1"]] == [0, second]
+    assert on["1"][0].datetime_start < on["0"][-1].datetime_complete  # at once, not one GPU after the other
+    assert on["0"][0].datetime_start < on["1"][-1].datetime_complete
+    footing = verdict["footing"]
+    assert footing["finalists"] == {"0": [leader], "1": [second]} and footing["reference"] == "0"
+    eager = {gpu: trials[0].user_attrs["steps_per_s"] for gpu, trials in on.items()}
+    assert footing["scales"]["1"] == pytest.approx(eager["0"] / eager["1"])
+    rows = {row["trial"]: row for row in verdict["candidates"]}
+    assert rows[second]["paces"][1] == pytest.approx(on["1"][1].user_attrs["steps_per_s"] * footing["scales"]["1"])
+    assert rows[leader]["paces"][1] == on["0"][1].user_attrs["steps_per_s"]
+    assert verdict["eager_paces"] == [study.trials[0].user_attrs["steps_per_s"], eager["0"]]
+    assert f"the round ran on 2 GPUs at once, GPU 0: trial {leader}; GPU 1: trial {second}" in verdict["why"]
+    assert "each finalist beside its own GPU's eager" in said, said
+
+
+def test_the_round_starts_when_the_last_worker_stops(round_on_two):
+    """No trial of the workers runs into the round, which starts once the last of them stops (within SLACK_S)."""
+    study, said, _ = round_on_two
+    searched = [t for t in study.trials if "remeasure_of" not in t.user_attrs and t.datetime_complete
+                and t.user_attrs.get("wall_s")]
+    round_start = min(t.datetime_start for t in study.trials if "remeasure_of" in t.user_attrs)
+    last_end = max(t.datetime_complete for t in searched)
+    assert last_end <= round_start and (round_start - last_end).total_seconds() < SLACK_S, said
+
+
+ROUND_INTERRUPTED = SIGINT_AS_A_TERMINAL + """
+import sys
+sys.path.insert(0, {here!r})
+from autocompile.engine.finalists import plan, run_finalists
+from autocompile.engine.study import SearchSettings, open_search
+plan.REACH = 1.0
+runner = open_search(SearchSettings(study="round", directory={directory!r}, **{search!r}), workers=2)
+runner.study.set_user_attr("finalists", None)
+try:
+    run_finalists(runner, 2, gpus=["0", "1"])
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def _pid_of(process_file) -> int | None:
+    """The trial process's pid its process.json records, once written whole (None before, or after its end)."""
+    try:
+        return json.loads(process_file.read_text())["pid"]
+    except (OSError, ValueError):
+        return None
+
+
+def test_ctrl_c_stops_the_round_on_every_gpu(round_on_two, tmp_path):
+    """Ctrl-C while both GPUs of the round run a trial: both processes are killed, both trials failed as
+    interrupted, none left running."""
+    study, _, directory = round_on_two
+    shutil.copytree(directory, tmp_path / "studies")
+    url, before = JOURNAL + str(tmp_path / "studies" / "round" / "journal.log"), len(study.trials)
+    script = ROUND_INTERRUPTED.format(here=HERE, directory=str(tmp_path / "studies"), search=ROUND)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline, pids = time.time() + 300, []
+    while len(pids) < 2 and time.time() < deadline and parent.poll() is None:
+        time.sleep(0.3)
+        running = load_study("round", url).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        files = [tmp_path / "studies" / "round" / "trials" / f"{t.number:04d}" / "process.json" for t in running
+                 if t.number >= before]
+        pids = [pid for pid in map(_pid_of, files) if pid]
+    assert len(pids) == 2, "the round's two GPUs were never seen running at once"
+    parent.send_signal(signal.SIGINT)
+    out, _ = parent.communicate(timeout=60)
+    assert parent.returncode == 130, out
+    assert not any(map(pid_alive, pids))
+    study = load_study("round", url)
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,)), out
+    stopped = [t for t in study.trials[before:] if t.state == optuna.trial.TrialState.FAIL]
+    assert len(stopped) == 2 and all(t.user_attrs["reason"] == "interrupted" for t in stopped), out

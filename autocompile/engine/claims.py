@@ -5,6 +5,12 @@ incumbent alternating with TPE's proposals), but from what the whole study holds
 another worker measured, queued or is running is not started again, and compiled trials wait for
 eager (the reference every judge needs). The claim records role, config and worker at once, under
 `autocompile.engine.storage.claim_lock`.
+
+Under --timeout the workers share one end: the finalist round's start, the deadline less the round's
+reserve (on every GPU of the search: `finalist_reserve`). A worker starts a trial only where it is
+expected to fit before then, and stops where none does; where another worker's trial is expected to
+end later (the round waits for it), that end is this worker's too (`kept_for_round`). The round starts
+when the last worker stops.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from dataclasses import dataclass
 import optuna
 
 from autocompile.errors import UserError
-from autocompile.engine.cost import BASELINE_SHARE, MIN_TRIAL_S, baseline_limit_s, expected_trial_s, neighbour_cost
+from autocompile.engine.cost import (BASELINE_SHARE, MIN_TRIAL_S, baseline_limit_s, expected_trial_s, first_run_s,
+                                     neighbour_cost)
 from autocompile.engine.screening import screen_trial
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
 from autocompile.engine.strategy import neighbours_turn, next_neighbour
@@ -75,9 +82,9 @@ def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
 def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState) -> bool:
     """Claim the next trial (`loop.claimed`) and run it; False when the search is done."""
     study, settings, progress = runner.study, runner.settings, runner.progress
-    reserve = finalist_reserve(study, settings.finalists, settings.trial_timeout_s) if runner.remaining() is not None else 0.0
+    reserve = kept_for_round(runner, budget, study_wide)
     if _out_of_time(runner, reserve, loop) or counted(study) >= budget["trials"]:
-        return _plain_compile_now(runner, reserve)  # where it runs last; then on to the round
+        return _plain_compile_now(runner, reserve, study_wide)  # where it runs last; then on to the round
     with claim_lock(runner.storage, runner.url, settings.study):
         fail_stale(study)
         claim = None if counted(study) >= budget["trials"] else _claim(runner, loop)
@@ -97,6 +104,8 @@ def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState)
     baseline = role in BASELINES
     if not baseline and runner.out_of_time(trial, config, reserve):
         return False  # on to the finalist round
+    if study_wide:
+        expect_end(runner, trial, config, reserve)
     if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
         return True  # pruned at its screen
     limit = _baseline_limit(runner, role, reserve) if baseline else None
@@ -104,6 +113,33 @@ def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState)
     if baseline and record["status"] == Status.TIMEOUT and limit < settings.baseline_limit_s:
         runner.cut_baselines.add(role)  # not again in this search; a resumed one with more time measures it
     return True
+
+
+def kept_for_round(runner: Runner, budget: dict, study_wide: bool = False) -> float:
+    """What of --timeout this worker keeps for the finalist round: the round's reserve (on the budget's
+    GPUs, `finalist_reserve`), or less where another worker runs a trial expected to end later than the
+    reserve allows (its `expected_end`): the round waits for that trial, and this worker's GPU need not
+    idle meanwhile (its next trial is chosen to fit, and cut, by then). Nothing without --timeout."""
+    remaining, settings = runner.remaining(), runner.settings
+    if remaining is None:
+        return 0.0
+    reserve = finalist_reserve(runner.study, settings.finalists, settings.trial_timeout_s, budget.get("gpus", 1))
+    if not study_wide:
+        return reserve
+    running = runner.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    last = max((t.user_attrs.get("expected_end", 0.0) for t in running), default=0.0) - time.time()
+    return min(reserve, max(remaining - last, 0.0))
+
+
+def expect_end(runner: Runner, trial, config: dict, keep: float, limit_s: float | None = None) -> None:
+    """When `trial` is expected to end (its user attr `expected_end`, epoch s), for the other workers'
+    `kept_for_round`: after what its twins took or a typical trial takes (`cost.first_run_s`), and no
+    later than its limit (`limit_s`) and what is left before the round (`keep` kept)."""
+    remaining = runner.remaining()
+    if remaining is None:
+        return
+    expected = min(first_run_s(runner.study, config), limit_s or runner.settings.trial_timeout_s, remaining - keep)
+    trial.set_user_attr("expected_end", time.time() + max(expected, 0.0))
 
 
 def _baseline_limit(runner: Runner, role: Role, reserve: float) -> float:
@@ -183,7 +219,7 @@ def plain_compile_last(runner: Runner) -> str | None:
     return why
 
 
-def _plain_compile_now(runner: Runner, reserve: float) -> bool:
+def _plain_compile_now(runner: Runner, reserve: float, study_wide: bool = False) -> bool:
     """At the end of the exploration: plain torch.compile where it was left to run last, with what is left
     (its limit that, at most its own), or recorded as not run where too little is left for what it is
     expected to take. Whether it ran or was recorded (the search then goes on to the finalist round)."""
@@ -205,6 +241,8 @@ def _plain_compile_now(runner: Runner, reserve: float) -> bool:
         return True
     limit = min(runner.settings.baseline_limit_s, left)
     runner.progress.line(f"plain torch.compile, last: {limit:.0f} s of the {left:.0f} s left before the finalist round")
+    if study_wide:
+        expect_end(runner, trial, config, reserve, limit)
     record = runner.run(trial, config, Role.COMPILE_DEFAULTS, prunable=False, limit_s=limit, keep_s=reserve)
     if record["status"] == Status.TIMEOUT:
         runner.cut_baselines.add(Role.COMPILE_DEFAULTS)

@@ -3,8 +3,9 @@ caches, and what fits before the finalist round. The strategy, the claims, the g
 finalist plan ask here; nothing here runs a trial or tells the study.
 
 - First run: a typical compiled trial (`expected_trial_s`), a configuration's twins measured so far
-  (`twin_time`), whether its warm-up fits the trial limit (`too_slow`), its cold warm-up predicted
-  from its parts (`Predictor`), and the next neighbour's (`neighbour_cost`).
+  (`twin_time`) and what they say it takes (`first_run_s`), whether its warm-up fits the trial limit
+  (`too_slow`), its cold warm-up predicted from its parts (`Predictor`), and the next neighbour's
+  (`neighbour_cost`).
 - Rerun: a finalist's warm rerun (`rerun_estimate_s`), with the round's longer windows
   (`round_measure_extra_s`).
 - Cold run: a finalist's run from empty caches (`cold_run_s`), scaled by what the device's earlier
@@ -43,6 +44,13 @@ def expected_trial_s(study) -> float:
                    if t.state.is_finished() and t.user_attrs.get("wall_s") and t.user_attrs.get("config", {}).get("compile")
                    and t.user_attrs.get("role") not in (Role.COMPILE_DEFAULTS, Role.FINALIST))
     return max(MIN_TRIAL_S, walls[len(walls) // 2]) if walls else MIN_TRIAL_S
+
+
+def first_run_s(study, config: dict) -> float:
+    """What `config`'s first run is expected to take: what its twins took (`twin_time`, exact), else
+    what a typical compiled trial takes (`expected_trial_s`)."""
+    need, _ = twin_time(study, config, exact=True)
+    return need if need is not None else expected_trial_s(study)
 
 
 # How much compile work a mode adds on top of the scope's graphs: the max-autotune modes benchmark

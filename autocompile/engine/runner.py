@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import shutil
 import sys
+import threading
 import time
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import optuna
@@ -71,6 +72,33 @@ class Progress:
 
 def _header(settings: SearchSettings, number: int) -> str:
     return snippet_header(settings.model, settings.study, number)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A trial made ready by `Runner.prepare`: its request, and what `Runner.finish` tells the study with."""
+
+    trial: object  # optuna.trial.Trial
+    request: TrialRequest
+    label: str
+    prunable: bool
+    remaining: float | None  # what was left of --timeout less what is kept, at its start
+    limit_s: float
+    first: object = None  # the finalist it measures again (optuna.trial.FrozenTrial)
+    carries: bool = False  # a rerun: its record carries `first`'s (`records.carried`)
+    cold: bool = False  # from empty caches: its warm-up its own
+
+
+def _stoppable(stop: threading.Event, pruning=None):
+    """should_stop for run_trial that raises KeyboardInterrupt once `stop` is set (the trial's process is
+    killed on the way out), else asks `pruning`."""
+
+    def should_stop(events: list[dict]) -> str | None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        return pruning(events) if pruning else None
+
+    return should_stop
 
 
 def baselines_to_run(finished: list, limit_s: float) -> list[tuple[Role, dict]]:
@@ -171,23 +199,41 @@ class Runner:
         self.progress.line(f"trial {trial.number} {describe_config(config)}: {reason}")
 
     def run(self, trial, config: dict, role: Role, prunable: bool, limit_s: float | None = None,
-            keep_s: float = 0.0, first=None, cold: bool = False, measure: dict | None = None) -> Record:
+            keep_s: float = 0.0, first=None, cold: bool = False, measure: dict | None = None,
+            gpus: str | None = None) -> Record:
         """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
         of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record.
         A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`);
         `cold`, from empty caches, its warm-up its own and `first`'s numerics carried.
         `measure`: how it measures, where the search's own settings.measure leaves it unsaid.
+        `gpus`: the trial process's GPUs (CUDA_VISIBLE_DEVICES), where not this process's.
         Ctrl-C at any point of it (its launch, or the bookkeeping before it) fails the trial as
         interrupted: none is left running in the study (a 2-worker test on a loaded machine caught
         one between its claim and its launch)."""
+        return self.complete(self.prepare(trial, config, role, prunable, limit_s, keep_s, first, cold, measure or {},
+                                          gpus))
+
+    def complete(self, prepared: Prepared) -> Record:
+        """Launch a prepared trial in this thread and tell the study (`launch`, `finish`); Ctrl-C fails it
+        as interrupted."""
         try:
-            return self._run(trial, config, role, prunable, limit_s, keep_s, first, cold, measure or {})
+            return self.finish(prepared, self.launch(prepared))
+        except KeyboardInterrupt:
+            self.abandon(prepared.trial)
+            raise
+
+    def prepare(self, trial, config: dict, role: Role, prunable: bool, limit_s: float | None, keep_s: float,
+                first, cold: bool, measure: dict, gpus: str | None = None) -> Prepared:
+        """Everything of `run` before the trial's process: its attributes in the study, its request.
+        Ctrl-C fails the trial as interrupted."""
+        try:
+            return self._prepare(trial, config, role, prunable, limit_s, keep_s, first, cold, measure, gpus)
         except KeyboardInterrupt:
             self.abandon(trial)
             raise
 
-    def _run(self, trial, config: dict, role: Role, prunable: bool, limit_s: float | None, keep_s: float,
-             first, cold: bool, measure: dict) -> Record:
+    def _prepare(self, trial, config: dict, role: Role, prunable: bool, limit_s: float | None, keep_s: float,
+                 first, cold: bool, measure: dict, gpus: str | None) -> Prepared:
         settings = self.settings
         limit_s = limit_s or settings.trial_timeout_s
         # the config is known even if the search dies during the trial; a dead worker's trial is failed and tried again
@@ -216,13 +262,38 @@ class Runner:
             ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
             nproc=settings.nproc, parallel=settings.parallel, prestart=settings.prestarts(),
             mark_refused_in=mark_refused_in(self.study, config),
+            gpus=gpus if settings.device.startswith("cuda") else None,
         )
-        record = self._launch(trial, request, label, prunable, remaining)
-        if warm or cold:
-            record = carried(record, full_record(first, settings.study_dir), first.number, warm_up=not cold)
-        record = self._tell(trial, request, record, limit_s)
+        return Prepared(trial, request, label, prunable, remaining, limit_s, first, bool(warm or cold), cold)
+
+    def launch(self, prepared: Prepared, stop: threading.Event | None = None) -> Record:
+        """The trial's process (and the triage ladder after a compile error): its record. It calls the
+        study only for heartbeats (Optuna's storages take them from any thread) and a prunable trial's
+        reports (the round's are not), so the finalist round runs it in a thread per GPU; `stop` set,
+        it kills the process and raises KeyboardInterrupt."""
+        settings, storage, trial = self.settings, self.storage, prepared.trial
+        beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None
+        pruning = self._pruning(trial) if prepared.prunable and settings.prune else None
+        record = run_trial(prepared.request, on_event=lambda e: self.progress.phase(trial.number, prepared.label, e),
+                           heartbeat=beat, heartbeat_every_s=heartbeat_s() / 2,
+                           should_stop=pruning if stop is None else _stoppable(stop, pruning))
+        if record["status"] == Status.COMPILE_ERROR and settings.triage and (prepared.remaining is None or
+                                                                        self.remaining() > MIN_TRIAL_S):
+            self.progress.line(f"  trial {trial.number}: compile error; rerunning with simpler backends to find the layer")
+            record = triage(prepared.request, record, time_left=self.remaining(), heartbeat=beat)
+        return record
+
+    def finish(self, prepared: Prepared, record: Record) -> Record:
+        """Everything of `run` after the trial's process: its record carried, judged and told, its line said."""
+        trial = prepared.trial
+        self.trials_wall += record["wall_s"] + sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
+        if prepared.carries:
+            first = prepared.first
+            record = carried(record, full_record(first, self.settings.study_dir), first.number,
+                             warm_up=not prepared.cold)
+        record = self._tell(trial, prepared.request, record, prepared.limit_s)
         self.progress.done += 1
-        self._report(trial.number, label, record)
+        self._report(trial.number, prepared.label, record)
         self._told(trial)
         return record
 
@@ -247,21 +318,6 @@ class Runner:
         cold check."""
         return (self.settings.shared_cache and bool(config["compile"]) and first is None
                 and role not in (*BASELINES, Role.FINALIST))
-
-    def _launch(self, trial, request: TrialRequest, label: str, prunable: bool, remaining: float | None) -> Record:
-        """The trial's process (and the triage ladder after a compile error): its record."""
-        settings, storage = self.settings, self.storage
-        beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None
-        record = run_trial(request, on_event=lambda e: self.progress.phase(trial.number, label, e), heartbeat=beat,
-                           heartbeat_every_s=heartbeat_s() / 2,
-                           should_stop=self._pruning(trial) if prunable and settings.prune else None)
-        self.trials_wall += record["wall_s"]
-        if record["status"] == Status.COMPILE_ERROR and settings.triage and (remaining is None or
-                                                                        self.remaining() > MIN_TRIAL_S):
-            self.progress.line(f"  trial {trial.number}: compile error; rerunning with simpler backends to find the layer")
-            record = triage(request, record, time_left=self.remaining(), heartbeat=beat)
-            self.trials_wall += sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
-        return record
 
     def _tell(self, trial, request: TrialRequest, record: Record, limit_s: float) -> Record:
         """Judge the record, keep it whole in the trial's folder and concise in the study, tell the

@@ -250,8 +250,9 @@ def counted(study) -> int:
     return sum(t.user_attrs.get("role") != Role.FINALIST for t in study.get_trials(deepcopy=False, states=states))
 
 
-def set_budget(study, trials: int, deadline: float | None) -> dict:
-    """The study's budget, read by every worker: this many counted trials in all, until `deadline` (epoch s)."""
-    budget = {"trials": trials, "deadline": deadline}
+def set_budget(study, trials: int, deadline: float | None, gpus: int = 1) -> dict:
+    """The study's budget, read by every worker: this many counted trials in all, until `deadline` (epoch s),
+    the finalist round then run on `gpus` GPUs at once (its reserve is what the longest GPU's share takes)."""
+    budget = {"trials": trials, "deadline": deadline, **({"gpus": gpus} if gpus > 1 else {})}
     study.set_user_attr("budget", budget)
     return budget

@@ -235,22 +235,23 @@ def _plan_cold_runs(study, cold: ColdRuns, progress: Progress) -> None:
                       f"of this model here took ({', '.join(prior['from'][-3:])})")
 
 
-def plan(runner: Runner, trials: int, timeout_s: float | None) -> dict:
-    """The study's budget from now (`trials` more, within `timeout_s`), stored with the search's
-    settings for workers that join it (autocompile.engine.workers)."""
+def plan(runner: Runner, trials: int, timeout_s: float | None, gpus: int = 1) -> dict:
+    """The study's budget from now (`trials` more, within `timeout_s`, the finalist round on `gpus` GPUs),
+    stored with the search's settings for workers that join it (autocompile.engine.workers)."""
     runner.deadline = None if timeout_s is None else time.time() + timeout_s
-    note = reserve_note(runner.study, runner.settings.finalists, timeout_s, runner.settings.trial_timeout_s)
+    note = reserve_note(runner.study, runner.settings.finalists, timeout_s, runner.settings.trial_timeout_s, gpus)
     if note:
         runner.progress.line(note)
     runner.study.set_user_attr("search_settings", {k: v for k, v in dataclasses.asdict(runner.settings).items()
                                                    if k not in ("storage", "directory", "memory_path")})
-    return set_budget(runner.study, counted(runner.study) + trials, runner.deadline)
+    return set_budget(runner.study, counted(runner.study) + trials, runner.deadline, gpus)
 
 
-def conclude(runner: Runner) -> Runner:
-    """The end of a search: its finalist round, once (the summary is the outputs' part: outputs/table.py),
-    then the compile caches the trials kept, but the finalists' (a resumed search's round may use them)."""
-    verdict = run_finalists(runner, runner.settings.finalists) if runner.settings.finalists > 0 else None
+def conclude(runner: Runner, gpus: list[str] | None = None) -> Runner:
+    """The end of a search: its finalist round, once (on `gpus` at once, the workers'; the summary is the
+    outputs' part: outputs/table.py), then the compile caches the trials kept, but the finalists' (a resumed
+    search's round may use them)."""
+    verdict = run_finalists(runner, runner.settings.finalists, gpus=gpus) if runner.settings.finalists > 0 else None
     keep = set((verdict or {}).get("finalists", []))
     for t in runner.study.get_trials(deepcopy=False):
         if t.number not in keep:

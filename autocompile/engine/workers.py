@@ -2,9 +2,10 @@
 
 The search creates the study and its budget (autocompile.engine.storage), starts one `autocompile worker`
 process per GPU (each sees only its GPU through CUDA_VISIBLE_DEVICES; on the CPU, N workers for
-testing), relays their lines prefixed by worker, waits, then runs the finalist round once, on the
-first GPU, and writes the same table and winner as a single search. A worker on another host joins
-with `autocompile worker --study NAME --storage URL` and works until the study's budget is spent.
+testing), relays their lines prefixed by worker, waits for the last, then runs the finalist round once,
+its finalists split over the same GPUs, all at once, and writes the same table and winner as a single
+search. A worker on another host joins with `autocompile worker --study NAME --storage URL` and works
+until the study's budget is spent.
 """
 
 from __future__ import annotations
@@ -141,14 +142,15 @@ def _wait_for_others(runner) -> None:
 
 def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=None, callbacks=()):
     """`search --gpus N`: the study and its budget made here, the trials run by a worker per GPU,
-    the finalist round run here once (on the first GPU); the runner, as search_study returns it."""
+    the finalist round run here once the last worker stops, its finalists split over the workers' GPUs
+    (engine/finalists/lanes.py); the runner, as search_study returns it."""
     from autocompile.engine.study import conclude, open_search, plan
 
     runner = open_search(settings, progress, callbacks, workers=len(gpus))  # callbacks: the finalist round's
     if len(gpus) > 1 and not runner.url.startswith(("journal", "postgresql", "mysql")):
         runner.progress.line(f"note: {runner.url} is shared by {len(gpus)} workers; Optuna recommends its journal "
                              "file (or a PostgreSQL server) for several processes")
-    plan(runner, settings.trials, settings.timeout_s)
+    plan(runner, settings.trials, settings.timeout_s, len(gpus))
     first = len(runner.study.get_trials(deepcopy=False))
     runner.progress.line(f"{len(gpus)} workers share study {settings.study!r}: {settings.trials} trials")
     codes = run_workers(settings.study, runner.url, settings.directory, gpus, settings.device, verbosity)
@@ -156,9 +158,7 @@ def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=No
         raise KeyboardInterrupt
     _wait_for_others(runner)
     runner.trials_wall = sum(t.user_attrs.get("wall_s", 0) for t in runner.study.get_trials(deepcopy=False)[first:])
-    if settings.device.startswith("cuda"):
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]  # the finalist round's trials: one GPU, as a single search
-    return conclude(runner)
+    return conclude(runner, gpus)  # each of the round's trials is given its GPU (TrialRequest.gpus)
 
 
 def join(study_name: str, url: str, directory: str, progress=None, timeout_s: float | None = None,

@@ -341,7 +341,7 @@ def format_finalists(verdict: dict | None) -> str:
         vs = f"{row['vs_eager']:.2f}x eager, " if row.get("vs_eager") else ""
         paces = (f"{_then(row['paces'])} steps/s, taken as {row['steps_per_s']:.3g}" if "paces" in row
                  else f"{row['search_steps_per_s']:.3g} then {row['steps_per_s']:.3g} steps/s")
-        lines.append(f"  trial {row['trial']} (rerun as {', '.join(map(str, row['reruns']))}): "
+        lines.append(f"  trial {row['trial']}{_on_gpu(verdict, row)} (rerun as {', '.join(map(str, row['reruns']))}): "
                      f"{paces} (agree within {row['agreement']:.1%}), {vs}warm-up {row['warmup_s']:.1f} s"
                      + (f" cold (reconstructed {row['reconstructed_warmup_s']:.1f} s)" if "reconstructed_warmup_s" in row
                         else "") + ", "
@@ -349,6 +349,17 @@ def format_finalists(verdict: dict | None) -> str:
     if verdict.get("why"):
         lines.append("  " + verdict["why"])
     return "\n".join(lines)
+
+
+def _on_gpu(verdict: dict, row: dict) -> str:
+    """Where a finalist ran in a round on several GPUs, and how its round speeds were put on the reference
+    GPU's footing (`finalists.gpu_footing`); nothing for a round on one."""
+    footing = verdict.get("footing")
+    if not footing or "gpu" not in row:
+        return ""
+    if row["gpu"] == footing["reference"] or footing["reference"] is None:
+        return f" on GPU {row['gpu']}"
+    return f" on GPU {row['gpu']} (its round speeds x{row['eager_scale']:.3f}, onto GPU {footing['reference']}'s eager)"
 
 
 def _then(paces: list[float]) -> str:

@@ -58,6 +58,7 @@ class TrialRequest:
     # an earlier trial of the study whose hard mark_dynamic Dynamo refused under the same graphs: a
     # config asking for "mark" measures "maybe" at once (run_trial; the engine decides, engine/learned.py)
     mark_refused_in: int | None = None
+    gpus: str | None = None  # its process's CUDA_VISIBLE_DEVICES (a GPU of the finalist round); None: this process's
 
 
 def _child_env(request: TrialRequest) -> dict:
@@ -66,6 +67,8 @@ def _child_env(request: TrialRequest) -> dict:
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     env["TRITON_CACHE_DIR"] = os.path.join(caches.triton_root(request.trial_dir, cache, request.ledger), "triton")
     env["PYTHONUNBUFFERED"] = "1"
+    if request.gpus is not None:  # per trial, not this process's: the round's GPUs run at once (prestart keys on it)
+        env["CUDA_VISIBLE_DEVICES"] = request.gpus
     if request.trace:  # torch's structured compile log, read by tlparse (outputs/dashboard.py)
         env["TORCH_TRACE"] = os.path.join(request.trial_dir, "trace")
     # The child must import what the parent imports (the package itself, a plugin on sys.path).
@@ -96,10 +99,15 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 PROCESS_FILE = "process.json"  # in a running trial's folder: its pid and its worker's
 
 
+# prctl looked up here, not in the forked child: the finalist round starts trials from several threads,
+# and a child that called dlopen while another thread held the loader's lock would never exec.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
 def die_with_parent() -> None:
     """preexec_fn of a trial process: on Linux it gets SIGKILL when the worker that started it dies."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _record_process(trial_dir: str, pid: int) -> str:

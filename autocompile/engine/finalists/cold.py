@@ -70,9 +70,11 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
     trial = new_trial(study)
     trial.set_user_attr("remeasure_of", first.number)
     trial.set_user_attr("cold_check", True)
+    if row.get("gpu") is not None:  # on its GPU in a round of several: its speed on that GPU's footing
+        trial.set_user_attr("gpu", row["gpu"])
     limit = rerun_limit_s(cold_run_s(first, cold_scale(study)), runner.settings.trial_timeout_s)
     record = runner.run(trial, dict(first.user_attrs["config"]), Role.FINALIST, prunable=False, limit_s=limit,
-                        keep_s=-limit, first=first, cold=True, measure=ROUND_MEASURE)
+                        keep_s=-limit, first=first, cold=True, measure=ROUND_MEASURE, gpus=row.get("gpu"))
     check = cold_run_check(first, {**record, "trial": trial.number})
     if record["status"] != Status.OK:
         progress.line(f"finalist round: the cold run of trial {first.number} ended {record['status']}: "
@@ -93,7 +95,7 @@ def _chosen_again(runner: Runner, verdict: dict, row: dict, record: dict, check:
     eager = view.baseline_trial(Role.EAGER)
     again = {**verdict, "candidates": rows,
              **choose_winner(rows, eager.number if eager else None, verdict["eager_score"], horizon, cold_scale(study),
-                             budget_horizon(study))}
+                             budget_horizon(study), verdict.get("footing"))}
     runner.progress.line(f"finalist round: trial {check['of']} warmed up in {record['warmup_s']:.1f} s cold, "
                          f"reconstructed {row['warmup_s']:.1f} s ({check['agreement']:+.0%}); " + again["why"])
     return again

@@ -1,6 +1,6 @@
-"""The finalist round's plan: which finalists it measures again, how long each rerun may take, which
-one runs from empty caches, and what the round keeps of --timeout (its reserve), each run counted as
-engine/cost.py expects it to take. The measurements behind each number are in docs/decisions.md."""
+"""The finalist round's plan: which finalists it measures again, on which GPU, how long each rerun may
+take, which one runs from empty caches, and what the round keeps of --timeout (its reserve), each run
+counted as engine/cost.py expects it to take. The measurements behind each number are in docs/decisions.md."""
 
 from __future__ import annotations
 
@@ -81,27 +81,43 @@ def not_rerun(study, trial, limit_s: float | None) -> Refusal | None:
     return why_not(trial.user_attrs.get("config", {}), View(study, limit_s, first=trial), Outcome.NOT_RERUN)
 
 
-def finalist_reserve(study, k: int, limit_s: float | None = None) -> float:
+def finalist_reserve(study, k: int, limit_s: float | None = None, gpus: int = 1) -> float:
     """Seconds to keep for the finalist round under --timeout: what the current contenders (and eager)
     took in their own runs, which the round repeats. Kept from the start (a resumed study knows
     it at once) and updated as trials finish, so the round always runs. A tenth more for runs that
     take longer the second time. Nothing while no compiled trial is a contender: the round measures
-    contenders against eager, and without one it does not run."""
+    contenders against eager, and without one it does not run. On several GPUs (`gpus`), what the
+    longest of their sequences takes (`split`: each its eager and its finalists)."""
     view = StudyView(study)
     finalists = contenders(study, k, limit_s, view) if k > 0 else []
     if not finalists:
         return 0.0
-    return round_s(finalists, view.eager_record() or {}, cold_check_s(study, k, limit_s, view))
+    eager, cold_s = view.eager_record() or {}, cold_check_s(study, k, limit_s, view)
+    if gpus == 1:
+        return round_s(finalists, eager, cold_s)
+    where = split(finalists, gpus)
+    return max(round_s([t for t, g in zip(finalists, where) if g == gpu], eager, cold_s) for gpu in set(where))
 
 
-def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None = None) -> str | None:
-    """A line for the start of a search whose finalist round keeps more than half of --timeout, or
-    None: a resumed search's round repeats its top trials, which may leave little room for new ones."""
-    reserve = finalist_reserve(study, k, limit_s) if timeout_s and k else 0.0
+def split(finalists: list, gpus: int) -> list[int]:
+    """Each finalist's GPU in the round (an index), best first: the one whose planned reruns end first
+    (the first of a tie; the leader on the first), each counted as its rerun is expected to take."""
+    loads, where = [0.0] * gpus, []
+    for t in finalists:
+        gpu = loads.index(min(loads))
+        where.append(gpu)
+        loads[gpu] += rerun_estimate_s(t)
+    return where
+
+
+def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None = None, gpus: int = 1) -> str | None:
+    """A line for the start of a search whose finalist round (on `gpus` GPUs) keeps more than half of
+    --timeout, or None: a resumed search's round repeats its top trials, which may leave little room for new ones."""
+    reserve = finalist_reserve(study, k, limit_s, gpus) if timeout_s and k else 0.0
     if not timeout_s or reserve <= timeout_s / 2:
         return None
     n = len(contenders(study, k, limit_s))
-    fewer = f"; --finalists {n - 1} keeps {finalist_reserve(study, n - 1, limit_s):.0f} s" if n > 1 else ""
+    fewer = f"; --finalists {n - 1} keeps {finalist_reserve(study, n - 1, limit_s, gpus):.0f} s" if n > 1 else ""
     return (f"the finalist round keeps {reserve:.0f} s of the {timeout_s:.0f} s --timeout "
             f"(its {n} finalists and eager, measured again){fewer}")
 
@@ -121,25 +137,27 @@ def say_left_out(runner: Runner, k: int, candidates: list) -> None:
                                  f"({REACH:.0%})")
 
 
-def plan_round(runner: Runner, eager, candidates: list, rounds: int) -> tuple[list, float]:
-    """The finalists whose reruns fit what is left of --timeout, best first, and by how much the
-    round may run past it (when none fits, the best is measured all the same)."""
-    finalists, remaining, overrun = [], runner.remaining(), 0.0
+def plan_round(runner: Runner, eager, candidates: list, rounds: int, gpus: int = 1) -> tuple[list[list], float]:
+    """The finalists whose reruns fit what is left of --timeout, best first, as each GPU's list (`split`:
+    every GPU measures its own eager, then its finalists), and by how much the round may run past it
+    (when none fits, the best is measured all the same, on the first GPU)."""
+    remaining, overrun = runner.remaining(), 0.0
     eager_s = rerun_estimate_s(eager) if eager is not None else 0.0
     budget = None if remaining is None else (remaining - cold_check_s(runner.study, len(candidates))) / rounds - eager_s
-    for t in candidates:
-        if budget is not None and rerun_estimate_s(t) > budget:
+    lanes, left = [[] for _ in range(gpus)], [budget] * gpus
+    for t, gpu in zip(candidates, split(candidates, gpus)):
+        if budget is not None and rerun_estimate_s(t) > left[gpu]:
             runner.progress.line(f"finalist round: no time left to measure trial {t.number} again "
                                  f"(it took {t.user_attrs['wall_s']:.0f} s, a rerun is expected to take "
                                  f"{rerun_estimate_s(t):.0f} s)")
             break
-        finalists.append(t)
-        budget = None if budget is None else budget - rerun_estimate_s(t)
-    if not finalists:  # the round always runs: the best of them at least, past --timeout if need be
-        finalists = candidates[:1]
+        lanes[gpu].append(t)
+        left[gpu] = None if budget is None else left[gpu] - rerun_estimate_s(t)
+    if not any(lanes):  # the round always runs: the best of them at least, past --timeout if need be
+        lanes[0] = candidates[:1]
         limit = runner.settings.trial_timeout_s
-        overrun = (rerun_limit_s(finalists[0].user_attrs["wall_s"], limit)
+        overrun = (rerun_limit_s(lanes[0][0].user_attrs["wall_s"], limit)
                    + (rerun_limit_s(eager_s, limit) if eager is not None else 0.0) - max(remaining, 0.0))
-        runner.progress.line(f"finalist round: trial {finalists[0].number} measured again even though it runs past "
+        runner.progress.line(f"finalist round: trial {lanes[0][0].number} measured again even though it runs past "
                              f"--timeout, by up to {overrun:.0f} s: the winner comes from the round")
-    return finalists, overrun
+    return lanes, overrun

@@ -38,7 +38,7 @@ def reconstructed(trial) -> bool:
 
 
 def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horizon: int, scale: float = 1.0,
-                  prefer_speed: bool = False) -> dict:
+                  prefer_speed: bool = False, footing: dict | None = None) -> dict:
     """The finalist round's verdict from its rows (trial, status, score, noise, spread, warmup_s):
     the best score, unless the top two are within noise (then the shorter warm-up), or eager
     scores above the chosen one. Returns winner, why, and the margin. A reconstructed warm-up counts
@@ -47,7 +47,8 @@ def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horiz
     The noise is the leader's (its window spread or the gap between its two measurements, the
     larger) plus the runner-up's window spread: a runner-up whose own measurements disagree is
     less to be trusted, not a closer rival (WINNER_RULE 2). With `prefer_speed` (a horizon the budget
-    gave, not the user), the faster steady speed first (WINNER_RULE 6)."""
+    gave, not the user), the faster steady speed first (WINNER_RULE 6). The rows of a round on several GPUs
+    are on its reference GPU's footing (`footing`: `gpu_footing`), and its why says so."""
     ranked = sorted((row for row in rows if row["status"] == Status.OK), key=lambda row: row["score"], reverse=True)
     if not ranked:
         return {"winner": None}
@@ -66,7 +67,7 @@ def choose_winner(rows: list[dict], eager_number: int, eager_score: float, horiz
         why = (f"eager scores {eager_score:.3g} in the finalist round, above trial {winner['trial']}'s "
                f"{winner['score']:.3g}: at horizon {horizon} no compiled setting pays for its warm-up")
         winner = {"trial": eager_number}
-    return {**verdict, "winner": winner["trial"], "why": why}
+    return {**verdict, "winner": winner["trial"], "why": why + (on_footing(footing) if footing else "")}
 
 
 def _within_noise(rows: list[dict], winner: dict, second: dict, margin: float, noise: float,
@@ -119,41 +120,92 @@ def pooled(measurements: list[dict], horizon: int, warmup_s: float | None = None
     return statistics.median(paces), statistics.median(scores)
 
 
+def gpu_footing(eager_runs: list[dict], gpus: dict[int, str]) -> dict:
+    """How a round on several GPUs (`gpus`: each finalist's, by number, the first GPU's first) compares
+    finalists measured on different ones: each GPU's finalists, its eager speed in the round (the median
+    of its clean eager runs there), the reference GPU (the first with one), and each GPU's scale onto it,
+    the reference's eager over its own (1 where its eager did not run cleanly). A finalist's round speeds
+    times its GPU's scale are its ratio to its own GPU's eager times the reference's eager: GPUs of one
+    host that run at different speeds (their clocks, their neighbours' load) compare as one. Warm-ups
+    are taken as measured."""
+    order = list(dict.fromkeys(gpus.values()))
+    paces = {gpu: statistics.median(x["steps_per_s"] for x in eager_runs if x.get("gpu") == gpu)
+             for gpu in order if any(x.get("gpu") == gpu for x in eager_runs)}
+    reference = next((gpu for gpu in order if gpu in paces), None)
+    return {"finalists": {gpu: [n for n, g in gpus.items() if g == gpu] for gpu in order},
+            "reference": reference, "eager_steps_per_s": paces,
+            "scales": {gpu: paces[reference] / paces[gpu] if gpu in paces else 1.0 for gpu in order}}
+
+
+def on_footing(footing: dict) -> str:
+    """What a verdict's why adds of a round on several GPUs (its `gpu_footing`)."""
+    listed = "; ".join(f"GPU {gpu}: trial{'s' if len(ns) > 1 else ''} {', '.join(map(str, ns))}"
+                       for gpu, ns in footing["finalists"].items())
+    if footing["reference"] is None:
+        return (f" (the round ran on {len(footing['scales'])} GPUs at once, {listed}; no eager ran cleanly: "
+                "speeds as measured)")
+    eager = footing["eager_steps_per_s"]
+    speeds = ", ".join(f"GPU {gpu}'s {eager[gpu]:.3g} steps/s" if gpu in eager else f"GPU {gpu}'s did not run "
+                       "cleanly (its finalists' speeds as measured)" for gpu in footing["scales"])
+    return (f" (the round ran on {len(footing['scales'])} GPUs at once, {listed}; each finalist beside its own GPU's "
+            f"eager, its speeds in the round taken as their ratio to that eager times GPU {footing['reference']}'s "
+            f"eager; eager ran {speeds})")
+
+
 def round_verdict(eager, finalists: list, runs: dict[int, list[dict]], rounds: int, horizon: int,
-                  scale: float, prefer_speed: bool = False) -> dict:
+                  scale: float, prefer_speed: bool = False, gpus: dict[int, str] | None = None) -> dict:
     """The round's verdict from its runs: each finalist's row and eager's speed and score, each from
-    all its measurements (`pooled`: its run in the search and its runs in the round), and the winner."""
+    all its measurements (`pooled`: its run in the search and its runs in the round), and the winner.
+    Where the round was given GPUs (`gpus`: each finalist's, by number, the first GPU's first), each row
+    names its GPU; on several, each finalist's round runs are put on the reference GPU's footing
+    (`gpu_footing`), and eager's are the reference GPU's."""
     eager_runs = [x for x in runs[eager.number] if x["status"] == Status.OK] if eager is not None else []
+    where = gpu_footing(eager_runs, gpus) if gpus and len(set(gpus.values())) > 1 else None
+    if where and where["reference"] is not None:
+        eager_runs = [x for x in eager_runs if x.get("gpu") == where["reference"]]
     eager_measured = [eager.user_attrs, *eager_runs] if eager_runs else []
     eager_pace, eager_score = pooled(eager_measured, horizon) if eager_measured else (None, 0.0)
-    rows = [_row(t, runs[t.number], eager_pace, horizon) for t in finalists]
+    gpus, scales = gpus or {}, where["scales"] if where else {}
+    rows = [_row(t, runs[t.number], eager_pace, horizon, gpus.get(t.number), scales.get(gpus.get(t.number), 1.0))
+            for t in finalists]
     return {"finalists": [t.number for t in finalists], "rounds": rounds, "eager_steps_per_s": eager_pace,
             "eager_paces": [m["steps_per_s"] for m in eager_measured], "eager_score": eager_score,
             "candidates": rows, "numerics_guard": REPLAY_VERSION, "winner_rule": WINNER_RULE,
-            **choose_winner(rows, eager.number if eager else None, eager_score, horizon, scale, prefer_speed)}
+            **({"footing": where} if where else {}),
+            **choose_winner(rows, eager.number if eager else None, eager_score, horizon, scale, prefer_speed, where)}
 
 
-def _row(t, runs: list[dict], eager_pace: float | None, horizon: int) -> dict:
-    """A finalist's row in the verdict: its measurements in the search and in the round, their noise,
-    and its speed and score from all of them (`pooled`)."""
+def _row(t, runs: list[dict], eager_pace: float | None, horizon: int, gpu: str | None = None,
+         eager_scale: float = 1.0) -> dict:
+    """A finalist's row in the verdict: its measurements in the search and in the round (on `gpu`, put on the
+    reference GPU's footing by `eager_scale`: `gpu_footing`), their noise, and its speed and score from all of
+    them (`pooled`)."""
     ok = [x for x in runs if x["status"] == Status.OK]
+    where = {} if gpu is None else {"gpu": gpu, "eager_scale": eager_scale}
     if not runs:
         return {"trial": t.number, "config": t.user_attrs["config"], "status": "not run",
-                "reason": "no time left in the round"}
+                "reason": "no time left in the round", **where}
     if not ok:
         return {"trial": t.number, "config": t.user_attrs["config"], "status": "failed again",
-                "reason": "; ".join(x.get("reason", "") for x in runs)}
+                "reason": "; ".join(x.get("reason", "") for x in runs), **where}
     cold = [x for x in ok if x.get("cold")]  # its warm-up measured cold in the round: that one stands
     warmup_s = statistics.mean(x["warmup_s"] for x in cold or ok)
     row = {"trial": t.number, "config": t.user_attrs["config"], "status": Status.OK, "reruns": [x["trial"] for x in ok],
-           "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value, "warmup_s": warmup_s}
+           "search_steps_per_s": t.user_attrs["steps_per_s"], "search_score": t.value, "warmup_s": warmup_s, **where}
     if cold:
         row["reconstructed_warmup_s"] = t.user_attrs["warmup_s"]
     else:
         row["warmup_reconstructed"] = reconstructed(t)
         if reconstructed(t):
             row["reconstruction_added_s"] = added_s(t)
-    return pool_row(row, [t.user_attrs, *ok], eager_pace, horizon)
+    return pool_row(row, [t.user_attrs, *(scaled(x, eager_scale) for x in ok)], eager_pace, horizon)
+
+
+def scaled(measurement: dict, eager_scale: float) -> dict:
+    """A round's measurement on the reference GPU's footing (`gpu_footing`): its speed times its GPU's scale."""
+    if eager_scale == 1.0:
+        return measurement
+    return {**measurement, "steps_per_s": measurement["steps_per_s"] * eager_scale}
 
 
 def pool_row(row: dict, measurements: list[dict], eager_pace: float | None, horizon: int) -> dict:
@@ -169,8 +221,9 @@ def pool_row(row: dict, measurements: list[dict], eager_pace: float | None, hori
 
 def measurements(trials: list, row: dict) -> list[dict]:
     """A finalist's measurements as its trials (the study's, by number) hold them: its first run's,
-    then its reruns'."""
-    return [trials[row["trial"]].user_attrs, *(trials[n].user_attrs for n in row["reruns"])]
+    then its reruns' (on a round of several GPUs, on the reference GPU's footing: `scaled`)."""
+    return [trials[row["trial"]].user_attrs,
+            *(scaled(trials[n].user_attrs, row.get("eager_scale", 1.0)) for n in row["reruns"])]
 
 
 def rechosen(verdict: dict, eager, trials: list, horizon: int, scale: float, prefer_speed: bool = False) -> dict:
@@ -189,7 +242,7 @@ def rechosen(verdict: dict, eager, trials: list, horizon: int, scale: float, pre
     kept = {k: v for k, v in verdict.items() if k not in ("margin", "noise", "within_noise", "winner", "why")}
     return {**kept, "candidates": rows, "eager_steps_per_s": eager_pace, "eager_score": eager_score,
             "eager_paces": [m["steps_per_s"] for m in eager_measured], "winner_rule": WINNER_RULE,
-            **choose_winner(rows, eager.number, eager_score, horizon, scale, prefer_speed)}
+            **choose_winner(rows, eager.number, eager_score, horizon, scale, prefer_speed, verdict.get("footing"))}
 
 
 def _round_eager_score(verdict: dict, eager, trials: list) -> float:
