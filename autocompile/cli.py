@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--forget-all", action="store_true", help="forget everything remembered")
     group.add_argument("--learn", metavar="STUDY", help="remember what a finished study's trials with compile-heavy "
                                                        "values (max-autotune, coordinate descent, compiled autograd) "
-                                                       "took, or that they ran out of their limit while compiling, "
+                                                       "or the whole model as one graph took, or that they ran out of their limit while compiling, "
                                                        "and what its finalist round's cold runs took against the "
                                                        "warm-ups reconstructed from a shared cache")
     p.add_argument("--dir", default="studies", help="where --learn's study lives: DIR/STUDY/ (default: studies)")
@@ -593,8 +593,8 @@ def cmd_failures(args) -> int:
         study, _ = _existing_study(argparse.Namespace(study=args.learn, dir=args.dir, storage=None))
         learned = learn_from(path, study)
         held, cold, gains = learned["cuts"], learned["cold"], learned["gains"]
-        print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy or "
-              f"implicated values remembered, and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
+        print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy, "
+              f"whole-model or implicated values remembered, and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
               f"in {path}; {gains} {'neighbour' if gains == 1 else 'neighbours'} against "
               f"{'its parent' if gains == 1 else 'their parents'} too")
         return 0

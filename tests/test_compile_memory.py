@@ -15,7 +15,7 @@ def _learned(tmp_path, capsys) -> str:
     path = str(tmp_path / "failures.db")
     for name in ("captioner-fresh-5", "captioner-fresh-6"):
         assert main(["failures", "--failure-memory", path, "--learn", name, "--dir", HISTORY]) == 0
-    assert "learned from study 'captioner-fresh-6': 3 trials with compile-heavy or implicated values remembered" in capsys.readouterr().out
+    assert "learned from study 'captioner-fresh-6': 4 trials with compile-heavy, whole-model or implicated values remembered" in capsys.readouterr().out
     return path
 
 
@@ -86,7 +86,7 @@ def test_failures_lists_the_cuts_and_forgets_them(tmp_path, capsys):
         in capsys.readouterr().out
     assert main(["failures", "--failure-memory", path, "--forget", "compiled_autograd=true"]) == 0
     assert "forgot 2 remembered outcomes" in capsys.readouterr().out
-    config = {"compile": True, "mode": "reduce-overhead", "compiled_autograd": True}
+    config = {"compile": True, "scope": "regional", "mode": "reduce-overhead", "compiled_autograd": True}
     assert CompileMemory(path, *H200, "captioner").reason(config, 240) is None
     assert main(["failures", "--failure-memory", path, "--forget", "compiled_autograd=true"]) == 2
     assert "no remembered failure with compiled_autograd=true" in capsys.readouterr().err
@@ -102,10 +102,26 @@ def test_a_search_refuses_before_launch_what_the_memory_says_will_not_fit(tmp_pa
     settings = SearchSettings(model=model, device="cpu", study="s", directory=str(tmp_path), trials=1,
                               trial_timeout_s=60, memory_path=path)
     memory = CompileMemory(path, torch.__version__, "cpu", model)
-    config = {"compile": True, "scope": "full", "mode": "default", "compiled_autograd": True}
+    config = {"compile": True, "scope": "regional", "mode": "default", "compiled_autograd": True}
     for study in ("a", "b"):
         memory.remember({"status": "timeout", "reason": "no result within the 60 s limit (while compiling)",
                          "wall_s": 60.4}, config, study, 2)
     runner = open_search(settings)
     assert "compiled_autograd=true ran out of its limit while compiling 2 times here on" in runner.refusal(config)
     assert runner.refusal({**config, "compiled_autograd": False}) is None
+
+
+def test_the_whole_model_cut_at_the_limit_in_each_study_is_refused_before_launch_and_a_heavy_mode_named_first():
+    """lora-8b's whole-model recipes ran out of their 240 s while compiling in each of its searches (H200, torch
+    2.11, 2026-11-27: 480 s of lora-8b-fresh-2's 1335 s); the committed store (studies/gpu-failures.db, learned
+    from every committed study) refuses a whole-model configuration there at that limit, names a heavy mode's
+    cuts before the whole model's where both hold, and refuses nothing regional nor at a limit the whole model
+    warmed up within (llama-8b: 363 s)."""
+    store = f"{ROOT}/studies/gpu-failures.db"
+    lora, llama = CompileMemory(store, *H200, "lora-8b"), CompileMemory(store, *H200, "llama-8b")
+    full = {"compile": True, "scope": "full", "mode": "default", "dynamic": None}
+    assert 'scope="full" ran out of its limit while compiling' in lora.reason(full, 240)
+    assert lora.reason({**full, "scope": "regional"}, 240) is None
+    autotune = lora.reason({**full, "mode": "max-autotune-no-cudagraphs"}, 240)
+    assert 'mode="max-autotune-no-cudagraphs" ran out' in autotune, autotune
+    assert 'scope="full" ran out' in llama.reason(full, 240) and llama.reason(full, 400) is None

@@ -93,6 +93,18 @@ def compile_heavy_values(config: dict) -> list[tuple[str, object]]:
     values = {"mode": config.get("mode"), "compiled_autograd": config.get("compiled_autograd"),
               "inductor.coordinate_descent_tuning": (config.get("inductor") or {}).get("coordinate_descent_tuning")}
     return [(name, value) for name, value in values.items() if any(_same(value, v) for v in COMPILE_HEAVY[name])]
+
+
+# The compile cuts store (knowledge.cuts) also follows the whole model as one graph: a model of many
+# blocks compiles them one after another there, and where that never fits the trial limit, a whole-model
+# configuration is refused before launch as a compile-heavy value is (docs/decisions.md).
+WHOLE_MODEL = ("scope", "full")
+
+
+def compile_cut_values(config: dict) -> list[tuple[str, object]]:
+    """What the compile cuts store keeps a configuration's outcome against: its COMPILE_HEAVY values and,
+    where it compiles the whole model as one graph, WHOLE_MODEL."""
+    return compile_heavy_values(config) + ([WHOLE_MODEL] if config.get("scope") == WHOLE_MODEL[1] else [])
 # The value a dimension takes when a move makes it apply and neither parent had it.
 _PROMISING_VALUE = {**{name: True for name, values in PROMISING.items() if values == {True}},
                     "activation_memory_budget": 0.5}  # the model's checkpointing turned off: half its activations kept

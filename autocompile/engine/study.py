@@ -40,7 +40,7 @@ from autocompile.engine.settings import DEFAULT_FINALISTS, SearchSettings  # noq
 from autocompile.space import Capabilities, SearchSpace, WorkloadTraits
 from autocompile.engine.storage import (check_study_name, counted, create_or_load, fail_stale,  # noqa: F401
                                  load_study, open_storage, set_budget, storage_url)
-from autocompile.engine.strategy import compile_heavy_values
+from autocompile.engine.strategy import compile_cut_values
 from autocompile.trial import caches, prestart, reap_orphans
 from autocompile.trial.result import Status
 from autocompile.engine.records import Role, trial_folder
@@ -211,9 +211,9 @@ def open_search(settings: SearchSettings, progress: Progress | None = None, call
 
 
 def compile_cuts(path: str, torch: str, device: str, model: str) -> CompileCuts:
-    """The store's compile cuts of one model here, told what the search counts as compile-heavy
-    (`strategy.COMPILE_HEAVY`)."""
-    return CompileCuts(path, torch, device, model, heavy=compile_heavy_values)
+    """The store's compile cuts of one model here, told what the search follows there (`strategy.COMPILE_HEAVY`
+    and the whole model as one graph: `strategy.compile_cut_values`)."""
+    return CompileCuts(path, torch, device, model, heavy=compile_cut_values)
 
 
 def learn_from(path: str, study) -> dict[str, int]:

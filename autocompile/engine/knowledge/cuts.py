@@ -98,19 +98,25 @@ class CompileCuts(Observer):
         return self.remember(attrs, attrs["config"], study.study_name, trial.number, moved)
 
     def reason(self, config: dict, limit_s: float) -> str | None:
-        """Why `config` is expected not to warm up within `limit_s` here, or None."""
+        """Why `config` is expected not to warm up within `limit_s` here, or None. Where several of its values
+        say so, the one with the fewest trials stored against it: the most particular to this configuration
+        (a compile-heavy mode before the whole model, which every whole-model trial holds)."""
         items = _all_items(config) if config.get("compile") else []
         where = f"torch = ? and device = ? and model = ? and item in ({', '.join('?' * len(items))})"
         rows = list(self.db[TABLE].rows_where(where, [*self.key.values(), *items])) if items else []
+        found = []
         for each in items:
             held = [r for r in rows if r["item"] == each]
             cut = [r for r in held if r["outcome"] == "cut" and r["seconds"] >= 0.9 * limit_s]
             if len(cut) >= TIMES and not any(r["outcome"] == "warmed" and r["seconds"] < limit_s for r in held):
-                shown = ", ".join(f"study {r['study']} trial {r['trial']}" for r in cut[:4])
-                return (f"expected not to fit the {limit_s:.0f} s trial limit: {each} ran out of its limit while "
-                        f"compiling {len(cut)} times here on {self.key['model']} ({shown}), and never warmed up "
-                        f"within {limit_s:.0f} s")
-        return None
+                found.append((len(held), each, cut))
+        if not found:
+            return None
+        _, each, cut = min(found, key=lambda x: x[0])
+        shown = ", ".join(f"study {r['study']} trial {r['trial']}" for r in cut[:4])
+        return (f"expected not to fit the {limit_s:.0f} s trial limit: {each} ran out of its limit while "
+                f"compiling {len(cut)} times here on {self.key['model']} ({shown}), and never warmed up "
+                f"within {limit_s:.0f} s")
 
     @staticmethod
     def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
