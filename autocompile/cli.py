@@ -491,6 +491,10 @@ def cmd_best(args) -> int:
     else:
         if args.verbosity:
             print(format_best(summary["best"]), file=sys.stderr)
+            if _round_owed(study):
+                print(f"note: study {args.study!r} has no finalist round yet (its search stopped before it, or still "
+                      "runs): the winner is the best single measurement; the same search command resumes it",
+                      file=sys.stderr)
             if summary["effects"]:
                 print(format_effects(summary["effects"]), file=sys.stderr)
             failures = format_failures(summary["rows"], args.study)
@@ -498,6 +502,12 @@ def cmd_best(args) -> int:
                 print(failures, file=sys.stderr)
         print(summary["best"]["snippet"])
     return 0
+
+
+def _round_owed(study) -> bool:
+    """Whether the study's search plans a finalist round that has not given its verdict."""
+    planned = (study.user_attrs.get("search_settings") or {}).get("finalists", 0)
+    return bool(planned) and not study.user_attrs.get("finalists")
 
 
 def cmd_report(args) -> int:

@@ -32,6 +32,17 @@ def test_best_of_a_committed_result_prints_its_snippet_and_winner(workload, stud
     assert figures["status"] == "ok" and figures["vs_eager"] > 1
 
 
+def test_best_of_a_search_stopped_before_its_finalist_round_says_so():
+    """lora-8b-60gb-2 was cut by the device's time after five trials (H200, 2026-11-27): `best` prints its
+    best single measurement and says that no finalist round has judged it yet; a finished study does not."""
+    history = os.path.join(STUDIES, "history")
+    out = cli("best", "--study", "lora-8b-60gb-2", "--dir", history)
+    assert out.returncode == 0 and out.stdout.startswith('"""Compile settings for lora-8b'), out.stderr
+    assert "note: study 'lora-8b-60gb-2' has no finalist round yet" in out.stderr
+    finished = cli("best", "--study", "lora-8b-fresh-2", "--dir", history)
+    assert finished.returncode == 0 and "no finalist round" not in finished.stderr
+
+
 def test_import_autocompile_stays_light():
     out = subprocess.run([sys.executable, "-c", "import sys, autocompile; print(sorted({'torch', 'optuna'} & set(sys.modules)))"],
                          capture_output=True, text=True, cwd=ROOT)
