@@ -29,6 +29,9 @@ class Status(str, Enum):
     DUPLICATE = "duplicate"  # proposed again, never run
     NOT_STARTED = "not started"  # not expected to fit what is left before the finalist round
     INTERRUPTED = "interrupted"  # Ctrl-C, or the search stopped during it
+    # a finalist's row in the round's verdict, besides OK
+    NOT_RUN = "not run"  # no time was left in the round to measure it again
+    FAILED_AGAIN = "failed again"  # none of its reruns ran cleanly
 
     def __str__(self) -> str:
         return self.value

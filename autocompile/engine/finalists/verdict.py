@@ -183,10 +183,10 @@ def _row(t, runs: list[dict], eager_pace: float | None, horizon: int, gpu: str |
     ok = [x for x in runs if x["status"] == Status.OK]
     where = {} if gpu is None else {"gpu": gpu, "eager_scale": eager_scale}
     if not runs:
-        return {"trial": t.number, "config": t.user_attrs["config"], "status": "not run",
+        return {"trial": t.number, "config": t.user_attrs["config"], "status": Status.NOT_RUN,
                 "reason": "no time left in the round", **where}
     if not ok:
-        return {"trial": t.number, "config": t.user_attrs["config"], "status": "failed again",
+        return {"trial": t.number, "config": t.user_attrs["config"], "status": Status.FAILED_AGAIN,
                 "reason": "; ".join(x.get("reason", "") for x in runs), **where}
     cold = [x for x in ok if x.get("cold")]  # its warm-up measured cold in the round: that one stands
     warmup_s = statistics.mean(x["warmup_s"] for x in cold or ok)
