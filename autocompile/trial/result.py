@@ -74,6 +74,8 @@ class Result(TypedDict, total=False):
     unit: str
     window_steps: int
     window_rates: list[float]
+    settling_windows: int  # the first windows left out of the steady speed, still settling (worker.settled)
+    settling_s: float  # what those windows lost against the steady speed
     interval: float | None
     cv: float  # the windows' spread
     measured_steps: int

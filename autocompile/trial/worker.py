@@ -665,6 +665,21 @@ def interval(rates: list[float]) -> float:
     return t * statistics.stdev(rates) / math.sqrt(len(rates)) / statistics.mean(rates)
 
 
+def settled(rates: list[float], least: int = MIN_WINDOWS) -> int:
+    """How many leading windows still belong to the warm-up's tail (MSER, the marginal standard error rule):
+    the cut d, at most half the windows and leaving `least`, that minimises the spread of the windows after
+    it over their count squared. A speed still rising in the first windows (caches, clocks, a neighbour's
+    compile) then does not pull the steady speed down (docs/measurement.md)."""
+    best, cut = math.inf, 0
+    for d in range(0, min(len(rates) // 2, len(rates) - least) + 1):
+        rest = rates[d:]
+        mean = sum(rest) / len(rest)
+        spread = sum((x - mean) ** 2 for x in rest) / len(rest) ** 2
+        if spread < best - 1e-15:
+            best, cut = spread, d
+    return cut
+
+
 def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events: Events, result: dict, sync,
              counts: list[int], unit: str) -> None:
     """Steady state: windows of whole passes over the pool (so every window sees the same lengths), at
@@ -677,40 +692,42 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
     min_windows, max_windows = spec.get("min_windows", MIN_WINDOWS), spec.get("max_windows", MAX_WINDOWS)
     target = spec.get("target_interval", TARGET_INTERVAL)
     rates: list[float] = []
-    total_steps = total_items = 0
-    total_time = 0.0
+    times: list[float] = []
+    items: list[int] = []
     while len(rates) < max_windows:
-        if len(rates) >= min_windows and _all_ranks(time.time() + total_time / len(rates) > spec.get("_deadline", math.inf)):
+        if len(rates) >= min_windows and _all_ranks(time.time() + sum(times) / len(rates) > spec.get("_deadline", math.inf)):
             result["notes"].append(f"measurement stopped after {len(rates)} windows: another would pass the trial's limit")
             break
         sync()
         t0 = time.perf_counter()
+        items.append(0)
         for _ in range(window_steps):
             training.step(index)
-            total_items += counts[index % pool]
+            items[-1] += counts[index % pool]
             index += 1
         sync()
-        elapsed = time.perf_counter() - t0
-        rates.append(window_steps / elapsed)
-        total_steps += window_steps
-        total_time += elapsed
+        times.append(time.perf_counter() - t0)
+        rates.append(window_steps / times[-1])
         events.emit(phase="measuring", window=len(rates), steps_per_s=round(rates[-1], 3))
-        if _all_ranks(len(rates) >= min_windows and interval(rates) <= target):
+        if _all_ranks(len(rates) >= min_windows and interval(rates[settled(rates, min_windows):]) <= target):
             break
-    cv = statistics.pstdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
+    cut = settled(rates, min_windows)
+    steady, total_time = rates[cut:], sum(times[cut:])
+    cv = statistics.pstdev(steady) / statistics.mean(steady) if len(steady) > 1 else 0.0
     peak, peak_kind = _peak_memory_gb(torch, spec["device"])
     result.update(_padding_share(training))
     result.update(
         status=Status.OK,
         reason="",
-        steps_per_s=total_steps / total_time,
-        items_per_s=total_items / total_time,
+        steps_per_s=window_steps * len(steady) / total_time,
+        items_per_s=sum(items[cut:]) / total_time,
         unit=unit,
         window_steps=window_steps,
         window_rates=rates,
-        interval=interval(rates) if len(rates) > 1 else None,
+        settling_windows=cut,
+        interval=interval(steady) if len(steady) > 1 else None,
         cv=cv,
-        measured_steps=total_steps,
+        measured_steps=window_steps * len(rates),
         compiles=watcher.compiles_started,
         recompiles=len(watcher.recompile_reasons),
         recompiles_after_warmup=watcher.events - warm["events"],
@@ -722,8 +739,13 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
         peak_mem_kind=peak_kind,
     )
     _gather_ranks(result)
-    if len(rates) > 1 and interval(rates) > target:
-        result["notes"].append(f"the steady speed's 95% interval stayed at +-{interval(rates):.1%}, above "
+    if cut:  # what those windows lost against the steady speed: seconds, small beside the warm-up
+        result["settling_s"] = max(0.0, sum(times[:cut]) - cut * total_time / len(steady))
+        result["notes"].append(f"the first {cut} of {len(rates)} measuring windows were still settling "
+                               f"({', '.join(f'{r:.3g}' for r in rates[:cut])} steps/s, {result['settling_s']:.1f} s "
+                               "lost against the steady speed): the steady speed is the rest's")
+    if len(steady) > 1 and interval(steady) > target:
+        result["notes"].append(f"the steady speed's 95% interval stayed at +-{interval(steady):.1%}, above "
                                f"+-{target:.1%}, after {len(rates)} windows")
     if watcher.limit_hits:
         result["status"] = Status.INFEASIBLE
