@@ -185,8 +185,8 @@ def single_changes(study) -> list[dict]:
 
 def param_importances(study) -> dict[str, float]:
     """Optuna's parameter importances of the score, {} where there are too few trials for them, or
-    where they are all alike: no parameter explained the score (llama-8b-fresh-5's seven trials with
-    parameters gave each of its 20 parameters 0.05)."""
+    where they are all alike: no parameter explained the score (Optuna then gives each of n
+    parameters 1/n; docs/decisions.md)."""
     import warnings
 
     import optuna
