@@ -679,7 +679,8 @@ def _pack_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str], li
                 f"CAUSAL = {layout.causal!r}  # a causal decoder: its mask comes from the position ids",
                 f"SHIFTED = {_literal(tuple(layout.shifted))}  # labels the loss shifts: each sequence's first ignored"]
     settings.append("MASK_DTYPE = torch.float32  # a non-causal mask's under packing: the model's, set by apply_compilation"
-                    if layout.mask and not layout.causal else "MASK_DTYPE = None  # no block-diagonal mask: MASK is None or CAUSAL")
+                    if layout.mask and not layout.causal
+                    else "MASK_DTYPE = None  # no block-diagonal mask: MASK is None or CAUSAL")
     body = ["    batch = pack(batch)"]
     if config["compile"] and info.device_type == "cuda" and uses_cuda_graphs(config):
         body += CUDA_GRAPH_STEP

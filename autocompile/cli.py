@@ -210,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="join a running study (from another host) and run its trials until its budget is spent")
     p.add_argument("--study", required=True)
     p.add_argument("--storage", required=True, help="the study's storage URL, e.g. postgresql+psycopg://user@host/db")
-    p.add_argument("--dir", default="studies", help="where this host keeps the trials' files: DIR/STUDY/trials (default: studies)")
+    p.add_argument("--dir", default="studies",
+                   help="where this host keeps the trials' files: DIR/STUDY/trials (default: studies)")
     p.add_argument("--timeout", type=_positive_float, help="stop after this many seconds (the study's own deadline holds too)")
     _gpus_arg(p)
 
@@ -276,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--forget-all", action="store_true", help="forget everything remembered")
     group.add_argument("--learn", metavar="STUDY", help="remember what a finished study's trials with compile-heavy "
                                                        "values (max-autotune, coordinate descent, compiled autograd) "
-                                                       "or the whole model as one graph took, or that they ran out of their limit while compiling, "
+                                                       "or the whole model as one graph took, or that they ran out of "
+                                                       "their limit while compiling, "
                                                        "and what its finalist round's cold runs took against the "
                                                        "warm-ups reconstructed from a shared cache")
     p.add_argument("--dir", default="studies", help="where --learn's study lives: DIR/STUDY/ (default: studies)")
@@ -352,7 +354,8 @@ def cmd_search(args) -> int:
     if args.trials == 0:  # only the finalist round: of a study that has trials
         existing, _ = _existing_study(argparse.Namespace(storage=args.storage, dir=args.dir, study=settings.study))
         if not existing.trials:
-            raise UserError(f"study {settings.study!r} has no trials: --trials 0 runs only the finalist round of a study that has some")
+            raise UserError(f"study {settings.study!r} has no trials: "
+                            "--trials 0 runs only the finalist round of a study that has some")
     summary = run(settings, args.verbosity, gpus=args.gpus).summary
     print(format_summary(summary))
     if summary["best"] is None:
@@ -604,7 +607,8 @@ def cmd_failures(args) -> int:
         learned = learn_from(path, study)
         held, cold, gains = learned["cuts"], learned["cold"], learned["gains"]
         print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy, "
-              f"whole-model or implicated values remembered, and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
+              "whole-model or implicated values remembered, "
+              f"and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
               f"in {path}; {gains} {'neighbour' if gains == 1 else 'neighbours'} against "
               f"{'its parent' if gains == 1 else 'their parents'} too")
         return 0
@@ -645,7 +649,8 @@ def _list_knowledge(path: str) -> None:
               + (f", cut while compiling after up to {max(cut):.0f} s" if cut else "")
               + f" ({len(rows)} {'run' if len(rows) == 1 else 'runs'})")
     for gain in known["gains"]:
-        print(f"neighbours against their parents [torch {gain['torch']}, {gain['device']}, {gain['model']}]: {gain['moves']}, the most "
+        print(f"neighbours against their parents [torch {gain['torch']}, {gain['device']}, {gain['model']}]: "
+              f"{gain['moves']}, the most "
               f"one gained {gain['ratio']:.2f}x its parent's steady speed (the ceiling of a neighbour's pruning bound)")
     for cold in known["cold"]:
         print(f"cold runs of the finalist round [torch {cold['torch']}, {cold['device']}, {cold['model']}]: the latest "
@@ -738,8 +743,8 @@ def cmd_cache_check(args) -> int:
     device = _device(args.device)
     space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed)
     out = os.path.join(args.dir, "cache-check-" + study_name(args.model))
-    command = (f"autocompile cache-check --model {args.model} --device {device} --groups {args.groups} --per-group {args.per_group} "
-               f"--trial-timeout {args.trial_timeout:g} --dir {args.dir}")
+    command = (f"autocompile cache-check --model {args.model} --device {device} --groups {args.groups} "
+               f"--per-group {args.per_group} --trial-timeout {args.trial_timeout:g} --dir {args.dir}")
     state = check_cache(space, args.model, device, out, args.groups, args.per_group, args.trial_timeout, command,
                         say=lambda line: print(line, file=sys.stderr, flush=True))
     with open(os.path.join(out, "cache-check.md"), "w") as f:
@@ -748,7 +753,8 @@ def cmd_cache_check(args) -> int:
     return 0 if state["rows"] else 1
 
 
-COMMANDS = {"screen-check": cmd_screen_check, "cache-check": cmd_cache_check, "search": cmd_search, "worker": cmd_worker, "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
+COMMANDS = {"screen-check": cmd_screen_check, "cache-check": cmd_cache_check, "search": cmd_search, "worker": cmd_worker,
+            "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
             "models": cmd_models, "repro": cmd_repro,
             "space": cmd_space, "failures": cmd_failures, "export": cmd_export, "dashboard": cmd_dashboard}
 

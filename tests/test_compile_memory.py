@@ -15,7 +15,8 @@ def _learned(tmp_path, capsys) -> str:
     path = str(tmp_path / "failures.db")
     for name in ("captioner-fresh-5", "captioner-fresh-6"):
         assert main(["failures", "--failure-memory", path, "--learn", name, "--dir", HISTORY]) == 0
-    assert "learned from study 'captioner-fresh-6': 4 trials with compile-heavy, whole-model or implicated values remembered" in capsys.readouterr().out
+    assert ("learned from study 'captioner-fresh-6': 4 trials with compile-heavy, whole-model or implicated values remembered"
+            in capsys.readouterr().out)
     return path
 
 

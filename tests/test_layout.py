@@ -1,6 +1,7 @@
 """The package's layers and the docs hold: `lint-imports` keeps the contracts of pyproject.toml (a layer
-imports only the layers below it, no import circles), `mkdocs build --strict` builds docs/ (a broken link
-or a page missing from the nav fails), and README stays a page read in minutes."""
+imports only the layers below it, no import circles), `ruff check` finds nothing under the rules of
+pyproject.toml, `mkdocs build --strict` builds docs/ (a broken link or a page missing from the nav
+fails), and README stays a page read in minutes."""
 
 import os
 import subprocess
@@ -17,6 +18,12 @@ def test_the_import_contracts_are_kept():
     done = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert "2 kept, 0 broken" in done.stdout
+
+
+def test_ruff_finds_nothing():
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "autocompile", "tests", "plugins", "scripts"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
 
 
 def test_the_docs_build_strictly(tmp_path):

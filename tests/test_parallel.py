@@ -220,8 +220,8 @@ def test_the_winners_snippet_trains_under_torchrun_as_the_trial_did(searched, tm
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(tests=os.path.join(ROOT, "tests"), snippet=str(snippet)))
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-                           str(script)], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(free_port()), str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     losses = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("LOSSES"))[7:])
     with open(os.path.join(folder, "result.json")) as f:

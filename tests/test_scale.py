@@ -180,7 +180,8 @@ def test_a_dead_workers_trial_is_failed_as_stale_and_its_configuration_queued_ag
     from autocompile.engine.storage import create_or_load, fail_stale, open_storage
 
     monkeypatch.setenv("AUTOCOMPILE_HEARTBEAT_S", "1")
-    url = {"sqlite": lambda: "sqlite:///" + str(tmp_path / "study.db"), "journal": lambda: JOURNAL + str(tmp_path / "journal.log"),
+    url = {"sqlite": lambda: "sqlite:///" + str(tmp_path / "study.db"),
+           "journal": lambda: JOURNAL + str(tmp_path / "journal.log"),
            "postgres": lambda: request.getfixturevalue("postgres")}[kind]()
     storage = open_storage(url)
     study = create_or_load("stale", storage, direction="maximize")

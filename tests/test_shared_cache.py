@@ -72,7 +72,8 @@ def test_trials_after_the_baselines_share_one_cache_and_carry_a_reconstructed_wa
     assert searched and all(t.user_attrs.get("compile_cache") == "shared" for t in searched)
     baselines = [t for t in study.trials if t.user_attrs.get("role") in ("eager", "compile-defaults")]
     assert all("compile_cache" not in t.user_attrs for t in baselines)  # measured cold, the comparison users read
-    # under the shared cache Triton's autotuning starts from nothing (graphs.cold_autotune); plain torch.compile's is as torch has it
+    # under the shared cache Triton's autotuning starts from nothing (graphs.cold_autotune);
+    # plain torch.compile's is as torch has it
     assert [t.user_attrs["autotune_local_cache"] for t in searched if t.user_attrs["status"] == "ok"] \
         == [False] * len([t for t in searched if t.user_attrs["status"] == "ok"])
     assert [t.user_attrs.get("autotune_local_cache") for t in baselines if t.user_attrs["role"] == "compile-defaults"] == [True]

@@ -403,7 +403,8 @@ def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
     from autocompile.engine.cost import WARM_SHARE, rerun_estimate_s
     from autocompile.engine.finalists import REACH, contenders, finalist_reserve
 
-    committed = load_study("llama-8b-fresh", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh", "study.db"))
+    committed = load_study("llama-8b-fresh",
+                           "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh", "study.db"))
     study = optuna.create_study(directions=committed.directions)
     study.add_trials([t for t in committed.trials if t.number <= 3])
     assert [t.number for t in contenders(study, 3)] == [3, 2]
@@ -462,7 +463,8 @@ def test_the_finalist_round_leaves_out_a_baseline_that_took_longer_than_a_rerun_
     from autocompile.engine.cost import rerun_estimate_s
     from autocompile.engine.finalists import contenders, finalist_reserve
 
-    committed = load_study("llama-8b-fresh-4", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh-4", "study.db"))
+    committed = load_study("llama-8b-fresh-4",
+                           "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh-4", "study.db"))
     study = optuna.create_study(directions=committed.directions)
     study.add_trials([t for t in committed.trials if t.number <= 2])
     walls = {t.number: t.user_attrs["wall_s"] for t in study.trials}
@@ -516,7 +518,8 @@ def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_ro
     shutil.copytree(os.path.join(ROOT, "studies", "history", "captioner-search"), tmp_path / "captioner-search",
                     ignore=shutil.ignore_patterns("artifacts", "report", "study.db"))
     # The study as that round left it: its trials 0-10 (the committed one has a later round too).
-    committed = load_study("captioner-search", "sqlite:///" + os.path.join(ROOT, "studies", "history", "captioner-search", "study.db"))
+    committed = load_study("captioner-search",
+                           "sqlite:///" + os.path.join(ROOT, "studies", "history", "captioner-search", "study.db"))
     study = optuna.create_study(study_name="captioner-search", directions=committed.directions,
                                 storage="sqlite:///" + str(tmp_path / "captioner-search" / "study.db"))
     study.add_trials([t for t in committed.trials if t.number <= 10])

@@ -94,12 +94,14 @@ def too_slow(study, config: dict, limit_s: float, explained=lambda config: None)
             continue
         factor, because = _factor(seen, config, seen_weight, weight)
         slow = (a.get("warmup_s") or 0) * factor >= limit_s
-        cut = a.get("status") == Status.TIMEOUT and "while compiling" in a.get("reason", "") and a.get("wall_s", 0) >= 0.9 * limit_s
+        cut = (a.get("status") == Status.TIMEOUT and "while compiling" in a.get("reason", "")
+               and a.get("wall_s", 0) >= 0.9 * limit_s)
         if (slow or cut) and not explained(seen):
             how = f"took {a['warmup_s']:.0f} s to warm up" if slow else f"was still compiling after {a['wall_s']:.0f} s"
             if slow and because:
                 how += because
-            return f"expected not to fit the {limit_s:.0f} s trial limit: trial {t.number} ({seen['scope']}, {seen.get('mode')}) {how}"
+            return (f"expected not to fit the {limit_s:.0f} s trial limit: "
+                    f"trial {t.number} ({seen['scope']}, {seen.get('mode')}) {how}")
     return None
 
 

@@ -185,7 +185,8 @@ def _fail_dead_workers(study) -> int:
         if not _dead_here(trial):
             continue
         storage = study._storage
-        storage.set_trial_user_attr(trial._trial_id, "reason", f"stale: its worker (pid {trial.user_attrs['worker']['pid']}) died")
+        storage.set_trial_user_attr(trial._trial_id, "reason",
+                                    f"stale: its worker (pid {trial.user_attrs['worker']['pid']}) died")
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             if storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL):
                 _retry_callback()(study, storage.get_trial(trial._trial_id))

@@ -45,18 +45,15 @@ PROMISE = (
     ("mode", "reduce-overhead: CUDA graphs +15% (000), the captioner's 1.82x; max-autotune tunes kernels"),
     ("static_grads", "under CUDA graphs with a compiled step, gradients read in place instead of copied in: "
                      "001's step #3, tried right after a CUDA-graph mode (5.32 against 5.54 steps/s on its "
-                     "small model, A100; the captioner's compiled step with them: 19.1 against 20.6-20.9 steps/s, "
-                     "22 s less warm-up, H200, 2026-11-26)"),
+                     "small model, A100; slower on the captioner too: docs/decisions.md)"),
     ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets); packed, no padding computed"),
     ("pack_attention", "packed rows under FlexAttention: the blocks where one sequence would see another skipped"),
     ("pack_length", "packed rows of the longest sequence (one length, fewer rows) or the batch in one row"),
     ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
     ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
     ("compiled_autograd", "the whole backward as one compiled graph (002: dynamic backward graphs, hooks, FSDP); "
-                          "late: on an H100 (torch 2.11) the captioner and llama-8b winners with it were still "
-                          "compiling at 300 and 270 s, a whole backward per padded length; given 500 s on an "
-                          "H200, the captioner's warmed up in 419 s to run 20.2 against 20.5-20.8 steps/s "
-                          "(studies/README.md)"),
+                          "late: a whole backward per padded length, minutes of warm-up for no speed on the GPU "
+                          "models (docs/decisions.md)"),
     ("inductor.coordinate_descent_tuning", "tunes Triton kernel configs (COMPILE_HEAVY)"),
     ("inductor.shape_padding", "pads matrix dimensions for faster kernels (001)"),
     ("inductor.epilogue_fusion", "fuses pointwise epilogues into matrix kernels"),
@@ -78,12 +75,7 @@ PROMISING = {
 # Moves that multiply what a compile does: Inductor benchmarking kernel candidates (the max-autotune
 # modes turn coordinate descent on too), or the whole backward compiled again as one graph per length
 # (compiled autograd). Proposed after every other move but those away from a promising value:
-# nowhere measured did one pay for its compile. llama-8b's coordinate descent ran 5.30 against 5.30
-# and 5.42 against 5.34 steps/s for 30 s more of warm-up (score -1.4% and -0.5%); on the captioner
-# (regional reduce-overhead, buckets, 28 s of cold warm-up) max-autotune and coordinate descent each
-# ran out of their 240 s limit while compiling, 480 s of a 1560 s search (H200, torch 2.11,
-# llama-8b-fresh-7 and captioner-fresh-6, 2026-11-26); compiled autograd warmed up in 419 and 422 s
-# against 24 and 78 s without it, for no speed (H200, 2026-11-26, studies/README.md).
+# nowhere measured did one pay for its compile (docs/decisions.md: "compile-heavy moves are proposed last").
 COMPILE_HEAVY = {"mode": {"max-autotune-no-cudagraphs", "max-autotune"}, "inductor.coordinate_descent_tuning": {True},
                  "compiled_autograd": {True}}
 
@@ -105,15 +97,16 @@ def compile_cut_values(config: dict) -> list[tuple[str, object]]:
     """What the compile cuts store keeps a configuration's outcome against: its COMPILE_HEAVY values and,
     where it compiles the whole model as one graph, WHOLE_MODEL."""
     return compile_heavy_values(config) + ([WHOLE_MODEL] if config.get("scope") == WHOLE_MODEL[1] else [])
+
+
 # The value a dimension takes when a move makes it apply and neither parent had it.
 _PROMISING_VALUE = {**{name: True for name, values in PROMISING.items() if values == {True}},
                     "activation_memory_budget": 0.5}  # the model's checkpointing turned off: half its activations kept
 
 # A parent whose warm-up is at least this share of its projected run (warm-up plus the horizon's
-# steps at its steady speed) first drops a graph it compiles besides the model's: the captioner's
-# regional reduce-overhead recipe with a compiled step spent 116 s of its 601 s (19%) warming up,
-# and without the step ran as fast after 31-34 s (score 19.5 against 16.6; H200, 2026-11-23). A
-# llama-8b recipe spends about 1% there (26 s of 2006 s), where a compiled step's +5% pays.
+# steps at its steady speed) first drops a graph it compiles besides the model's: at that share the
+# same speed after a shorter warm-up scores more, below it what the graph gains pays (docs/decisions.md:
+# "a parent heavy with warm-up first drops a graph it compiles besides the model's").
 WARMUP_SHARE = 0.1
 
 
@@ -227,7 +220,7 @@ def _rank(name: str, value, base: dict, borrow: dict, heavy: bool = False) -> in
 
 def _rank_lighter(name: str, value, base: dict, borrow: dict) -> int:
     """For a move from the fastest trial towards the incumbent: 0 where it stops compiling a graph
-    the incumbent does without (the optimizer step: 60-75 s of warm-up on both GPU models); 1 for
+    the incumbent does without (the optimizer step: a large share of the warm-up on the GPU models); 1 for
     the incumbent's other values; 2 for the rest."""
     if _drops_a_graph(name, value, base) and name in borrow and not borrow[name]:
         return 0
@@ -237,9 +230,8 @@ def _rank_lighter(name: str, value, base: dict, borrow: dict) -> int:
 def neighbours_turn(study, proposals: int) -> bool:
     """Whether the next proposal is a neighbour of the incumbent rather than TPE's: every other one,
     and besides whenever TPE's proposals have taken longer than the neighbours so far (equal time,
-    not equal turns). captioner-fresh-5 (H200, 2026-11-26) gave one TPE proposal 240 s (compiled
-    autograd, cut while compiling) where its neighbours took 30-33 s each with the shared cache:
-    turn by turn, that one proposal cost the time of seven neighbours."""
+    not equal turns): one TPE proposal cut at the trial limit can cost the time of several neighbours
+    (docs/decisions.md: "neighbours and TPE's proposals share the time, not the turns")."""
     if proposals % 2 == 0:
         return True
     spent = {Role.NEIGHBOUR: 0.0, Role.SEARCH: 0.0}
@@ -260,11 +252,8 @@ def next_neighbour(space, study, tried, cost=None) -> dict | None:
     values last; and the fastest trial (best steady speed), when another, whose changes towards the
     incumbent's values come first, starting with a graph it compiles and the incumbent does not.
     The score trades steady speed against warm-up: the incumbent may win on warm-up alone, and
-    the fastest trial without its costliest compile may keep its speed. (The captioner's fastest,
-    regional reduce-overhead with a compiled step and buckets, 20.6 steps/s after 116 s of warm-up,
-    ran 20.8 steps/s after 31-34 s with the eager fused AdamW and the loss compiled apart: score
-    19.4-19.5 against the incumbent recipe's 17.0 at 10000 steps; H200, 2026-11-23,
-    studies/runs/2026-11-23-captioner-probe.log.)"""
+    the fastest trial without its costliest compile may keep its speed (docs/decisions.md: "a parent
+    heavy with warm-up first drops a graph it compiles besides the model's")."""
     view = StudyView(study)
     fit = fitting_move(space, study, tried, view)
     best, base = incumbent(space, study, view)
@@ -298,8 +287,8 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
     needed more memory than --max-memory-gb, one rung down the budget ladder, or further where the
     peaks measured at its other rungs predict the next one will not fit either (`_rung`). None where
     the space offers no budget there (the model's own checkpointing is on) or every such move was
-    tried. llama-8b-60gb's recipes all ran over 60 GB (64.1-75.2 GB) and left the search no
-    configuration to start a neighbour from (H200, 2026-11-26)."""
+    tried. Where every configuration ran over the limit, it is the search's only way to one that fits
+    (docs/decisions.md: "a configuration over the memory limit is moved down the budget ladder")."""
     dim = next((d for d in space.dimensions if d.name == BUDGET), None)
     if dim is None:
         return None

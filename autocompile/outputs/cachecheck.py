@@ -190,8 +190,10 @@ def format_check(state: dict) -> str:
              f"{state['date']}, {device}, torch {torch}. Command: `{state['command']}`", "",
              f"Primer run (cold, not compared): warm-up {(state.get('primer') or {}).get('warmup_s') or 0:.1f} s."
              if state.get("primer") else "No primer run.", "",
-             "| # | group | configuration | status | cache hits | measured with the shared cache (s) | reconstructed (s) | cold (s) | error | error with torch's saved time "
-             "| hit graphs: first compile / in the cold run (s) | error with the cold run's times of those graphs | compiled in both runs: shared / cold (s) |",
+             "| # | group | configuration | status | cache hits | measured with the shared cache (s) | reconstructed (s) "
+             "| cold (s) | error | error with torch's saved time "
+             "| hit graphs: first compile / in the cold run (s) | error with the cold run's times of those graphs "
+             "| compiled in both runs: shared / cold (s) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     by_config = {r["config"]: r for r in state.get("rows", [])}
     for i, run in enumerate(state["runs"], 1):
@@ -207,7 +209,8 @@ def format_check(state: dict) -> str:
     lines += _drift_lines(state)
     worst = max((abs(r["error"]) for r in state.get("rows", [])), default=None)
     lines += ["", f"{len(state.get('rows', []))} reconstructions compared; worst error "
-              + ("-" if worst is None else f"{worst:.1%}") + f"; within {TOLERANCE:.0%}: {'yes' if state.get('agree') else 'no'}."]
+              + ("-" if worst is None else f"{worst:.1%}")
+              + f"; within {TOLERANCE:.0%}: {'yes' if state.get('agree') else 'no'}."]
     same = [r["drift"]["error_same_times"] for r in state.get("rows", []) if r.get("drift")]
     if same:
         lines += ["", f"With the cold run's own compile times of the graphs the cache had (what the reconstruction "

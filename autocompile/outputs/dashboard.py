@@ -204,8 +204,8 @@ def serve(study, url: str, study_dir: str, host: str = "127.0.0.1", port: int = 
 
 def without_flat_importances(app, study):
     """The dashboard's app, but for a study whose parameter importances Optuna cannot tell apart it
-    draws none: optuna-dashboard then draws 1/n for every parameter (llama-8b-fresh-5's 20 bars of
-    0.05), which says nothing (`plots.param_importances`, as the report has them)."""
+    draws none: optuna-dashboard then draws 1/n for every parameter, which says nothing
+    (`plots.param_importances`, as the report has them)."""
     path = f"/api/studies/{study._study_id}/param_importances"
 
     def wrapped(environ, start_response):

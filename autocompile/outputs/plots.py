@@ -185,8 +185,8 @@ def single_changes(study) -> list[dict]:
 
 def param_importances(study) -> dict[str, float]:
     """Optuna's parameter importances of the score, {} where there are too few trials for them, or
-    where they are all alike: no parameter explained the score (llama-8b-fresh-5's seven trials with
-    parameters gave each of its 20 parameters 0.05)."""
+    where they are all alike: no parameter explained the score (Optuna then gives each of n
+    parameters 1/n; docs/decisions.md)."""
     import warnings
 
     import optuna
@@ -246,7 +246,8 @@ def plot_effects(study, path: str) -> dict:
         ax.set_yticks(range(len(shown)), [k for k, _ in shown], fontsize=8)
         ax.invert_yaxis()
         n = len([t for t in study.get_trials(deepcopy=False) if t.params and t.state.name == "COMPLETE"])
-        ax.set(xlabel="importance for the score", title=f"Optuna's parameter importances\n({n} trials with parameters: a rough guide)")
+        ax.set(xlabel="importance for the score",
+               title=f"Optuna's parameter importances\n({n} trials with parameters: a rough guide)")
         ax.grid(alpha=0.3, axis="x")
     figure.suptitle(f"{study.study_name}: what each dimension did")
     figure.savefig(path)
@@ -343,10 +344,12 @@ def write_report(study, study_dir: str) -> str:
         f"# Study `{study.study_name}`",
         _header(study),
         "**" + format_best(summary["best"]) + "**" if summary["best"] else "No trial ran cleanly yet.",
-        f"Written by `autocompile report --study {study.study_name}`; the same trials as an SQL table: `results.db` beside the study.",
+        f"Written by `autocompile report --study {study.study_name}`; "
+        "the same trials as an SQL table: `results.db` beside the study.",
         "## The score of each trial",
         "![score of each trial](scores.png)",
-        "Each trial in the order it ran: baselines, recipes, neighbours (of the incumbent or the fastest trial) and sampled trials, the finalist round. A failed trial "
+        "Each trial in the order it ran: baselines, recipes, neighbours (of the incumbent or the fastest trial) "
+        "and sampled trials, the finalist round. A failed trial "
         "scores 0; a pruned one is drawn hollow at the best score it could still have reached when it was stopped.",
         "## Steady speed against warm-up",
         "![steady speed against warm-up](pareto.png)",

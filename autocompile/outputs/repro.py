@@ -21,8 +21,8 @@ of CUDAGraphs that has been overwritten by a subsequent run", inside loss.backwa
 launcher: where the rerun failed as the trial did, repro.py is then unreduced, the trial's snippet
 on its workload in a plain training loop (autocompile.outputs.standalone). So is it where a failure
 raised inside a compiled graph depends on what earlier steps left (Inductor's non-tree CUDA-graph
-AssertionError, H200, torch 2.11): the launcher's graph, run alone, passes, and the minifier says
-so in its log ("Input graph did not fail the tester") within seconds; the launcher is kept as
+AssertionError): the launcher's graph, run alone, passes, and the minifier says so in its log
+("Input graph did not fail the tester") within seconds; the launcher is kept as
 minifier_launcher_does_not_fail.py, and only a minifier the limit stopped is "not reduced within
 the limit". A study's trial whose folder is gone (a committed study keeps study.db only) is rerun
 from a spec.json rebuilt from the study's storage (autocompile.outputs.rebuilt).
@@ -57,8 +57,8 @@ ISOLATE_WHEN = (Status.CRASHED,)
 # The minifier's own words where the graph it was given does not fail when run alone (its first
 # check, before cutting anything): torch/_functorch/fx_minifier.py's `minifier` (used by both
 # after_aot and after_dynamo) raises the first; after_dynamo's accuracy backend logs the second
-# and exits 0. Seen on an H200 (torch 2.11): Inductor's non-tree CUDA-graph AssertionError, raised
-# inside a compiled graph at the trial's second step, gave a launcher whose graph alone passed.
+# and exits 0. A failure that depends on what earlier steps left gives such a launcher (docs/decisions.md:
+# "Evidence moved out of the code").
 DID_NOT_FAIL = ("Input graph did not fail the tester", "Input graph does not fail accuracy testing")
 KEPT_LAUNCHER = "minifier_launcher.py"  # in repro/: the launcher the minifier ran
 PASSING_LAUNCHER = "minifier_launcher_does_not_fail.py"  # in repro/: one whose graph did not fail alone

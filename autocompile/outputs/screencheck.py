@@ -300,7 +300,8 @@ def format_check(result: dict) -> str:
         screened = _figure(row.get("screened")) if "screened" in row else f"{row['status']}: {row.get('reason', '')[:80]}"
         lines.append(f"| {trial} | {row['label']} | {row['full_score']:.3g} | {_figure(row.get('full_score_vs_eager'), '.2f')} "
                      f"| {_figure(row['full_vs_eager'], '.2f')} "
-                     f"| {screened} | {row.get('screen_from', '-')} | {_figure(row.get('rank_full'), 'g')} | {_figure(row.get('rank_screened'), 'g')} |")
+                     f"| {screened} | {row.get('screen_from', '-')} "
+                     f"| {_figure(row.get('rank_full'), 'g')} | {_figure(row.get('rank_screened'), 'g')} |")
     versions = ", ".join(f"{name} {version}" for name, version in result["versions"].items())
     lines += ["", f"- command: `{result['command']}`" if result["command"] else "- command: (from Python)",
               f"- device: {result['device_name']} ({result['device']}); {versions}",

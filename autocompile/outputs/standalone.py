@@ -2,16 +2,16 @@
 
 For a failure torch's minifier cannot take (autocompile.outputs.repro): one raised at run time,
 outside the compiled graphs it wraps, as CUDA graphs' "accessing tensor output of CUDAGraphs that
-has been overwritten by a subsequent run" is, inside loss.backward() (H100, torch 2.11): the
-minifier then writes no launcher; or one raised inside a compiled graph by what earlier steps left
-(Inductor's non-tree CUDA-graph AssertionError, H200, torch 2.11), whose launcher's graph passes
-alone. 002_86f4e0ea9600b3b4.txt: minifiers are of limited reliability;
-where possible, build a small self-contained repro script. `write_script` writes one: the very
-text of the trial's apply_compilation.py first (as a user pastes it), then the workload built by
-name through autocompile's registry as the worker built it (model, seed, batch size, device from
-spec.json), and the worker's training step (autocompile.trial.worker.Training.step) in a plain
-loop, until the exception or the trial's warm-up bound. `python repro.py` exits 1 with the
-exception when it fails, 0 with a line saying it did not.
+has been overwritten by a subsequent run" is, inside loss.backward(): the minifier then writes no
+launcher; or one raised inside a compiled graph by what earlier steps left (Inductor's non-tree
+CUDA-graph AssertionError), whose launcher's graph passes alone (both seen: docs/decisions.md).
+002_86f4e0ea9600b3b4.txt: minifiers are of limited reliability; where possible, build a small
+self-contained repro script. `write_script` writes one: the very text of the trial's
+apply_compilation.py first (as a user pastes it), then the workload built by name through
+autocompile's registry as the worker built it (model, seed, batch size, device from spec.json), and
+the worker's training step (autocompile.trial.worker.Training.step) in a plain loop, until the
+exception or the trial's warm-up bound. `python repro.py` exits 1 with the exception when it fails,
+0 with a line saying it did not.
 """
 
 from __future__ import annotations

@@ -68,7 +68,8 @@ from autocompile.space.spacefile import SpaceFile, _toml_none, load_space_file
 
 # What other modules import from `autocompile.space`: the names defined in its modules.
 __all__ = [
-    "ACTIVATION_BUDGETS", "CHECKPOINTING", "CUDA_GRAPH_MODES", "DEFAULTS", "PARALLEL", "PARALLEL_KEYS", "EAGER", "GRAPHS", "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
+    "ACTIVATION_BUDGETS", "CHECKPOINTING", "CUDA_GRAPH_MODES", "DEFAULTS", "PARALLEL", "PARALLEL_KEYS", "EAGER", "GRAPHS",
+    "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
     "INDUCTOR_OPTIONS_CUDAGRAPHS", "MARK_DYNAMIC", "MODES", "PADDINGS", "SCOPES", "STARTING_POINTS",
     "Capabilities", "Dimension", "Graphs", "SearchSpace", "SpaceFile", "WorkloadTraits",
     "bucket_lengths", "doomed", "load_space_file", "shaping", "uses_autotune", "uses_cuda_graphs",
@@ -164,7 +165,8 @@ class SearchSpace:
                 elif key not in caps.inductor_defaults:
                     self.left_out.append((f"inductor.{key}", f"torch {caps.torch_version} has no such Inductor option"))
                 elif not all(_fits(v, caps.inductor_defaults[key]) for v in values):
-                    self.left_out.append((f"inductor.{key}", f"installed type {type(caps.inductor_defaults[key]).__name__} differs"))
+                    self.left_out.append((f"inductor.{key}",
+                                          f"installed type {type(caps.inductor_defaults[key]).__name__} differs"))
                 else:  # the installed default first: it is what a recipe leaves unchanged
                     default = caps.inductor_defaults[key]
                     values = (default, *[v for v in values if v != default])

@@ -325,9 +325,8 @@ def _start(request: TrialRequest, spec_path: str, log, log_path: str) -> tuple[s
     rank); with `request.prestart`, the next trial's process is started too. An eager trial neither
     takes one nor starts one: its warm-up is shorter than the imports, which would share the CPU
     with its measurement, and a process that imported Dynamo and Inductor ahead is not the one an
-    eager run has (compiled trials import them anyway). The captioner's eager rerun in one ran 11.4
-    steps/s against 13.7 in a fresh process (H200, 2026-11-26); its eager had moved 9% between two
-    fresh processes before, so that proves nothing, but the baseline users read stays as it was."""
+    eager run has (compiled trials import them anyway): the baseline users read stays as it was
+    (docs/decisions.md: "Evidence moved out of the code")."""
     env = _child_env(request)
     alone = request.parallel == "none" and not request.env and bool(request.config.get("compile"))
     process = prestart.take(env) if alone else None

@@ -310,11 +310,9 @@ def _wait_compile_pool(result: dict) -> None:
     they are, Inductor compiles in the trial's own process, one kernel at a time, so a trial whose
     first graphs come from a shared cache could reach its first real compile before them, where a
     cold one's workers start during its first graphs. Every compiled trial waits the same way, so
-    that warm-ups (cold, shared, reconstructed) compare; the wait is kept as compile_pool_s (0-2 s
-    on an H100 for the captioner, whose model is built meanwhile, 2026-11-25: not what made its
-    shared trials' optimizer steps compile 20 s longer than cold ones; studies/README.md). A finalist's
-    warm rerun, whose warm-up is its first run's, does not wait (`compile_pool_wait`): the captioner's
-    waited 4.9-5.9 s of their 31 s (H200, 2026-11-26)."""
+    that warm-ups (cold, shared, reconstructed) compare; the wait is kept as compile_pool_s. A finalist's
+    warm rerun, whose warm-up is its first run's, does not wait (`compile_pool_wait`): the wait would be
+    a sizeable share of its short warm-up (docs/decisions.md: "Evidence moved out of the code")."""
     start = time.perf_counter()
     try:
         from torch._inductor.async_compile import AsyncCompile
@@ -623,11 +621,9 @@ def settle_steps(spec: dict, pool: int) -> int:
     """How many steps in a row must start no compile event to end the warm-up: the spec's, else 3;
     a whole pass over the pool where CUDA graphs are recorded. Inductor's CUDA-graph trees run a
     graph once to warm it and record it the next time it comes (a compile event, torch's callback
-    CUDAGRAPH_RECORDING), so a length that comes once a pass is recorded in the next pass: in
-    captioner-fresh-9 (`--seed 1`: its pool of 16 batches padded to the 128 bucket once) every
-    reduce-overhead trial recorded 36 graphs in its measuring windows, ran its first window at
-    6 steps/s against 20, and lost half its score to the recompile penalty (H200, torch 2.11,
-    2026-11-26)."""
+    CUDAGRAPH_RECORDING), so a length that comes once a pass is recorded in the next pass: a
+    warm-up ended sooner leaves those recordings to the measuring windows, slow and counted as
+    recompiles (docs/decisions.md: "Evidence moved out of the code")."""
     if "settle_steps" in spec:
         return spec["settle_steps"]
     config = {**DEFAULTS, **spec["config"]}
@@ -849,7 +845,7 @@ def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo
         with inductor_config.patch(fallback_random=True):
             training = Training(workload, (model, optimizer), batches[:1], code, f"<replay {side}>")
             # No random draws in an optimizer step: compiled as in the measured run, it loads the code
-            # that run compiled (the captioner's compiled AdamW: 100-150 s cold on an H100).
+            # that run compiled (a compiled optimizer step takes minutes cold on a GPU model: docs/decisions.md).
             out[f"{side}_step_caches"] = {}
             training.step_context = _as_measured(inductor_config, out[f"{side}_step_caches"])
             del model, optimizer
