@@ -15,6 +15,7 @@ from autocompile.errors import UserError
 class SearchResult:
     """What a search gives back: the winner (config and figures), its snippet, the Optuna study,
     and the whole summary (every trial's row, the finalist round, the horizon)."""
+
     summary: dict
     study: object = field(repr=False)
 
@@ -84,16 +85,30 @@ def live_outputs(study_dir: str) -> list:
     return [ResultsTable(os.path.join(study_dir, FILE_NAME)), ArtifactUploader(study_dir)]
 
 
-def search(model: str, trials: int = 10, device: str | None = None, study: str | None = None,
-           directory: str = "studies", verbosity: int = 1, gpus: int | str | None = None, **options) -> SearchResult:
+def search(
+    model: str,
+    trials: int = 10,
+    device: str | None = None,
+    study: str | None = None,
+    directory: str = "studies",
+    verbosity: int = 1,
+    gpus: int | str | None = None,
+    **options,
+) -> SearchResult:
     """Search (or resume) as `autocompile search` does; `gpus` as --gpus (a count or "0,2"); `options`
     are SearchSettings' fields (timeout_s, trial_timeout_s, horizon, finalists, fixed, space_file, storage, ...)."""
     from autocompile.engine.settings import SearchSettings, resolve_device
     from autocompile.engine.workers import parse_gpus
 
     try:
-        settings = SearchSettings(model=model, device=resolve_device(device), study=study or study_name(model),
-                                  directory=directory, trials=trials, **options)
+        settings = SearchSettings(
+            model=model,
+            device=resolve_device(device),
+            study=study or study_name(model),
+            directory=directory,
+            trials=trials,
+            **options,
+        )
     except TypeError as exc:  # an option SearchSettings does not have
         raise UserError(f"search(): {exc}") from None
     return run(settings, verbosity, gpus=None if gpus is None else parse_gpus(str(gpus)))

@@ -97,13 +97,16 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     """The standalone module that applies `config`: settings at the top, two small functions."""
     lines: list[str] = []
     doc = header.strip() or "Compile settings found by autocompile."
-    lines += ['"""' + doc, "",
-              "Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,",
-              "if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and",
-              "prepare_batch(batch) on every batch, right before the forward pass. Wrap your loss",
-              "function (model outputs, batch) -> loss once with compile_loss(loss_fn), and call",
-              "backward(loss) where you called loss.backward(). To start warm, call",
-              "load_compile_cache(path) first with a cache from `autocompile export`."]
+    lines += [
+        '"""' + doc,
+        "",
+        "Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,",
+        "if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and",
+        "prepare_batch(batch) on every batch, right before the forward pass. Wrap your loss",
+        "function (model outputs, batch) -> loss once with compile_loss(loss_fn), and call",
+        "backward(loss) where you called loss.backward(). To start warm, call",
+        "load_compile_cache(path) first with a cache from `autocompile export`.",
+    ]
     if info.parallel != "none":
         from autocompile.parallel import PARALLEL_DOC
 
@@ -121,10 +124,14 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
         if config["matmul_precision"]:
             preamble.append(f"    torch.set_float32_matmul_precision({config['matmul_precision']!r})")
         if config.get("activation_memory_budget") is not None:
-            settings.append(f"ACTIVATION_MEMORY_BUDGET = {config['activation_memory_budget']!r}  "
-                            "# activations kept for the backward; the rest is recomputed")
-            preamble += ["    import torch._functorch.config  # AOTAutograd's partitioner reads it at each compile",
-                         "    torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET"]
+            settings.append(
+                f"ACTIVATION_MEMORY_BUDGET = {config['activation_memory_budget']!r}  "
+                "# activations kept for the backward; the rest is recomputed"
+            )
+            preamble += [
+                "    import torch._functorch.config  # AOTAutograd's partitioner reads it at each compile",
+                "    torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET",
+            ]
         if config["recompile_limit"] and info.recompile_limit_key:
             preamble.append(f"    torch._dynamo.config.{info.recompile_limit_key} = {config['recompile_limit']}")
         preamble += checkpointing_body
@@ -132,17 +139,21 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
         if scope == "modular":
             per_part = {part: _kwargs(config, config["part_modes"][part], info.device_type) for part in info.parts}
             settings.append(f"PART_COMPILE_KWARGS = {_literal(per_part)}  # each part with its own settings")
-            compiling += ["    for part, kwargs in PART_COMPILE_KWARGS.items():",
-                          "        model.get_submodule(part).compile(**kwargs)"]
+            compiling += [
+                "    for part, kwargs in PART_COMPILE_KWARGS.items():",
+                "        model.get_submodule(part).compile(**kwargs)",
+            ]
         else:
             settings.append(f"COMPILE_KWARGS = {_literal(_kwargs(config, config['mode'], info.device_type))}")
             if scope == "full":
                 compiling.append("    model.compile(**COMPILE_KWARGS)  # in place: state_dict keys are unchanged")
             else:
                 settings.append(f"REGIONS = {_literal(info.regions)}  # lists of repeated blocks, each compiled alone")
-                compiling += ["    for path in REGIONS:",
-                              "        for block in model.get_submodule(path):",
-                              "            block.compile(**COMPILE_KWARGS)"]
+                compiling += [
+                    "    for path in REGIONS:",
+                    "        for block in model.get_submodule(path):",
+                    "            block.compile(**COMPILE_KWARGS)",
+                ]
     helpers: list[str] = []  # apply_ddp or apply_fsdp2, under --parallel
     if info.parallel == "none":
         body = preamble + compiling
@@ -154,14 +165,17 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     pack_body, pack_functions = _pack_apply_lines(config, info)
     body += pack_body
     if config["fused_optimizer"]:
-        body += ["    for group in optimizer.param_groups:  # one fused kernel per step instead of foreach",
-                 "        group[\"foreach\"], group[\"fused\"] = False, True"]
+        body += [
+            "    for group in optimizer.param_groups:  # one fused kernel per step instead of foreach",
+            '        group["foreach"], group["fused"] = False, True',
+        ]
     if config["compile"] and config.get("lr_tensor"):
         body += _lr_tensor_lines()
     if config["compile"] and config["compile_optimizer"]:
         backend = config.get("backend", "inductor")  # another backend only in failure triage
-        body.append("    optimizer.step = torch.compile(optimizer.step"
-                    + (f", backend={backend!r})" if backend != "inductor" else ")"))
+        body.append(
+            "    optimizer.step = torch.compile(optimizer.step" + (f", backend={backend!r})" if backend != "inductor" else ")")
+        )
         if config.get("static_grads"):
             body.append("    static_grads(optimizer)  # gradients at fixed addresses for CUDA graphs")
     step_settings, step_functions = _step_lines(config)
@@ -179,8 +193,7 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     if prep_settings:
         lines.append("")
     lines += helpers
-    lines += ["", "def apply_compilation(model, optimizer):",
-              '    """Compile in place; returns the same model and optimizer."""']
+    lines += ["", "def apply_compilation(model, optimizer):", '    """Compile in place; returns the same model and optimizer."""']
     lines += body
     lines += ["    return model, optimizer", "", ""]
     lines += step_functions
@@ -436,13 +449,19 @@ def _checkpointing_lines(config: dict, info: ModelInfo) -> tuple[list[str], list
     if not config["compile"] or how == "as_built" or found is None:
         return [], [], []
     if how == "off":
-        doc = ["", "It turns the model's own activation checkpointing off (" + found.where + "): each block's",
-               "forward runs once, and compile's partitioner recomputes what it does not keep instead."]
+        doc = [
+            "",
+            "It turns the model's own activation checkpointing off (" + found.where + "): each block's",
+            "forward runs once, and compile's partitioner recomputes what it does not keep instead.",
+        ]
         call = found.off_name if found.kind != HUGGING_FACE else "model_checkpointing_off"
         body = [f"    {call}(model)  # the model's own activation checkpointing off: compile recomputes instead"]
     else:
-        doc = ["", "It keeps the model's own activation checkpointing (" + found.where + ") under a selective",
-               "policy: what matrix products and attention compute is kept, the rest recomputed."]
+        doc = [
+            "",
+            "It keeps the model's own activation checkpointing (" + found.where + ") under a selective",
+            "policy: what matrix products and attention compute is kept, the rest recomputed.",
+        ]
         if found.kind == HUGGING_FACE:
             body = ["    model_checkpointing_selective(model)  # matrix products and attention kept, the rest recomputed"]
         else:
@@ -483,7 +502,8 @@ def _backward_lines(config: dict, info: ModelInfo) -> list[str]:
         "    import torch._dynamo.compiled_autograd",
         "",
         f"    with torch._dynamo.compiled_autograd.{api}(lambda graph: torch.compile(graph, dynamic=True)):",
-        "        loss.backward()"]
+        "        loss.backward()",
+    ]
 
 
 def _lr_tensor_lines() -> list[str]:
@@ -495,24 +515,26 @@ def _lr_tensor_lines() -> list[str]:
         "    # The learning rate as a tensor, so an LR scheduler's new value does not recompile the",
         "    # compiled optimizer step (a float LR is a constant of the compiled code).",
         "    for group in optimizer.param_groups:",
-        "        device = group[\"params\"][0].device",
+        '        device = group["params"][0].device',
         "        # A fused kernel reads a tensor LR on the parameters' device (a CPU one it reads back",
         "        # as a number, which a CUDA graph would freeze); compiled steps take it on the CPU.",
-        "        group[\"lr\"] = torch.tensor(float(group[\"lr\"]), device=device if group.get(\"fused\") else \"cpu\")",
-        "        if group.get(\"foreach\") and not group.get(\"capturable\") and device.type == \"cpu\":",
+        '        group["lr"] = torch.tensor(float(group["lr"]), device=device if group.get("fused") else "cpu")',
+        '        if group.get("foreach") and not group.get("capturable") and device.type == "cpu":',
         "            # foreach takes a tensor LR only when capturable, which needs an accelerator",
         "            # (on a GPU, torch.compile makes a fresh optimizer capturable itself)",
-        "            group[\"foreach\"] = False",
+        '            group["foreach"] = False',
     ]
 
 
 def _compile_loss_lines(config: dict) -> tuple[list[str], list[str]]:
     """compile_loss(loss_fn): the criterion compiled apart from the model when the
     configuration says so (one graph: fullgraph), else returned unchanged."""
-    doc = ['    """Compile the loss function apart from the model, or not: use it once on the function',
-           "    that turns the model's outputs and the batch into the loss, then call what it returns:",
-           "    loss_fn = compile_loss(loss_fn); loss = loss_fn(model(...), batch).",
-           '    """']
+    doc = [
+        '    """Compile the loss function apart from the model, or not: use it once on the function',
+        "    that turns the model's outputs and the batch into the loss, then call what it returns:",
+        "    loss_fn = compile_loss(loss_fn); loss = loss_fn(model(...), batch).",
+        '    """',
+    ]
     if not (config["compile"] and config.get("compile_loss")):
         return [], ["def compile_loss(loss_fn):"] + doc + ["    return loss_fn  # not compiled in this configuration"]
     kwargs: dict = {}
@@ -523,7 +545,8 @@ def _compile_loss_lines(config: dict) -> tuple[list[str], list[str]]:
         kwargs["dynamic"] = config["dynamic"]
     settings = [f"LOSS_COMPILE_KWARGS = {_literal(kwargs)}  # the loss: one graph of its own"]
     return settings, ["def compile_loss(loss_fn):"] + doc + [
-        "    return torch.compile(loss_fn, fullgraph=True, **LOSS_COMPILE_KWARGS)"]
+        "    return torch.compile(loss_fn, fullgraph=True, **LOSS_COMPILE_KWARGS)"
+    ]
 
 
 def _prepare_batch_body(config: dict, info: ModelInfo) -> tuple[list[str], list[str], list[str]]:
@@ -546,24 +569,27 @@ def _prepare_batch_body(config: dict, info: ModelInfo) -> tuple[list[str], list[
         else:
             settings.append(f"BUCKETS = {bucket_lengths(info.max_len)}  # a few fixed lengths: one graph each")
             target = "next(b for b in BUCKETS if b >= length)"
-        body += ["    for key, (dim, pad_value) in VARYING.items():",
-                 "        tensor = batch[key]",
-                 "        length = tensor.shape[dim]",
-                 f"        target = {target}",
-                 "        if target > length:",
-                 "            widths = [0, 0] * (tensor.dim() - 1 - dim) + [0, target - length]",
-                 "            batch[key] = torch.nn.functional.pad(tensor, widths, value=pad_value)"]
+        body += [
+            "    for key, (dim, pad_value) in VARYING.items():",
+            "        tensor = batch[key]",
+            "        length = tensor.shape[dim]",
+            f"        target = {target}",
+            "        if target > length:",
+            "            widths = [0, 0] * (tensor.dim() - 1 - dim) + [0, target - length]",
+            "            batch[key] = torch.nn.functional.pad(tensor, widths, value=pad_value)",
+        ]
     if marks:
         fn = "mark_dynamic" if config["mark_dynamic"] == "mark" else "maybe_mark_dynamic"
-        body += ["    for key, (dim, _) in VARYING.items():",
-                 f"        torch._dynamo.{fn}(batch[key], dim)"]
+        body += ["    for key, (dim, _) in VARYING.items():", f"        torch._dynamo.{fn}(batch[key], dim)"]
     if config["compile"] and info.device_type == "cuda" and uses_cuda_graphs(config):
         body += CUDA_GRAPH_STEP
     return body, settings, []
 
 
-CUDA_GRAPH_STEP = ["    # CUDA graphs reuse their output buffers: tell them a new training step begins",
-                   "    torch.compiler.cudagraph_mark_step_begin()"]
+CUDA_GRAPH_STEP = [
+    "    # CUDA graphs reuse their output buffers: tell them a new training step begins",
+    "    torch.compiler.cudagraph_mark_step_begin()",
+]
 
 # The packed batch, said in prepare_batch's docstring.
 PACK_DOC = '''    """Packs the batch's sequences into rows for the compiled model (call it where the collate ends).
@@ -658,8 +684,10 @@ def _pack_apply_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[st
     layout = info.layout or SequenceLayout()
     body = []
     if layout.mask and not layout.causal:
-        body += ["    global MASK_DTYPE  # the packed rows' block-diagonal mask is added to the attention scores",
-                 "    MASK_DTYPE = next(model.parameters()).dtype"]
+        body += [
+            "    global MASK_DTYPE  # the packed rows' block-diagonal mask is added to the attention scores",
+            "    MASK_DTYPE = next(model.parameters()).dtype",
+        ]
     if config.get("pack_attention", "model") == "flex":
         body += ["    flex_attention_on(model)  # packed rows: a document mask, blocks across sequences skipped"]
         return body, FLEX_ATTENTION[1:] + ["", ""]
@@ -670,17 +698,24 @@ def _pack_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str], li
     """prepare_batch's body, its settings and `pack`, where the configuration packs the batch."""
     layout = info.layout or SequenceLayout()
     one_row = config.get("pack_length", "longest") == "batch"
-    settings = [f"VARYING = {_literal({k: tuple(v) for k, v in info.varying.items()})}  # key: (dim, pad value)",
-                ("PACK_LENGTH = None  # the whole batch in one row, its length a multiple of PACK_MULTIPLE" if one_row
-                 else f"PACK_LENGTH = {info.max_len}  # tokens a packed row holds: the workload's longest sequence"),
-                f"PACK_MULTIPLE = {config['pad_multiple'] if one_row else 1}",
-                f"POSITIONS = {layout.positions!r}  # the key the forward passes to the model as its position ids",
-                f"MASK = {layout.mask!r}  # the key of the padding mask the forward passes, if any",
-                f"CAUSAL = {layout.causal!r}  # a causal decoder: its mask comes from the position ids",
-                f"SHIFTED = {_literal(tuple(layout.shifted))}  # labels the loss shifts: each sequence's first ignored"]
-    settings.append("MASK_DTYPE = torch.float32  # a non-causal mask's under packing: the model's, set by apply_compilation"
-                    if layout.mask and not layout.causal
-                    else "MASK_DTYPE = None  # no block-diagonal mask: MASK is None or CAUSAL")
+    settings = [
+        f"VARYING = {_literal({k: tuple(v) for k, v in info.varying.items()})}  # key: (dim, pad value)",
+        (
+            "PACK_LENGTH = None  # the whole batch in one row, its length a multiple of PACK_MULTIPLE"
+            if one_row
+            else f"PACK_LENGTH = {info.max_len}  # tokens a packed row holds: the workload's longest sequence"
+        ),
+        f"PACK_MULTIPLE = {config['pad_multiple'] if one_row else 1}",
+        f"POSITIONS = {layout.positions!r}  # the key the forward passes to the model as its position ids",
+        f"MASK = {layout.mask!r}  # the key of the padding mask the forward passes, if any",
+        f"CAUSAL = {layout.causal!r}  # a causal decoder: its mask comes from the position ids",
+        f"SHIFTED = {_literal(tuple(layout.shifted))}  # labels the loss shifts: each sequence's first ignored",
+    ]
+    settings.append(
+        "MASK_DTYPE = torch.float32  # a non-causal mask's under packing: the model's, set by apply_compilation"
+        if layout.mask and not layout.causal
+        else "MASK_DTYPE = None  # no block-diagonal mask: MASK is None or CAUSAL"
+    )
     body = ["    batch = pack(batch)"]
     if config["compile"] and info.device_type == "cuda" and uses_cuda_graphs(config):
         body += CUDA_GRAPH_STEP
@@ -711,8 +746,11 @@ def describe_config(config: dict) -> str:
 
     config = {**DEFAULTS, **config}  # records written before a key existed
     if not config["compile"]:
-        return "eager" + ("" if config["padding"] == "longest" else f" pad={config['padding']}") + (
-            " fused-opt" if config.get("fused_optimizer") else "")
+        return (
+            "eager"
+            + ("" if config["padding"] == "longest" else f" pad={config['padding']}")
+            + (" fused-opt" if config.get("fused_optimizer") else "")
+        )
     parts = [config["scope"]]
     if config["scope"] == "modular":
         parts.append(",".join(f"{p}={m}" for p, m in config["part_modes"].items()))
@@ -736,8 +774,11 @@ def describe_config(config: dict) -> str:
         parts.append("static-grads")
     if config["padding"] == "pack":
         one_row = config.get("pack_length", "longest") == "batch"
-        parts.append("pack" + (f"=one-row{config['pad_multiple']}" if one_row else "=rows")
-                     + ("-flex" if config.get("pack_attention", "model") == "flex" else ""))
+        parts.append(
+            "pack"
+            + (f"=one-row{config['pad_multiple']}" if one_row else "=rows")
+            + ("-flex" if config.get("pack_attention", "model") == "flex" else "")
+        )
     elif config["padding"] != "longest":
         parts.append(f"pad={config['padding']}" + (f"{config['pad_multiple']}" if config["padding"] == "multiple" else ""))
     if config["mark_dynamic"] != "off":

@@ -125,16 +125,26 @@ class _Version(argparse.Action):
 def _verbosity_args(p: argparse.ArgumentParser, default) -> None:
     """-q / -v, before or after the command (`autocompile -q search ...`, `autocompile search -q ...`)."""
     group = p.add_mutually_exclusive_group()
-    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=0, default=default,
-                       help="only results and errors")
-    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=2, default=default,
-                       help="more detail: every event of each trial")
+    group.add_argument(
+        "-q", "--quiet", dest="verbosity", action="store_const", const=0, default=default, help="only results and errors"
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="store_const",
+        const=2,
+        default=default,
+        help="more detail: every event of each trial",
+    )
 
 
 def _memory_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--failure-memory", metavar="PATH",
-                   help="the failure memory's file (default: $AUTOCOMPILE_CACHE/failures.db, else "
-                        "~/.cache/autocompile/failures.db)")
+    p.add_argument(
+        "--failure-memory",
+        metavar="PATH",
+        help="the failure memory's file (default: $AUTOCOMPILE_CACHE/failures.db, else ~/.cache/autocompile/failures.db)",
+    )
 
 
 def _gpus(text: str) -> list[str]:
@@ -147,18 +157,31 @@ def _gpus(text: str) -> list[str]:
 
 
 def _gpus_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpus", type=_gpus, default=None, metavar="N|all|I,J",
-                   help="a worker process per GPU this process was given (CUDA_VISIBLE_DEVICES, else the host's), "
-                        "sharing the study: a count (4), all, or indices among them (0,2) "
-                        "(default 1); with --device cpu, N workers on the CPU (for testing)")
+    p.add_argument(
+        "--gpus",
+        type=_gpus,
+        default=None,
+        metavar="N|all|I,J",
+        help="a worker process per GPU this process was given (CUDA_VISIBLE_DEVICES, else the host's), "
+        "sharing the study: a count (4), all, or indices among them (0,2) "
+        "(default 1); with --device cpu, N workers on the CPU (for testing)",
+    )
 
 
 def _parallel_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--parallel", choices=("none", "ddp", "fsdp2"), default="none",
-                   help="each trial's ranks share the model with DDP or FSDP2 (fully_shard per block, then the root); "
-                        "none: one process (default)")
-    p.add_argument("--nproc", type=_positive_int, default=1,
-                   help="ranks per trial on this host (default 1): a GPU each on CUDA (NCCL), processes on the CPU (gloo)")
+    p.add_argument(
+        "--parallel",
+        choices=("none", "ddp", "fsdp2"),
+        default="none",
+        help="each trial's ranks share the model with DDP or FSDP2 (fully_shard per block, then the root); "
+        "none: one process (default)",
+    )
+    p.add_argument(
+        "--nproc",
+        type=_positive_int,
+        default=1,
+        help="ranks per trial on this host (default 1): a GPU each on CUDA (NCCL), processes on the CPU (gloo)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,38 +194,75 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(p)
     _storage_args(p)
     p.add_argument("--study", help="study name (default: the model name)")
-    p.add_argument("--trials", type=_non_negative_int, default=10,
-                   help="trials to run now, baselines included (default 10; 0: only the finalist round)")
+    p.add_argument(
+        "--trials",
+        type=_non_negative_int,
+        default=10,
+        help="trials to run now, baselines included (default 10; 0: only the finalist round)",
+    )
     p.add_argument("--timeout", type=_positive_float, help="bound on this search's wall time, seconds")
     p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for one trial, seconds (default 900)")
-    p.add_argument("--baseline-timeout", type=_positive_float,
-                   help="limit for the baselines (eager, plain torch.compile), seconds (default: --trial-timeout); "
-                        "a baseline that timed out under a shorter limit is measured again on resume")
-    p.add_argument("--horizon-steps", type=_positive_int, default=None,
-                   help="steps of your training run, over which the warm-up is amortised (default: the steps eager "
-                        "runs in ten times this search's budget, --timeout or its trials at their limit)")
+    p.add_argument(
+        "--baseline-timeout",
+        type=_positive_float,
+        help="limit for the baselines (eager, plain torch.compile), seconds (default: --trial-timeout); "
+        "a baseline that timed out under a shorter limit is measured again on resume",
+    )
+    p.add_argument(
+        "--horizon-steps",
+        type=_positive_int,
+        default=None,
+        help="steps of your training run, over which the warm-up is amortised (default: the steps eager "
+        "runs in ten times this search's budget, --timeout or its trials at their limit)",
+    )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="pin a search dimension, e.g. --set scope=regional")
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
-    p.add_argument("--max-memory-gb", type=_memory_limit, metavar="GB|eager",
-                   help="trials whose peak memory is above this are infeasible; eager: above eager's peak as the "
-                        "workload built it (its own checkpointing on): no more memory than the job takes now")
-    p.add_argument("--finalists", type=_non_negative_int, default=3,
-                   help="top configurations measured again at the end, alternating with eager (default 3; 0: none)")
+    p.add_argument(
+        "--max-memory-gb",
+        type=_memory_limit,
+        metavar="GB|eager",
+        help="trials whose peak memory is above this are infeasible; eager: above eager's peak as the "
+        "workload built it (its own checkpointing on): no more memory than the job takes now",
+    )
+    p.add_argument(
+        "--finalists",
+        type=_non_negative_int,
+        default=3,
+        help="top configurations measured again at the end, alternating with eager (default 3; 0: none)",
+    )
     p.add_argument("--no-prune", action="store_true", help="let every trial finish, even one that can no longer win")
-    p.add_argument("--no-triage", action="store_true",
-                   help="do not rerun compile failures with simpler backends to name the failing layer, nor "
-                        "compare numerics failures with eager module by module to find where they part")
-    p.add_argument("--no-trace", action="store_true",
-                   help="no TORCH_TRACE in the trials (written when tlparse is installed, for the dashboard's reports)")
-    p.add_argument("--screen", type=_positive_int, metavar="K",
-                   help="screen each trial first with the model's repeated blocks cut to K; the top half go on to a "
-                        "full trial (off by default; see `autocompile screen-check`)")
-    p.add_argument("--shared-cache", action=argparse.BooleanOptionalAction, default=False,
-                   help="trials after the baselines share one compile cache, each graph compiled once in the study, "
-                        "their cold warm-up reconstructed (off by default until validated: `autocompile cache-check`)")
-    p.add_argument("--prestart", action=argparse.BooleanOptionalAction, default=None,
-                   help="start each trial's process while the trial before it runs, its imports done ahead "
-                        "(default: on with a GPU, off on the CPU, whose cores the trial measured needs)")
+    p.add_argument(
+        "--no-triage",
+        action="store_true",
+        help="do not rerun compile failures with simpler backends to name the failing layer, nor "
+        "compare numerics failures with eager module by module to find where they part",
+    )
+    p.add_argument(
+        "--no-trace",
+        action="store_true",
+        help="no TORCH_TRACE in the trials (written when tlparse is installed, for the dashboard's reports)",
+    )
+    p.add_argument(
+        "--screen",
+        type=_positive_int,
+        metavar="K",
+        help="screen each trial first with the model's repeated blocks cut to K; the top half go on to a "
+        "full trial (off by default; see `autocompile screen-check`)",
+    )
+    p.add_argument(
+        "--shared-cache",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="trials after the baselines share one compile cache, each graph compiled once in the study, "
+        "their cold warm-up reconstructed (off by default until validated: `autocompile cache-check`)",
+    )
+    p.add_argument(
+        "--prestart",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="start each trial's process while the trial before it runs, its imports done ahead "
+        "(default: on with a GPU, off on the CPU, whose cores the trial measured needs)",
+    )
     _gpus_arg(p)
     _parallel_args(p)
     _memory_args(p)
@@ -210,8 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="join a running study (from another host) and run its trials until its budget is spent")
     p.add_argument("--study", required=True)
     p.add_argument("--storage", required=True, help="the study's storage URL, e.g. postgresql+psycopg://user@host/db")
-    p.add_argument("--dir", default="studies",
-                   help="where this host keeps the trials' files: DIR/STUDY/trials (default: studies)")
+    p.add_argument(
+        "--dir", default="studies", help="where this host keeps the trials' files: DIR/STUDY/trials (default: studies)"
+    )
     p.add_argument("--timeout", type=_positive_float, help="stop after this many seconds (the study's own deadline holds too)")
     _gpus_arg(p)
 
@@ -220,8 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help='configuration as JSON, or @file.json (e.g. \'{"scope": "regional"}\')')
     p.add_argument("--trial-timeout", type=_positive_float, default=900.0)
     p.add_argument("--dir", help="keep the trial's files here (default: a temporary folder)")
-    p.add_argument("--triage", action="store_true",
-                   help="if it fails to compile, rerun it with simpler backends to name the failing layer")
+    p.add_argument(
+        "--triage", action="store_true", help="if it fails to compile, rerun it with simpler backends to name the failing layer"
+    )
     p.add_argument("--json", action="store_true", help="print the record as JSON")
     _parallel_args(p)
 
@@ -229,34 +291,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--study", required=True)
     _storage_args(p)
     p.add_argument("--json", action="store_true", help="the winner's configuration and measurements as JSON")
-    p.add_argument("--horizon", type=_positive_int, metavar="H",
-                   help="the winner for a run of H steps, from the measured trials (default: the study's horizon)")
-    p.add_argument("--pareto", action="store_true",
-                   help="list the front of steady throughput against warm-up, and the horizons where each wins; "
-                        "and against peak memory, where the study searched it")
-    p.add_argument("--max-memory-gb", type=_positive_float, metavar="X",
-                   help="the winner among the configurations whose peak memory was at most X GB, from the measured "
-                        "trials (no new search)")
+    p.add_argument(
+        "--horizon",
+        type=_positive_int,
+        metavar="H",
+        help="the winner for a run of H steps, from the measured trials (default: the study's horizon)",
+    )
+    p.add_argument(
+        "--pareto",
+        action="store_true",
+        help="list the front of steady throughput against warm-up, and the horizons where each wins; "
+        "and against peak memory, where the study searched it",
+    )
+    p.add_argument(
+        "--max-memory-gb",
+        type=_positive_float,
+        metavar="X",
+        help="the winner among the configurations whose peak memory was at most X GB, from the measured trials (no new search)",
+    )
 
-    p = sub.add_parser("report", help="write DIR/STUDY/report/ (PNG plots, report.md), DIR/STUDY/results.db, and "
-                                          "trials.txt, results.json and the winner's snippet again")
+    p = sub.add_parser(
+        "report",
+        help="write DIR/STUDY/report/ (PNG plots, report.md), DIR/STUDY/results.db, and "
+        "trials.txt, results.json and the winner's snippet again",
+    )
     p.add_argument("--study", required=True)
     _storage_args(p)
 
-    p = sub.add_parser("repro", help="a repro.py of a failed trial, kept in its folder and its dashboard files: "
-                                     "minified by torch's minifier (for the layer triage found), or, for a failure "
-                                     "at run time outside the graphs it watches, the snippet on the workload unreduced")
+    p = sub.add_parser(
+        "repro",
+        help="a repro.py of a failed trial, kept in its folder and its dashboard files: "
+        "minified by torch's minifier (for the layer triage found), or, for a failure "
+        "at run time outside the graphs it watches, the snippet on the workload unreduced",
+    )
     p.add_argument("--study", help="the study (with --trial)")
     p.add_argument("--trial", type=_non_negative_int, help="the failed trial's number")
-    p.add_argument("--trial-dir", help="instead of --study and --trial: the folder of a trial run by hand "
-                                       "(`autocompile trial --dir DIR`)")
+    p.add_argument(
+        "--trial-dir", help="instead of --study and --trial: the folder of a trial run by hand (`autocompile trial --dir DIR`)"
+    )
     _storage_args(p)
-    p.add_argument("--timeout", type=_positive_float, default=600.0,
-                   help="seconds for the minifier (default 600; the rerun has the trial's own limit); past it, the "
-                        "smallest failing graph reached is kept, and a later repro with more time goes on from there")
-    p.add_argument("--accuracy", action="store_true",
-                   help="for a numerics failure: the minifier's accuracy mode (TORCHDYNAMO_REPRO_LEVEL=4), on the "
-                        "module where the numerics part (diverges_at) compiled alone, if the record names one")
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=600.0,
+        help="seconds for the minifier (default 600; the rerun has the trial's own limit); past it, the "
+        "smallest failing graph reached is kept, and a later repro with more time goes on from there",
+    )
+    p.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="for a numerics failure: the minifier's accuracy mode (TORCHDYNAMO_REPRO_LEVEL=4), on the "
+        "module where the numerics part (diverges_at) compiled alone, if the record names one",
+    )
 
     sub.add_parser("models", help="list the workloads")
 
@@ -264,8 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(p)
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
     p.add_argument("--space", metavar="FILE", help="a space file (TOML or JSON): [fix], [exclude], [inductor]")
-    p.add_argument("--max-memory-gb", type=_memory_limit, metavar="GB|eager",
-                   help="the space of a search under this memory limit")
+    p.add_argument(
+        "--max-memory-gb", type=_memory_limit, metavar="GB|eager", help="the space of a search under this memory limit"
+    )
     p.add_argument("--json", action="store_true")
     _parallel_args(p)
     _memory_args(p)
@@ -275,16 +362,23 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--forget", metavar="DIM=VALUE", help="forget the failures with this value (e.g. fullgraph=true)")
     group.add_argument("--forget-all", action="store_true", help="forget everything remembered")
-    group.add_argument("--learn", metavar="STUDY", help="remember what a finished study's trials with compile-heavy "
-                                                       "values (max-autotune, coordinate descent, compiled autograd) "
-                                                       "or the whole model as one graph took, or that they ran out of "
-                                                       "their limit while compiling, "
-                                                       "and what its finalist round's cold runs took against the "
-                                                       "warm-ups reconstructed from a shared cache")
+    group.add_argument(
+        "--learn",
+        metavar="STUDY",
+        help="remember what a finished study's trials with compile-heavy "
+        "values (max-autotune, coordinate descent, compiled autograd) "
+        "or the whole model as one graph took, or that they ran out of "
+        "their limit while compiling, "
+        "and what its finalist round's cold runs took against the "
+        "warm-ups reconstructed from a shared cache",
+    )
     p.add_argument("--dir", default="studies", help="where --learn's study lives: DIR/STUDY/ (default: studies)")
 
-    p = sub.add_parser("rejudge", help="re-judge the numerics of trials measured under an older guard, and choose "
-                                       "the finalist round's winner again under the current rule (nothing measured again)")
+    p = sub.add_parser(
+        "rejudge",
+        help="re-judge the numerics of trials measured under an older guard, and choose "
+        "the finalist round's winner again under the current rule (nothing measured again)",
+    )
     p.add_argument("--study", required=True)
     _storage_args(p)
     p.add_argument("--dry-run", action="store_true", help="list the trials it would re-judge")
@@ -295,32 +389,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="where the cache and the snippet go (default: DIR/STUDY/export)")
     p.add_argument("--trial", type=_non_negative_int, help="export this trial's configuration instead of the winner's")
     p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for the run, seconds (default 900)")
-    p.add_argument("--check", action="store_true",
-                   help="then run the winner again, loading the cache, and compare the two warm-ups")
+    p.add_argument(
+        "--check", action="store_true", help="then run the winner again, loading the cache, and compare the two warm-ups"
+    )
 
-    p = sub.add_parser("screen-check", help="how well screening at K blocks ranks a finished study's configurations "
-                                            "(Spearman's rho): DIR/STUDY/screening.md")
+    p = sub.add_parser(
+        "screen-check",
+        help="how well screening at K blocks ranks a finished study's configurations (Spearman's rho): DIR/STUDY/screening.md",
+    )
     p.add_argument("--study", required=True)
     _storage_args(p)
     p.add_argument("--blocks", type=_positive_int, required=True, metavar="K", help="the repeated blocks kept")
     p.add_argument("--limit", type=_positive_int, default=10, help="configurations measured, best first (default 10)")
     p.add_argument("--timeout", type=_positive_float, help="bound on the whole check, seconds")
     p.add_argument("--trial-timeout", type=_positive_float, default=900.0, help="limit for one screen, seconds (default 900)")
-    p.add_argument("--fresh", action="store_true",
-                   help="measure every screen now, even those a search with --screen K or an earlier check made "
-                        "(used as they are otherwise)")
-    p.add_argument("--also", action="append", default=[], metavar="STUDY",
-                   help="another study of the same workload (in --dir) whose configurations join the check; repeatable")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="measure every screen now, even those a search with --screen K or an earlier check made "
+        "(used as they are otherwise)",
+    )
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="STUDY",
+        help="another study of the same workload (in --dir) whose configurations join the check; repeatable",
+    )
 
-    p = sub.add_parser("cache-check", help="how well a shared compile cache's reconstructed warm-up matches a cold one "
-                                          "(decides --shared-cache; table in DIR/cache-check-MODEL/cache-check.md)")
+    p = sub.add_parser(
+        "cache-check",
+        help="how well a shared compile cache's reconstructed warm-up matches a cold one "
+        "(decides --shared-cache; table in DIR/cache-check-MODEL/cache-check.md)",
+    )
     _workload_args(p)
     p.add_argument("--groups", type=_positive_int, default=2, help="recipes whose graphs are shared (default 2)")
-    p.add_argument("--per-group", type=_positive_int, default=4,
-                   help="configurations per recipe: it, and its moves of the optimizer step and the loss (default 4)")
+    p.add_argument(
+        "--per-group",
+        type=_positive_int,
+        default=4,
+        help="configurations per recipe: it, and its moves of the optimizer step and the loss (default 4)",
+    )
     p.add_argument("--trial-timeout", type=_positive_float, default=600.0, help="limit for one run, seconds (default 600)")
-    p.add_argument("--dir", default="studies", help="the check goes to DIR/cache-check-MODEL (default: studies); "
-                                                    "a check that was cut continues there")
+    p.add_argument(
+        "--dir",
+        default="studies",
+        help="the check goes to DIR/cache-check-MODEL (default: studies); a check that was cut continues there",
+    )
 
     p = sub.add_parser("dashboard", help="open a study in optuna-dashboard")
     p.add_argument("--study", required=True)
@@ -341,21 +456,39 @@ def cmd_search(args) -> int:
     from autocompile.engine.studyview import EAGER_PEAK
 
     settings = SearchSettings(
-        model=args.model, device=_device(args.device), study=args.study or study_name(args.model),
-        directory=args.dir, storage=args.storage, trials=args.trials, timeout_s=args.timeout,
-        trial_timeout_s=args.trial_timeout, baseline_timeout_s=args.baseline_timeout, horizon=args.horizon_steps,
-        batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, fixed=_parse_set(args.set),
-        space_file=args.space, max_memory_gb=args.max_memory_gb, finalists=args.finalists,
-        prune=not args.no_prune, triage=not args.no_triage,
+        model=args.model,
+        device=_device(args.device),
+        study=args.study or study_name(args.model),
+        directory=args.dir,
+        storage=args.storage,
+        trials=args.trials,
+        timeout_s=args.timeout,
+        trial_timeout_s=args.trial_timeout,
+        baseline_timeout_s=args.baseline_timeout,
+        horizon=args.horizon_steps,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        seed=args.seed,
+        fixed=_parse_set(args.set),
+        space_file=args.space,
+        max_memory_gb=args.max_memory_gb,
+        finalists=args.finalists,
+        prune=not args.no_prune,
+        triage=not args.no_triage,
         trace=tlparse_command() is not None and not args.no_trace,  # tlparse reports in the dashboard
-        memory_path=args.failure_memory, screen=args.screen, shared_cache=args.shared_cache,
-        nproc=args.nproc, parallel=args.parallel, prestart=args.prestart,
+        memory_path=args.failure_memory,
+        screen=args.screen,
+        shared_cache=args.shared_cache,
+        nproc=args.nproc,
+        parallel=args.parallel,
+        prestart=args.prestart,
     )
     if args.trials == 0:  # only the finalist round: of a study that has trials
         existing, _ = _existing_study(argparse.Namespace(storage=args.storage, dir=args.dir, study=settings.study))
         if not existing.trials:
-            raise UserError(f"study {settings.study!r} has no trials: "
-                            "--trials 0 runs only the finalist round of a study that has some")
+            raise UserError(
+                f"study {settings.study!r} has no trials: --trials 0 runs only the finalist round of a study that has some"
+            )
     summary = run(settings, args.verbosity, gpus=args.gpus).summary
     print(format_summary(summary))
     if summary["best"] is None:
@@ -386,8 +519,14 @@ def cmd_worker(args) -> int:
         if 130 in codes:
             raise KeyboardInterrupt
         return max(codes)
-    count = join(args.study, args.storage, args.dir, progress_for(args.verbosity, 0), args.timeout,
-                 callbacks=live_outputs(os.path.join(args.dir, args.study)))
+    count = join(
+        args.study,
+        args.storage,
+        args.dir,
+        progress_for(args.verbosity, 0),
+        args.timeout,
+        callbacks=live_outputs(os.path.join(args.dir, args.study)),
+    )
     print(f"study {args.study!r}: {count} trials counted; this worker is done")
     return 0
 
@@ -405,8 +544,9 @@ def _refuse_or_note(space, config: dict) -> None:
     if reason and reason != predicted:
         raise UserError(f"this configuration cannot run here: {reason}")
     if predicted:
-        print(f"note: a search would not launch this configuration ({predicted}); running it as asked",
-              file=sys.stderr, flush=True)
+        print(
+            f"note: a search would not launch this configuration ({predicted}); running it as asked", file=sys.stderr, flush=True
+        )
 
 
 def cmd_trial(args) -> int:
@@ -424,9 +564,18 @@ def cmd_trial(args) -> int:
     config = space.validate(config)
     _refuse_or_note(space, config)
     trial_dir = args.dir or tempfile.mkdtemp(prefix="autocompile-trial-")
-    request = TrialRequest(model=args.model, config=config, device=device, trial_dir=trial_dir,
-                           batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
-                           timeout_s=args.trial_timeout, nproc=args.nproc, parallel=args.parallel)
+    request = TrialRequest(
+        model=args.model,
+        config=config,
+        device=device,
+        trial_dir=trial_dir,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        seed=args.seed,
+        timeout_s=args.trial_timeout,
+        nproc=args.nproc,
+        parallel=args.parallel,
+    )
     last = {}
 
     def show(event):
@@ -478,8 +627,10 @@ def cmd_best(args) -> int:
         from autocompile.outputs.pareto import measured_points
 
         least = min((p.figures["peak_mem_gb"] for p in measured_points(study, float("inf"))), default=None)
-        raise UserError(f"study {args.study!r} measured no configuration within {args.max_memory_gb:g} GB"
-                        + (f": the least any needed was {least:.2f} GB" if least else ""))
+        raise UserError(
+            f"study {args.study!r} measured no configuration within {args.max_memory_gb:g} GB"
+            + (f": the least any needed was {least:.2f} GB" if least else "")
+        )
     if summary["best"] is None:
         raise UserError(f"study {args.study!r} has no trial that ran cleanly yet")
     if args.pareto:
@@ -495,9 +646,11 @@ def cmd_best(args) -> int:
         if args.verbosity:
             print(format_best(summary["best"]), file=sys.stderr)
             if _round_owed(study):
-                print(f"note: study {args.study!r} has no finalist round yet (its search stopped before it, or still "
-                      "runs): the winner is the best single measurement; the same search command resumes it",
-                      file=sys.stderr)
+                print(
+                    f"note: study {args.study!r} has no finalist round yet (its search stopped before it, or still "
+                    "runs): the winner is the best single measurement; the same search command resumes it",
+                    file=sys.stderr,
+                )
             if summary["effects"]:
                 print(format_effects(summary["effects"]), file=sys.stderr)
             failures = format_failures(summary["rows"], args.study)
@@ -565,8 +718,9 @@ def cmd_space(args) -> int:
     device = _device(args.device, need_gpu=False)
     check_parallel(args.parallel, args.nproc)
     bound = memory_bound(args.max_memory_gb, device)
-    space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set), args.space,
-                        bound, args.parallel)
+    space = build_space(
+        args.model, device, args.batch_size, args.seq_len, args.seed, _parse_set(args.set), args.space, bound, args.parallel
+    )
     described = space.describe()
     described["left_out"] += _remembered(space, device, args.failure_memory)
     if args.json:
@@ -606,11 +760,13 @@ def cmd_failures(args) -> int:
         study, _ = _existing_study(argparse.Namespace(study=args.learn, dir=args.dir, storage=None))
         learned = learn_from(path, study)
         held, cold, gains = learned["cuts"], learned["cold"], learned["gains"]
-        print(f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy, "
-              "whole-model or implicated values remembered, "
-              f"and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
-              f"in {path}; {gains} {'neighbour' if gains == 1 else 'neighbours'} against "
-              f"{'its parent' if gains == 1 else 'their parents'} too")
+        print(
+            f"learned from study {args.learn!r}: {held} {'trial' if held == 1 else 'trials'} with compile-heavy, "
+            "whole-model or implicated values remembered, "
+            f"and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
+            f"in {path}; {gains} {'neighbour' if gains == 1 else 'neighbours'} against "
+            f"{'its parent' if gains == 1 else 'their parents'} too"
+        )
         return 0
     if args.forget or args.forget_all:
         count = knowledge.forget(path, None if args.forget_all else args.forget)
@@ -626,36 +782,48 @@ def _list_knowledge(path: str) -> None:
 
     known = listing(path)
     entries, trials = known["left_out"], known["failed_trials"]
-    print(f"failure memory {path}: {trials} failed {'trial' if trials == 1 else 'trials'} remembered, "
-          f"{len(entries)} {'value' if len(entries) == 1 else 'values'} left out")
+    print(
+        f"failure memory {path}: {trials} failed {'trial' if trials == 1 else 'trials'} remembered, "
+        f"{len(entries)} {'value' if len(entries) == 1 else 'values'} left out"
+    )
     for entry in entries:
         print(f"  {entry['item']}  [torch {entry['torch']}, {entry['device']}]  {why(entry)}")
     cuts = known["cuts"]
     if cuts:
-        print("ran out of the trial limit while compiling (for that model, a configuration with one is refused under a "
-              "trial limit where two such cuts took 90% of it or more):")
+        print(
+            "ran out of the trial limit while compiling (for that model, a configuration with one is refused under a "
+            "trial limit where two such cuts took 90% of it or more):"
+        )
     for cut in cuts:
         warmed = f", warmed up in {cut['warmed_in_s']:.0f} s at most" if cut["warmed_in_s"] else ""
-        print(f"  {cut['item']}  [torch {cut['torch']}, {cut['device']}, {cut['model']}]  cut {cut['cuts']} times, "
-              f"after {cut['cut_after_s']} s{warmed}")
+        print(
+            f"  {cut['item']}  [torch {cut['torch']}, {cut['device']}, {cut['model']}]  cut {cut['cuts']} times, "
+            f"after {cut['cut_after_s']} s{warmed}"
+        )
     plain: dict = {}
     for row in known["plain"]:
         plain.setdefault((row["torch"], row["device"], row["model"]), []).append(row)
     for (torch_version, device, model), rows in plain.items():
         cut = [r["seconds"] for r in rows if r["outcome"] == "cut"]
         warmed = [r["seconds"] for r in rows if r["outcome"] == "warmed"]
-        print(f"plain torch.compile [torch {torch_version}, {device}, {model}]: "
-              + (f"warmed up in {min(warmed):.0f}-{max(warmed):.0f} s" if warmed else "never warmed up")
-              + (f", cut while compiling after up to {max(cut):.0f} s" if cut else "")
-              + f" ({len(rows)} {'run' if len(rows) == 1 else 'runs'})")
+        print(
+            f"plain torch.compile [torch {torch_version}, {device}, {model}]: "
+            + (f"warmed up in {min(warmed):.0f}-{max(warmed):.0f} s" if warmed else "never warmed up")
+            + (f", cut while compiling after up to {max(cut):.0f} s" if cut else "")
+            + f" ({len(rows)} {'run' if len(rows) == 1 else 'runs'})"
+        )
     for gain in known["gains"]:
-        print(f"neighbours against their parents [torch {gain['torch']}, {gain['device']}, {gain['model']}]: "
-              f"{gain['moves']}, the most "
-              f"one gained {gain['ratio']:.2f}x its parent's steady speed (the ceiling of a neighbour's pruning bound)")
+        print(
+            f"neighbours against their parents [torch {gain['torch']}, {gain['device']}, {gain['model']}]: "
+            f"{gain['moves']}, the most "
+            f"one gained {gain['ratio']:.2f}x its parent's steady speed (the ceiling of a neighbour's pruning bound)"
+        )
     for cold in known["cold"]:
-        print(f"cold runs of the finalist round [torch {cold['torch']}, {cold['device']}, {cold['model']}]: the latest "
-              f"{cold['runs']} took {cold['scale']:.2f}x the seconds their reconstructed warm-ups added (the next "
-              f"round plans with it)")
+        print(
+            f"cold runs of the finalist round [torch {cold['torch']}, {cold['device']}, {cold['model']}]: the latest "
+            f"{cold['runs']} took {cold['scale']:.2f}x the seconds their reconstructed warm-ups added (the next "
+            f"round plans with it)"
+        )
 
 
 def cmd_export(args) -> int:
@@ -674,9 +842,11 @@ def cmd_export(args) -> int:
         warm = check_warm_start(study, cold, args.trial, args.trial_timeout)
         if warm["status"] != Status.OK:
             raise UserError(f"the run that loads the cache ended {warm['status']}: {warm.get('reason', '')}")
-        print(f"warm-up cold {cold['warmup_s']:.1f} s ({_caches(cold)}), with the cache loaded {warm['warmup_s']:.1f} s "
-              f"({_caches(warm)}): {cold['warmup_s'] / warm['warmup_s']:.1f}x shorter"
-              + ("" if warm.get("cache_loaded") else "; the cache was NOT loaded: see the log"))
+        print(
+            f"warm-up cold {cold['warmup_s']:.1f} s ({_caches(cold)}), with the cache loaded {warm['warmup_s']:.1f} s "
+            f"({_caches(warm)}): {cold['warmup_s'] / warm['warmup_s']:.1f}x shorter"
+            + ("" if warm.get("cache_loaded") else "; the cache was NOT loaded: see the log")
+        )
     return 0
 
 
@@ -694,8 +864,12 @@ def cmd_dashboard(args) -> int:
     from autocompile.outputs.dashboard import serve
 
     study_dir = os.path.join(args.dir, args.study)
-    print(f"optuna-dashboard for {url} on http://{args.host}:{args.port}/ (trial files from "
-          f"{os.path.join(study_dir, 'artifacts')})", file=sys.stderr, flush=True)
+    print(
+        f"optuna-dashboard for {url} on http://{args.host}:{args.port}/ (trial files from "
+        f"{os.path.join(study_dir, 'artifacts')})",
+        file=sys.stderr,
+        flush=True,
+    )
     serve(study, url, study_dir, host=args.host, port=args.port)
     return 0
 
@@ -723,16 +897,31 @@ def cmd_screen_check(args) -> int:
 
     study, _ = _existing_study(args)
     others = [_existing_study(argparse.Namespace(study=name, dir=args.dir, storage=None))[0] for name in args.also]
-    command = (f"autocompile screen-check --study {args.study} --blocks {args.blocks} --limit {args.limit} --dir {args.dir}"
-               + (f" --storage {args.storage}" if args.storage else "") + (f" --timeout {args.timeout:g}" if args.timeout else "")
-               + f" --trial-timeout {args.trial_timeout:g}" + (" --fresh" if args.fresh else "")
-               + "".join(f" --also {name}" for name in args.also))
-    result = check_screening(study, args.dir, args.blocks, limit=args.limit, timeout_s=args.timeout,
-                             trial_timeout_s=args.trial_timeout, command=command, fresh=args.fresh, others=others)
+    command = (
+        f"autocompile screen-check --study {args.study} --blocks {args.blocks} --limit {args.limit} --dir {args.dir}"
+        + (f" --storage {args.storage}" if args.storage else "")
+        + (f" --timeout {args.timeout:g}" if args.timeout else "")
+        + f" --trial-timeout {args.trial_timeout:g}"
+        + (" --fresh" if args.fresh else "")
+        + "".join(f" --also {name}" for name in args.also)
+    )
+    result = check_screening(
+        study,
+        args.dir,
+        args.blocks,
+        limit=args.limit,
+        timeout_s=args.timeout,
+        trial_timeout_s=args.trial_timeout,
+        command=command,
+        fresh=args.fresh,
+        others=others,
+    )
     md, _ = write_check(result, os.path.join(args.dir, args.study))
     rho = "n/a (fewer than 3 configurations screened cleanly)" if result["rho"] is None else f"{result['rho']:.2f}"
-    print(f"Spearman rho between screened (at {args.blocks} blocks) and full scores: {rho} over "
-          f"{result['ranked']} configurations; table in {md}")
+    print(
+        f"Spearman rho between screened (at {args.blocks} blocks) and full scores: {rho} over "
+        f"{result['ranked']} configurations; table in {md}"
+    )
     return 0 if result["rho"] is not None else 1
 
 
@@ -743,20 +932,43 @@ def cmd_cache_check(args) -> int:
     device = _device(args.device)
     space = build_space(args.model, device, args.batch_size, args.seq_len, args.seed)
     out = os.path.join(args.dir, "cache-check-" + study_name(args.model))
-    command = (f"autocompile cache-check --model {args.model} --device {device} --groups {args.groups} "
-               f"--per-group {args.per_group} --trial-timeout {args.trial_timeout:g} --dir {args.dir}")
-    state = check_cache(space, args.model, device, out, args.groups, args.per_group, args.trial_timeout, command,
-                        say=lambda line: print(line, file=sys.stderr, flush=True))
+    command = (
+        f"autocompile cache-check --model {args.model} --device {device} --groups {args.groups} "
+        f"--per-group {args.per_group} --trial-timeout {args.trial_timeout:g} --dir {args.dir}"
+    )
+    state = check_cache(
+        space,
+        args.model,
+        device,
+        out,
+        args.groups,
+        args.per_group,
+        args.trial_timeout,
+        command,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     with open(os.path.join(out, "cache-check.md"), "w") as f:
         f.write(format_check(state))
     print(format_check(state))
     return 0 if state["rows"] else 1
 
 
-COMMANDS = {"screen-check": cmd_screen_check, "cache-check": cmd_cache_check, "search": cmd_search, "worker": cmd_worker,
-            "rejudge": cmd_rejudge, "trial": cmd_trial, "best": cmd_best, "report": cmd_report,
-            "models": cmd_models, "repro": cmd_repro,
-            "space": cmd_space, "failures": cmd_failures, "export": cmd_export, "dashboard": cmd_dashboard}
+COMMANDS = {
+    "screen-check": cmd_screen_check,
+    "cache-check": cmd_cache_check,
+    "search": cmd_search,
+    "worker": cmd_worker,
+    "rejudge": cmd_rejudge,
+    "trial": cmd_trial,
+    "best": cmd_best,
+    "report": cmd_report,
+    "models": cmd_models,
+    "repro": cmd_repro,
+    "space": cmd_space,
+    "failures": cmd_failures,
+    "export": cmd_export,
+    "dashboard": cmd_dashboard,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

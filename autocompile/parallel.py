@@ -14,14 +14,18 @@ import os
 
 # What the snippet's docstring adds under each strategy.
 PARALLEL_DOC = {
-    "ddp": ["Distributed (DDP): call apply_compilation on every rank after",
-            "torch.distributed.init_process_group, with the bare model on this rank's device: it wraps the",
-            "model in DistributedDataParallel itself (apply_ddp) and returns the wrapped model."],
-    "fsdp2": ["Distributed (FSDP2): call apply_compilation on every rank after",
-              "torch.distributed.init_process_group, with the bare model on this rank's device: it shards",
-              "each repeated block, then the root, with fully_shard itself (apply_fsdp2), and moves the",
-              "optimizer (the same object, so an LR scheduler built on it stays valid) onto the sharded",
-              "parameters. Build the optimizer before, as for one process."],
+    "ddp": [
+        "Distributed (DDP): call apply_compilation on every rank after",
+        "torch.distributed.init_process_group, with the bare model on this rank's device: it wraps the",
+        "model in DistributedDataParallel itself (apply_ddp) and returns the wrapped model.",
+    ],
+    "fsdp2": [
+        "Distributed (FSDP2): call apply_compilation on every rank after",
+        "torch.distributed.init_process_group, with the bare model on this rank's device: it shards",
+        "each repeated block, then the root, with fully_shard itself (apply_fsdp2), and moves the",
+        "optimizer (the same object, so an LR scheduler built on it stays valid) onto the sharded",
+        "parameters. Build the optimizer before, as for one process.",
+    ],
 }
 
 APPLY_DDP = '''
@@ -91,14 +95,17 @@ def _ddp_lines(config: dict, preamble: list[str], compiling: list[str]):
 
 
 def _fsdp2_lines(config: dict, info, preamble: list[str], compiling: list[str]):
-    settings = [f"FSDP_BLOCKS = {literal(info.regions)}  # lists of repeated blocks, each sharded on its own",
-                f"RESHARD_AFTER_FORWARD = {config.get('reshard_after_forward', True)!r}  "
-                "# free the gathered parameters after the forward"]
+    settings = [
+        f"FSDP_BLOCKS = {literal(info.regions)}  # lists of repeated blocks, each sharded on its own",
+        f"RESHARD_AFTER_FORWARD = {config.get('reshard_after_forward', True)!r}  "
+        "# free the gathered parameters after the forward",
+    ]
     body = list(preamble)
     if config["compile"] and config["scope"] == "regional" and config.get("fsdp_compile_order", "before") == "before":
         body.append("    # each block compiled, then sharded (torchtitan's order)")
-        body.append("    model = apply_fsdp2(model, optimizer, compile_block=lambda block: torch.compile(block, "
-                    "**COMPILE_KWARGS))")
+        body.append(
+            "    model = apply_fsdp2(model, optimizer, compile_block=lambda block: torch.compile(block, **COMPILE_KWARGS))"
+        )
     else:
         body.append("    model = apply_fsdp2(model, optimizer)  # sharded first: what follows compiles the sharded model")
         body += compiling
@@ -119,6 +126,10 @@ def init_ranks(device: str) -> tuple[int, int, str]:
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
     # the trial's own time limit ends a rank stuck in a collective; this one only bounds a lost peer
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=int(os.environ.get("AUTOCOMPILE_PG_TIMEOUT_S", "1800"))))
+    dist.init_process_group(
+        "nccl" if device.startswith("cuda") else "gloo",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=int(os.environ.get("AUTOCOMPILE_PG_TIMEOUT_S", "1800"))),
+    )
     return rank, world, device

@@ -37,9 +37,24 @@ def main() -> int:
         if time.time() - start > args.budget:
             print(f"budget of {args.budget:.0f} s spent: the rest not run", flush=True)
             break
-        run = subprocess.run([sys.executable, "-m", "autocompile", "trial", "--model", args.model, "--json", "-q",
-                              "--config", json.dumps(configs[name]), "--trial-timeout", str(args.trial_timeout)],
-                             capture_output=True, text=True)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autocompile",
+                "trial",
+                "--model",
+                args.model,
+                "--json",
+                "-q",
+                "--config",
+                json.dumps(configs[name]),
+                "--trial-timeout",
+                str(args.trial_timeout),
+            ],
+            capture_output=True,
+            text=True,
+        )
         try:
             record = json.loads(run.stdout)
         except json.JSONDecodeError:
@@ -47,8 +62,11 @@ def main() -> int:
         with open(os.path.join(args.out, f"{i:02d}-{name}.json"), "w") as f:
             json.dump(record, f, indent=1)
         speed, warm = record.get("steps_per_s"), record.get("warmup_s")
-        print(f"{name:<14}{record.get('status', '?'):<10}{speed or 0:>9.2f}{record.get('cv') or 0:>7.3f}"
-              f"{warm or 0:>11.1f}{score(record, args.horizon):>8.2f}  {record.get('reason', '')[:80]}", flush=True)
+        print(
+            f"{name:<14}{record.get('status', '?'):<10}{speed or 0:>9.2f}{record.get('cv') or 0:>7.3f}"
+            f"{warm or 0:>11.1f}{score(record, args.horizon):>8.2f}  {record.get('reason', '')[:80]}",
+            flush=True,
+        )
     return 0
 
 

@@ -20,14 +20,31 @@ def main(study_dir: str, numbers: list[int]) -> None:
     settings = study.user_attrs["settings"]
     for number in numbers:
         config = study.trials[number].user_attrs["config"]
-        request = TrialRequest(model=settings["model"], config=config, device=settings["device"],
-                               trial_dir=os.path.join(study_dir, f"replay-check-{number:04d}"),
-                               batch_size=settings["batch_size"], seq_len=settings["seq_len"], seed=settings["seed"],
-                               timeout_s=900, measure={"replay_only": True})
+        request = TrialRequest(
+            model=settings["model"],
+            config=config,
+            device=settings["device"],
+            trial_dir=os.path.join(study_dir, f"replay-check-{number:04d}"),
+            batch_size=settings["batch_size"],
+            seq_len=settings["seq_len"],
+            seed=settings["seed"],
+            timeout_s=900,
+            measure={"replay_only": True},
+        )
         record = run_trial(request)
         verdict = numerics_verdict(record, None, settings["device"]) if record["status"] == "ok" else None
-        print(json.dumps({"trial": number, "status": record["status"], "reason": record.get("reason", "")[:200],
-                          "wall_s": round(record["wall_s"], 1), "verdict": verdict}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "trial": number,
+                    "status": record["status"],
+                    "reason": record.get("reason", "")[:200],
+                    "wall_s": round(record["wall_s"], 1),
+                    "verdict": verdict,
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

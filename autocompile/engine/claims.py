@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import optuna
 
 from autocompile.errors import UserError
-from autocompile.engine.cost import (BASELINE_SHARE, MIN_TRIAL_S, baseline_limit_s, expected_trial_s, first_run_s,
-                                     neighbour_cost)
+from autocompile.engine.cost import BASELINE_SHARE, MIN_TRIAL_S, baseline_limit_s, expected_trial_s, first_run_s, neighbour_cost
 from autocompile.engine.screening import screen_trial
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
 from autocompile.engine.strategy import neighbours_turn, next_neighbour
@@ -152,8 +151,10 @@ def _baseline_limit(runner: Runner, role: Role, reserve: float) -> float:
     bounded = baseline_limit_s(limit, settings.trial_timeout_s, remaining - reserve)
     if bounded is None:
         return limit
-    runner.progress.line(f"plain torch.compile gets {bounded:.0f} s of the {limit:.0f} s --baseline-timeout: at most "
-                         f"{BASELINE_SHARE:.0%} of the {max(remaining - reserve, 0):.0f} s left before the finalist round")
+    runner.progress.line(
+        f"plain torch.compile gets {bounded:.0f} s of the {limit:.0f} s --baseline-timeout: at most "
+        f"{BASELINE_SHARE:.0%} of the {max(remaining - reserve, 0):.0f} s left before the finalist round"
+    )
     return bounded
 
 
@@ -170,12 +171,16 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
     cost = neighbour_cost(runner.space, runner.study, runner.predictor(), runner.tried) if loop.recipes_queued else None
     if cost is not None and remaining - reserve >= cost:
         if loop.neighbour_goes_next():
-            runner.progress.line(f"{max(remaining - reserve, 0):.0f} s left before the finalist round: a trial is "
-                                 f"expected to take {expected:.0f} s, the next neighbour about {cost:.0f} s; it goes next")
+            runner.progress.line(
+                f"{max(remaining - reserve, 0):.0f} s left before the finalist round: a trial is "
+                f"expected to take {expected:.0f} s, the next neighbour about {cost:.0f} s; it goes next"
+            )
         return False
-    runner.progress.line(f"search timeout of {settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
-                         f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
-                         f"{expected:.0f} s")
+    runner.progress.line(
+        f"search timeout of {settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
+        f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
+        f"{expected:.0f} s"
+    )
     return True
 
 
@@ -186,8 +191,11 @@ def _owed_baselines(runner: Runner, deferred: bool = True, view: StudyView | Non
     running = {t.user_attrs.get("role") for t in view.running}
     owed = baselines_to_run(view.finished, runner.settings.baseline_limit_s)
     last = deferred and plain_compile_last(runner)
-    return [(role, config) for role, config in owed if role not in running and role not in runner.cut_baselines
-            and not (last and role == Role.COMPILE_DEFAULTS)]
+    return [
+        (role, config)
+        for role, config in owed
+        if role not in running and role not in runner.cut_baselines and not (last and role == Role.COMPILE_DEFAULTS)
+    ]
 
 
 # A model of this many repeated blocks or more compiles whole for many minutes (its whole-model compile
@@ -209,8 +217,10 @@ def plain_compile_last(runner: Runner) -> str | None:
         blocks = runner.space.traits.blocks if runner.space is not None else 0
         if seen and (seen["cut"] or seen["seconds"] >= settings.baseline_limit_s):
             how = "was cut while compiling after" if seen["cut"] else "warmed up in"
-            why = (f"its whole-model compile {how} {seen['seconds']:.0f} s on this model here ({seen['from']}), "
-                   f"against its {settings.baseline_limit_s:.0f} s limit")
+            why = (
+                f"its whole-model compile {how} {seen['seconds']:.0f} s on this model here ({seen['from']}), "
+                f"against its {settings.baseline_limit_s:.0f} s limit"
+            )
         elif not seen and blocks >= MANY_BLOCKS:
             why = f"its whole-model compile grows with the model's {blocks} repeated blocks"
     study.set_user_attr("plain_compile_last", why)
@@ -225,8 +235,9 @@ def _plain_compile_now(runner: Runner, reserve: float, study_wide: bool = False)
     expected to take. Whether it ran or was recorded (the search then goes on to the finalist round)."""
     config = dict(BASELINES_BY_ROLE[Role.COMPILE_DEFAULTS])
     with claim_lock(runner.storage, runner.url, runner.settings.study):
-        if not plain_compile_last(runner) or not any(role == Role.COMPILE_DEFAULTS
-                                                     for role, _ in _owed_baselines(runner, deferred=False)):
+        if not plain_compile_last(runner) or not any(
+            role == Role.COMPILE_DEFAULTS for role, _ in _owed_baselines(runner, deferred=False)
+        ):
             return False
         trial = new_trial(runner.study)
         # claimed: no other worker starts it
@@ -235,8 +246,12 @@ def _plain_compile_now(runner: Runner, reserve: float, study_wide: bool = False)
     seen = runner.plain.expected() if runner.plain is not None else None
     if left < MIN_TRIAL_S or (seen and seen["cut"] and seen["seconds"] >= left):
         before = f"; it was cut while compiling after {seen['seconds']:.0f} s before ({seen['from']})" if seen else ""
-        runner.refuse(trial, config, Role.COMPILE_DEFAULTS, Refusal(
-            f"plain torch.compile: {left:.0f} s left before the finalist round{before}", Outcome.NOT_STARTED, "plain"))
+        runner.refuse(
+            trial,
+            config,
+            Role.COMPILE_DEFAULTS,
+            Refusal(f"plain torch.compile: {left:.0f} s left before the finalist round{before}", Outcome.NOT_STARTED, "plain"),
+        )
         runner.cut_baselines.add(Role.COMPILE_DEFAULTS)
         return True
     limit = min(runner.settings.baseline_limit_s, left)
@@ -280,13 +295,14 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
             if why_not(config, runner.view(params=params), Outcome.DUPLICATE) is None:
                 study.enqueue_trial(params, user_attrs={"role": Role.RECIPE.value, "config": config})
         loop.recipes_queued = True
-    if loop.recipes_queued and (neighbours_turn(study, loop.proposals) or loop.neighbours_turn_now()) \
-            and not waiting(study):
+    if loop.recipes_queued and (neighbours_turn(study, loop.proposals) or loop.neighbours_turn_now()) and not waiting(study):
         cost = runner.predictor().predict  # the cheaper of equally promising moves first
         neighbour = next_neighbour(space, study, runner.tried, cost)  # alternating with TPE's proposals
         if neighbour:
-            study.enqueue_trial(neighbour["params"], user_attrs={
-                "role": Role.NEIGHBOUR.value, **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}})
+            study.enqueue_trial(
+                neighbour["params"],
+                user_attrs={"role": Role.NEIGHBOUR.value, **{k: neighbour[k] for k in ("parent", "parent_params", "changed")}},
+            )
 
 
 def _attribute(runner: Runner, trial, pending: list, loop: LoopState):
@@ -299,8 +315,13 @@ def _attribute(runner: Runner, trial, pending: list, loop: LoopState):
     if "matmul_precision" in space.fixed or "recompile_limit" in space.fixed:
         config.update({k: v for k, v in space.fixed.items() if k in ("matmul_precision", "recompile_limit")})
     baseline = role in BASELINES
-    refusal = None if baseline else why_not(config, runner.view(params=trial.params, exclude=trial.number),
-                                            Outcome.DUPLICATE, Outcome.INFEASIBLE, Outcome.PRUNED)
+    refusal = (
+        None
+        if baseline
+        else why_not(
+            config, runner.view(params=trial.params, exclude=trial.number), Outcome.DUPLICATE, Outcome.INFEASIBLE, Outcome.PRUNED
+        )
+    )
     if refusal and refusal.outcome is Outcome.DUPLICATE:  # TPE ignores it, the budget does not count it
         runner.refuse(trial, config, role, refusal)
         loop.duplicates += 1
@@ -328,4 +349,3 @@ def _role_and_config(runner: Runner, trial, pending: list, loop: LoopState) -> t
     role = trial.user_attrs.get("role", Role.SEARCH)
     loop.proposals += role in (Role.SEARCH, Role.NEIGHBOUR)
     return role, config
-

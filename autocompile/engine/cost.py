@@ -40,9 +40,14 @@ def expected_trial_s(study) -> float:
     """What the next compiled trial is expected to take: the median time of the compiled trials
     measured so far (recipes, neighbours, TPE; pruned ones at the time they took), at least
     MIN_TRIAL_S. A trial that is not expected to fit what is left of --timeout is not started."""
-    walls = sorted(t.user_attrs["wall_s"] for t in study.get_trials(deepcopy=False)
-                   if t.state.is_finished() and t.user_attrs.get("wall_s") and t.user_attrs.get("config", {}).get("compile")
-                   and t.user_attrs.get("role") not in (Role.COMPILE_DEFAULTS, Role.FINALIST))
+    walls = sorted(
+        t.user_attrs["wall_s"]
+        for t in study.get_trials(deepcopy=False)
+        if t.state.is_finished()
+        and t.user_attrs.get("wall_s")
+        and t.user_attrs.get("config", {}).get("compile")
+        and t.user_attrs.get("role") not in (Role.COMPILE_DEFAULTS, Role.FINALIST)
+    )
     return max(MIN_TRIAL_S, walls[len(walls) // 2]) if walls else MIN_TRIAL_S
 
 
@@ -94,14 +99,17 @@ def too_slow(study, config: dict, limit_s: float, explained=lambda config: None)
             continue
         factor, because = _factor(seen, config, seen_weight, weight)
         slow = (a.get("warmup_s") or 0) * factor >= limit_s
-        cut = (a.get("status") == Status.TIMEOUT and "while compiling" in a.get("reason", "")
-               and a.get("wall_s", 0) >= 0.9 * limit_s)
+        cut = (
+            a.get("status") == Status.TIMEOUT and "while compiling" in a.get("reason", "") and a.get("wall_s", 0) >= 0.9 * limit_s
+        )
         if (slow or cut) and not explained(seen):
             how = f"took {a['warmup_s']:.0f} s to warm up" if slow else f"was still compiling after {a['wall_s']:.0f} s"
             if slow and because:
                 how += because
-            return (f"expected not to fit the {limit_s:.0f} s trial limit: "
-                    f"trial {t.number} ({seen['scope']}, {seen.get('mode')}) {how}")
+            return (
+                f"expected not to fit the {limit_s:.0f} s trial limit: "
+                f"trial {t.number} ({seen['scope']}, {seen.get('mode')}) {how}"
+            )
     return None
 
 
@@ -110,8 +118,9 @@ def _factor(seen: dict, config: dict, seen_weight: int, weight: int) -> tuple[fl
     a max-autotune mode against a twin with the same shapes that tuned nothing (AUTOTUNE_FACTOR);
     compiled autograd against a trial without it (AUTOGRAD_FACTOR); else 1."""
     if config.get("compiled_autograd") and not seen.get("compiled_autograd"):
-        return AUTOGRAD_FACTOR, (f", and compiled autograd takes over {AUTOGRAD_FACTOR:g}x the warm-up of a "
-                                 f"configuration without it")
+        return AUTOGRAD_FACTOR, (
+            f", and compiled autograd takes over {AUTOGRAD_FACTOR:g}x the warm-up of a configuration without it"
+        )
     if seen_weight == 0 < MODE_WEIGHT["max-autotune"] <= weight and all(seen.get(x) == config.get(x) for x in _SHAPES):
         return AUTOTUNE_FACTOR, f", and a max-autotune mode takes over {AUTOTUNE_FACTOR:g}x a lighter mode's warm-up"
     return 1.0, ""
@@ -144,9 +153,14 @@ def twin_time(study, config: dict, exact: bool = False) -> tuple[float | None, l
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
         a = t.user_attrs
         seen = a.get("config", {})
-        if a.get("wall_s") and a.get("status") in (Status.OK, Status.PRUNED, Status.TIMEOUT) and seen.get("compile") \
-                and all(seen.get(x) == config.get(x) for x in ("scope", "mode", *_SHAPES)) \
-                and _no_more_graphs(seen, config) and (not exact or _no_more_graphs(config, seen)):
+        if (
+            a.get("wall_s")
+            and a.get("status") in (Status.OK, Status.PRUNED, Status.TIMEOUT)
+            and seen.get("compile")
+            and all(seen.get(x) == config.get(x) for x in ("scope", "mode", *_SHAPES))
+            and _no_more_graphs(seen, config)
+            and (not exact or _no_more_graphs(config, seen))
+        ):
             walls[t.number] = a["wall_s"]
     return (max(walls.values()), sorted(walls)) if walls else (None, [])
 
@@ -196,8 +210,9 @@ class Predictor:
 
     def _learn(self, config: dict, graphs: list[dict], cold: dict, attrs: dict) -> None:
         # a hit the ledger lacks: its load plus what torch says the cache saved
-        seconds = [(g, g.get("s", 0) + g.get("saved_s", 0) if s is None else s)
-                   for g, s in zip(graphs, cold_seconds(graphs, cold))]
+        seconds = [
+            (g, g.get("s", 0) + g.get("saved_s", 0) if s is None else s) for g, s in zip(graphs, cold_seconds(graphs, cold))
+        ]
         others = sum(s for g, s in seconds if not is_optimizer(g))
         self.model.setdefault(model_key(config), []).append((others, bool(config.get("compile_loss"))))
         if step_key(config):
@@ -302,6 +317,7 @@ def rerun_estimate_s(trial) -> float:
 
 # -- cold run ----------------------------------------------------------------------------------
 
+
 def added_s(trial) -> float:
     """The seconds a trial's reconstructed warm-up added for the graphs the shared cache had (0: none)."""
     return (trial.user_attrs.get("reconstruction") or {}).get("added_s", 0.0)
@@ -327,6 +343,7 @@ def cold_over_warm_s(trial, scale: float) -> float:
 
 
 # -- the round ---------------------------------------------------------------------------------
+
 
 def round_s(finalists: list, eager: dict, cold_s: float) -> float:
     """What the finalist round keeps for measuring `finalists` and eager (its record, `eager`) again,

@@ -159,9 +159,11 @@ def ruled_out(config: dict, view: View) -> str | None:
     bound = horizon / (SAFETY * floor)
     if bound >= best:
         return None
-    return (f"predicted: its model graphs took {floor:.0f} s to compile cold in this study, so its score at "
-            f"horizon {horizon} is at most {bound:.3g} (with {1 - SAFETY:.0%} margin), below the best so far "
-            f"({best:.3g})")
+    return (
+        f"predicted: its model graphs took {floor:.0f} s to compile cold in this study, so its score at "
+        f"horizon {horizon} is at most {bound:.3g} (with {1 - SAFETY:.0%} margin), below the best so far "
+        f"({best:.3g})"
+    )
 
 
 def out_of_time(config: dict, view: View) -> str | None:
@@ -173,8 +175,10 @@ def out_of_time(config: dict, view: View) -> str | None:
     if left is None or need is None or left >= need:
         return None
     which = f"trial{'s' if len(twins) > 1 else ''} {', '.join(map(str, twins))}"
-    return (f"its twin{'s' if len(twins) > 1 else ''} ({which}) took {need:.0f} s, and "
-            f"{max(left, 0):.0f} s are left before the finalist round")
+    return (
+        f"its twin{'s' if len(twins) > 1 else ''} ({which}) took {need:.0f} s, and "
+        f"{max(left, 0):.0f} s are left before the finalist round"
+    )
 
 
 # A rerun's warm estimate rests on one measured share (cost.WARM_SHARE): a finalist is measured again
@@ -189,9 +193,11 @@ def too_long(trial, limit_s: float | None) -> str | None:
     not the bound: a leader that warmed up long cold reruns warm well within the limit."""
     if limit_s is None or rerun_estimate_s(trial) <= RERUN_HEADROOM * limit_s:
         return None
-    return (f"its run took {trial.user_attrs.get('wall_s', 0):.0f} s, a warm rerun about "
-            f"{rerun_estimate_s(trial):.0f} s, more than {RERUN_HEADROOM:.0%} of the {limit_s:.0f} s trial limit a "
-            f"rerun has")
+    return (
+        f"its run took {trial.user_attrs.get('wall_s', 0):.0f} s, a warm rerun about "
+        f"{rerun_estimate_s(trial):.0f} s, more than {RERUN_HEADROOM:.0%} of the {limit_s:.0f} s trial limit a "
+        f"rerun has"
+    )
 
 
 def _not_rerun(config: dict, view: View) -> str | None:

@@ -42,7 +42,8 @@ def settle(runner, record: dict) -> None:
     runner.progress.line(
         f"horizon: {settings.horizon} steps, what {record['steps_per_s']:.3g} steps/s ({_who(record)}) runs in "
         f"{RUNS_PER_SEARCH} times this search's budget of {budget_s(settings):.0f} s; --horizon-steps to say "
-        "how long your training run is")
+        "how long your training run is"
+    )
 
 
 def _who(record: dict) -> str:

@@ -69,8 +69,7 @@ class Record(Result, total=False):
 # qualifies, its value from the record and the trial's number). Read back through `from_attrs`.
 OLD_DEFAULTS: dict[str, tuple[str, Callable[[Mapping, int | None], object]]] = {
     # before a warm-up said its kind, each was measured from empty caches (or was eager's own)
-    "warmup_kind": ("warmup_s", lambda record, number: "cold" if (record.get("config") or {}).get("compile")
-                    else "eager"),
+    "warmup_kind": ("warmup_s", lambda record, number: "cold" if (record.get("config") or {}).get("compile") else "eager"),
     # before a finding named the trial that made it, the trial itself ran the check
     "rng_dependent_from": ("rng_dependent", lambda record, number: number),
 }
@@ -100,8 +99,7 @@ def plain(value):
 def status_of(trial) -> str:
     """A finished trial's status; for one told without a record, what its state says: pruned, else
     interrupted (the search stopped during it)."""
-    return trial.user_attrs.get("status", Status.PRUNED.value if trial.state.name == "PRUNED"
-                                else Status.INTERRUPTED.value)
+    return trial.user_attrs.get("status", Status.PRUNED.value if trial.state.name == "PRUNED" else Status.INTERRUPTED.value)
 
 
 ATTR_CHARS = 300  # the longest a user attribute's value may be, as JSON
@@ -125,8 +123,11 @@ def shortened(value, limit: int = ATTR_CHARS):
             inner = {key: shortened(item, inner_limit) for key, item in value.items()}
             if len(_json(inner)) <= limit:
                 return inner
-        kept = {key: item for key, item in value.items()
-                if item is None or isinstance(item, (bool, int, float)) or (isinstance(item, str) and len(item) <= 30)}
+        kept = {
+            key: item
+            for key, item in value.items()
+            if item is None or isinstance(item, (bool, int, float)) or (isinstance(item, str) and len(item) <= 30)
+        }
         kept["…"] = f"{len(value) - len(kept)} more keys in result.json"
         if len(_json(kept)) <= limit:
             return kept
@@ -220,8 +221,12 @@ def carried(record: Record, first: Mapping, number: int, warm_up: bool = True) -
         record["warm_warmup_s"] = record.get("warmup_measured_s", record.get("warmup_s"))
         for key in ("warmup_measured_s", "reconstruction"):
             record.pop(key, None)
-        record.update(warmup_s=first.get("warmup_s"), warmup_steps=first.get("warmup_steps"),
-                      warmup_carried_from=number, warmup_kind=first.get("warmup_kind"))
+        record.update(
+            warmup_s=first.get("warmup_s"),
+            warmup_steps=first.get("warmup_steps"),
+            warmup_carried_from=number,
+            warmup_kind=first.get("warmup_kind"),
+        )
     if first.get("replay") and not record.get("replay"):
         record.update(replay=first["replay"], replay_carried_from=number)
     return record

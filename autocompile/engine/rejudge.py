@@ -26,8 +26,14 @@ def to_rejudge(study) -> list:
     """Trials that ran to a measurement and were made infeasible by an older numerics guard,
     and are not re-judged yet."""
     done = {t.user_attrs.get("rejudged_from") for t in study.trials}
-    return [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.number not in done
-            and t.user_attrs.get("steps_per_s") and _judged_by_an_older_guard(t.user_attrs)]
+    return [
+        t
+        for t in study.trials
+        if t.state == optuna.trial.TrialState.COMPLETE
+        and t.number not in done
+        and t.user_attrs.get("steps_per_s")
+        and _judged_by_an_older_guard(t.user_attrs)
+    ]
 
 
 def rejudge(study, study_dir: str, timeout_s: float = 900.0, dry_run: bool = False, say=print) -> list[dict]:
@@ -42,30 +48,48 @@ def rejudge(study, study_dir: str, timeout_s: float = 900.0, dry_run: bool = Fal
         config = original.user_attrs["config"]
         key = json.dumps(config, sort_keys=True)
         if key not in replays:
-            request = TrialRequest(model=settings["model"], config=config, device=settings["device"],
-                                   trial_dir=os.path.join(study_dir, "trials", f"rejudge-{original.number:04d}"),
-                                   batch_size=settings["batch_size"], seq_len=settings["seq_len"],
-                                   seed=settings["seed"], timeout_s=timeout_s, measure={"replay_only": True},
-                                   nproc=settings.get("nproc", 1), parallel=settings.get("parallel", "none"))
+            request = TrialRequest(
+                model=settings["model"],
+                config=config,
+                device=settings["device"],
+                trial_dir=os.path.join(study_dir, "trials", f"rejudge-{original.number:04d}"),
+                batch_size=settings["batch_size"],
+                seq_len=settings["seq_len"],
+                seed=settings["seed"],
+                timeout_s=timeout_s,
+                measure={"replay_only": True},
+                nproc=settings.get("nproc", 1),
+                parallel=settings.get("parallel", "none"),
+            )
             replays[key] = run_trial(request)
         replayed = replays[key]
         if replayed["status"] != Status.OK or "error" in replayed.get("replay", {}):
             say(f"  the replay did not finish: {replayed.get('reason') or replayed.get('replay')}")
             continue
         measured = {k: v for k, v in full_record(original, study_dir).items() if k not in _VERDICT_KEYS}
-        record = judge({**measured, "status": Status.OK, "reason": "", "replay": replayed["replay"]}, eager,
-                       settings["device"], None)
+        record = judge(
+            {**measured, "status": Status.OK, "reason": "", "replay": replayed["replay"]}, eager, settings["device"], None
+        )
         record["score"] = score(record, horizon)
         record["rejudged_from"] = original.number
         record["notes"] = list(record.get("notes", [])) + [
-            f"re-judged from trial {original.number}: its measurement, the numerics of the current replay"]
+            f"re-judged from trial {original.number}: its measurement, the numerics of the current replay"
+        ]
         save_record(trial_folder(study_dir, len(study.trials)), record)  # the number add_trial gives it
-        study.add_trial(optuna.trial.create_trial(
-            state=optuna.trial.TrialState.COMPLETE, value=record["score"], params=original.params,
-            distributions=original.distributions, user_attrs=to_attrs(record),
-            system_attrs={"constraints": [violation(record)]}))
-        say(f"  re-judged as trial {len(study.trials) - 1}: {record['status']}"
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=optuna.trial.TrialState.COMPLETE,
+                value=record["score"],
+                params=original.params,
+                distributions=original.distributions,
+                user_attrs=to_attrs(record),
+                system_attrs={"constraints": [violation(record)]},
+            )
+        )
+        say(
+            f"  re-judged as trial {len(study.trials) - 1}: {record['status']}"
             + (f" ({record['reason'][:120]})" if record["reason"] else "")
-            + f", numerics {record['numerics']['max_rel_diff']:.2%} off (tolerance {record['numerics']['tolerance']:.0%})")
+            + f", numerics {record['numerics']['max_rel_diff']:.2%} off (tolerance {record['numerics']['tolerance']:.0%})"
+        )
         records.append(record)
     return records

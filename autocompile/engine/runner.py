@@ -19,14 +19,24 @@ import optuna
 
 from autocompile.apply import describe_config
 from autocompile.engine import horizon
-from autocompile.engine.records import (BASELINES, Record, Role, carried, full_record, save_record, set_attrs,
-                                        snippet_header, speedup, to_attrs, trial_folder)
+from autocompile.engine.records import (
+    BASELINES,
+    Record,
+    Role,
+    carried,
+    full_record,
+    save_record,
+    set_attrs,
+    snippet_header,
+    speedup,
+    to_attrs,
+    trial_folder,
+)
 from autocompile.engine.studyview import StudyView
 from autocompile.engine.cost import MIN_TRIAL_S, Predictor
 from autocompile.engine.gates import Outcome, Refusal, View, ran_its_course, why_not
 from autocompile.engine.learned import mark_refused_in, rng_dependent
-from autocompile.engine.scoring import (_judged_by_an_older_guard, judge, numerics_tolerance,
-                                        optimistic_score, score, violation)
+from autocompile.engine.scoring import _judged_by_an_older_guard, judge, numerics_tolerance, optimistic_score, score, violation
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.engine.storage import heartbeat_s, this_worker
 from autocompile.trial import TrialRequest, caches, divergence, run_trial, triage
@@ -59,9 +69,15 @@ class Progress:
         phase = event.get("phase")
         head = f"[{self.done + 1}/{self.total}] trial {number} {label}: {phase}"
         if self.live:
-            detail = (f" step {event['step']}" if "step" in event else
-                      f" window {event['window']} at {event['steps_per_s']:.3g} steps/s" if "window" in event else
-                      f", {event['compiled']} compiles finished" if "compiled" in event else "")
+            detail = (
+                f" step {event['step']}"
+                if "step" in event
+                else f" window {event['window']} at {event['steps_per_s']:.3g} steps/s"
+                if "window" in event
+                else f", {event['compiled']} compiles finished"
+                if "compiled" in event
+                else ""
+            )
             status = head + detail + (f"  | {self.best}" if self.best else "")
             columns = shutil.get_terminal_size((120, 20)).columns
             self.stream.write("\r\x1b[2K" + status[: columns - 1])
@@ -104,8 +120,13 @@ def _stoppable(stop: threading.Event, pruning=None):
 def baselines_to_run(finished: list, limit_s: float) -> list[tuple[Role, dict]]:
     """The baselines (role, config) a search still owes its study: those never measured, and
     one that timed out under a shorter limit than `limit_s` (it is measured again)."""
-    done = {t.user_attrs.get("role") for t in finished if t.state == optuna.trial.TrialState.COMPLETE
-            and ran_its_course(t.user_attrs, limit_s) and not _judged_by_an_older_guard(t.user_attrs)}
+    done = {
+        t.user_attrs.get("role")
+        for t in finished
+        if t.state == optuna.trial.TrialState.COMPLETE
+        and ran_its_course(t.user_attrs, limit_s)
+        and not _judged_by_an_older_guard(t.user_attrs)
+    }
     return [(role, config) for role, config in BASELINE_CONFIGS if role not in done]
 
 
@@ -129,9 +150,23 @@ def new_trial(study):
 class Runner:
     """Runs trials of one search against its study: launch, prune, triage, judge, tell."""
 
-    def __init__(self, study, storage, url: str, settings: SearchSettings, progress: Progress, deadline: float | None,
-                 callbacks=(), *, space: SearchSpace | None = None, failures=None, cuts=None, gains=None,
-                 plain=None, started: float | None = None):
+    def __init__(
+        self,
+        study,
+        storage,
+        url: str,
+        settings: SearchSettings,
+        progress: Progress,
+        deadline: float | None,
+        callbacks=(),
+        *,
+        space: SearchSpace | None = None,
+        failures=None,
+        cuts=None,
+        gains=None,
+        plain=None,
+        started: float | None = None,
+    ):
         self.study, self.storage, self.url, self.settings, self.progress = study, storage, url, settings, progress
         self.deadline = deadline
         self.callbacks = callbacks  # Optuna's signature, callback(study, frozen_trial): after each tell
@@ -149,8 +184,16 @@ class Runner:
         """What the gates see of this search (engine/gates.py), with what the asker says of the configuration
         (`params`, `exclude`, `before_round_s`)."""
         settings = self.settings
-        return View(self.study, settings.trial_timeout_s, self.space, self.failures, self.cuts, self.predictor,
-                    horizon.scoring(settings) if settings.prune else None, **asked)
+        return View(
+            self.study,
+            settings.trial_timeout_s,
+            self.space,
+            self.failures,
+            self.cuts,
+            self.predictor,
+            horizon.scoring(settings) if settings.prune else None,
+            **asked,
+        )
 
     def refusal(self, config: dict) -> str | None:
         """Why `config` is not launched, before any process (the gates whose refusal makes it infeasible):
@@ -170,8 +213,9 @@ class Runner:
         """Whether `config` is not expected to finish in what is left of --timeout less `keep_s` (the
         finalist round's: gates.out_of_time); such a trial is not started (`refuse`)."""
         remaining = self.remaining()
-        refusal = why_not(config, self.view(before_round_s=None if remaining is None else remaining - keep_s),
-                          Outcome.NOT_STARTED)
+        refusal = why_not(
+            config, self.view(before_round_s=None if remaining is None else remaining - keep_s), Outcome.NOT_STARTED
+        )
         if refusal is None:
             return False
         self.refuse(trial, config, None, refusal)
@@ -198,9 +242,19 @@ class Runner:
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.progress.line(f"trial {trial.number} {describe_config(config)}: {reason}")
 
-    def run(self, trial, config: dict, role: Role, prunable: bool, limit_s: float | None = None,
-            keep_s: float = 0.0, first=None, cold: bool = False, measure: dict | None = None,
-            gpus: str | None = None) -> Record:
+    def run(
+        self,
+        trial,
+        config: dict,
+        role: Role,
+        prunable: bool,
+        limit_s: float | None = None,
+        keep_s: float = 0.0,
+        first=None,
+        cold: bool = False,
+        measure: dict | None = None,
+        gpus: str | None = None,
+    ) -> Record:
         """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
         of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record.
         A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`);
@@ -210,8 +264,7 @@ class Runner:
         Ctrl-C at any point of it (its launch, or the bookkeeping before it) fails the trial as
         interrupted: none is left running in the study (a 2-worker test on a loaded machine caught
         one between its claim and its launch)."""
-        return self.complete(self.prepare(trial, config, role, prunable, limit_s, keep_s, first, cold, measure or {},
-                                          gpus))
+        return self.complete(self.prepare(trial, config, role, prunable, limit_s, keep_s, first, cold, measure or {}, gpus))
 
     def complete(self, prepared: Prepared) -> Record:
         """Launch a prepared trial in this thread and tell the study (`launch`, `finish`); Ctrl-C fails it
@@ -222,8 +275,19 @@ class Runner:
             self.abandon(prepared.trial)
             raise
 
-    def prepare(self, trial, config: dict, role: Role, prunable: bool, limit_s: float | None, keep_s: float,
-                first, cold: bool, measure: dict, gpus: str | None = None) -> Prepared:
+    def prepare(
+        self,
+        trial,
+        config: dict,
+        role: Role,
+        prunable: bool,
+        limit_s: float | None,
+        keep_s: float,
+        first,
+        cold: bool,
+        measure: dict,
+        gpus: str | None = None,
+    ) -> Prepared:
         """Everything of `run` before the trial's process: its attributes in the study, its request.
         Ctrl-C fails the trial as interrupted."""
         try:
@@ -232,8 +296,19 @@ class Runner:
             self.abandon(trial)
             raise
 
-    def _prepare(self, trial, config: dict, role: Role, prunable: bool, limit_s: float | None, keep_s: float,
-                 first, cold: bool, measure: dict, gpus: str | None) -> Prepared:
+    def _prepare(
+        self,
+        trial,
+        config: dict,
+        role: Role,
+        prunable: bool,
+        limit_s: float | None,
+        keep_s: float,
+        first,
+        cold: bool,
+        measure: dict,
+        gpus: str | None,
+    ) -> Prepared:
         settings = self.settings
         limit_s = limit_s or settings.trial_timeout_s
         # the config is known even if the search dies during the trial; a dead worker's trial is failed and tried again
@@ -249,18 +324,29 @@ class Runner:
         if shared:
             trial.set_user_attr("compile_cache", "shared")
         request = TrialRequest(
-            model=settings.model, config=config, device=settings.device,
+            model=settings.model,
+            config=config,
+            device=settings.device,
             trial_dir=trial_folder(settings.study_dir, trial.number),
-            batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
+            batch_size=settings.batch_size,
+            seq_len=settings.seq_len,
+            seed=settings.seed,
             timeout_s=limit_s if remaining is None else max(1.0, min(limit_s, remaining - STOP_S)),
-            header=_header(settings, trial.number), trace=settings.trace,
-            measure={**self._learned(config), **measure, **(settings.measure or {}),
-                     **({"numerics_replay": False} if warm or cold else {}),
-                     **({"compile_pool_wait": False} if warm else {})},
+            header=_header(settings, trial.number),
+            trace=settings.trace,
+            measure={
+                **self._learned(config),
+                **measure,
+                **(settings.measure or {}),
+                **({"numerics_replay": False} if warm or cold else {}),
+                **({"compile_pool_wait": False} if warm else {}),
+            },
             cache_dir=warm or (caches.shared(settings.study_dir) if shared else None),
             keep_cache=bool(config["compile"]) and first is None and role != Role.FINALIST,
             ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
-            nproc=settings.nproc, parallel=settings.parallel, prestart=settings.prestarts(),
+            nproc=settings.nproc,
+            parallel=settings.parallel,
+            prestart=settings.prestarts(),
             mark_refused_in=mark_refused_in(self.study, config),
             gpus=gpus if settings.device.startswith("cuda") else None,
         )
@@ -274,11 +360,18 @@ class Runner:
         settings, storage, trial = self.settings, self.storage, prepared.trial
         beat = (lambda: storage.record_heartbeat(trial._trial_id)) if hasattr(storage, "record_heartbeat") else None
         pruning = self._pruning(trial) if prepared.prunable and settings.prune else None
-        record = run_trial(prepared.request, on_event=lambda e: self.progress.phase(trial.number, prepared.label, e),
-                           heartbeat=beat, heartbeat_every_s=heartbeat_s() / 2,
-                           should_stop=pruning if stop is None else _stoppable(stop, pruning))
-        if record["status"] == Status.COMPILE_ERROR and settings.triage and (prepared.remaining is None or
-                                                                        self.remaining() > MIN_TRIAL_S):
+        record = run_trial(
+            prepared.request,
+            on_event=lambda e: self.progress.phase(trial.number, prepared.label, e),
+            heartbeat=beat,
+            heartbeat_every_s=heartbeat_s() / 2,
+            should_stop=pruning if stop is None else _stoppable(stop, pruning),
+        )
+        if (
+            record["status"] == Status.COMPILE_ERROR
+            and settings.triage
+            and (prepared.remaining is None or self.remaining() > MIN_TRIAL_S)
+        ):
             self.progress.line(f"  trial {trial.number}: compile error; rerunning with simpler backends to find the layer")
             record = triage(prepared.request, record, time_left=self.remaining(), heartbeat=beat)
         return record
@@ -289,8 +382,7 @@ class Runner:
         self.trials_wall += record["wall_s"] + sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
         if prepared.carries:
             first = prepared.first
-            record = carried(record, full_record(first, self.settings.study_dir), first.number,
-                             warm_up=not prepared.cold)
+            record = carried(record, full_record(first, self.settings.study_dir), first.number, warm_up=not prepared.cold)
         record = self._tell(trial, prepared.request, record, prepared.limit_s)
         self.progress.done += 1
         self._report(trial.number, prepared.label, record)
@@ -316,16 +408,16 @@ class Runner:
         """Whether a first run compiles into the study's shared cache: with --shared-cache, every
         compiled trial but the baselines (measured cold, the comparison users read) and a finalist's
         cold check."""
-        return (self.settings.shared_cache and bool(config["compile"]) and first is None
-                and role not in (*BASELINES, Role.FINALIST))
+        return (
+            self.settings.shared_cache and bool(config["compile"]) and first is None and role not in (*BASELINES, Role.FINALIST)
+        )
 
     def _tell(self, trial, request: TrialRequest, record: Record, limit_s: float) -> Record:
         """Judge the record, keep it whole in the trial's folder and concise in the study, tell the
         study; the judged record."""
         settings = self.settings
         view = StudyView(self.study)
-        record = judge(record, view.eager_record(settings.study_dir), settings.device,
-                       view.memory_limit(settings.max_memory_gb))
+        record = judge(record, view.eager_record(settings.study_dir), settings.device, view.memory_limit(settings.max_memory_gb))
         if record["status"] == Status.INFEASIBLE and record.get("numerics", {}).get("differs") and settings.triage:
             self.progress.line(f"  trial {trial.number}: numerics off; comparing it with eager module by module")
             # as measured: a hard mark_dynamic that fell back is compared as the maybe it ran
@@ -355,8 +447,10 @@ class Runner:
             return  # told already (its result stands), or abandoned by an inner handler
         set_attrs(trial, {"status": Status.INTERRUPTED, "reason": "interrupted"})
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        self.progress.line(f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
-                           f"{self.url}; run the same command to resume")
+        self.progress.line(
+            f"interrupted: trial {trial.number} abandoned; finished trials are saved in "
+            f"{self.url}; run the same command to resume"
+        )
 
     def predictor(self) -> Predictor:
         """The study's warm-up predictor (it reads every trial's record), built again only when a
@@ -368,8 +462,13 @@ class Runner:
 
     def _prune_before_launch(self, trial, config: dict, role: Role, reason: str) -> None:
         """A configuration predicted not to win: pruned with the prediction as its reason, at no process cost."""
-        record = {"status": Status.PRUNED, "reason": "pruned before launch: " + reason, "config": config, "wall_s": 0.0,
-                  "notes": []}
+        record = {
+            "status": Status.PRUNED,
+            "reason": "pruned before launch: " + reason,
+            "config": config,
+            "wall_s": 0.0,
+            "notes": [],
+        }
         set_attrs(trial, {"role": role, **to_attrs(record)})
         self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         self.progress.done += 1
@@ -378,8 +477,14 @@ class Runner:
 
     def _reject(self, trial, config: dict, role: Role, reason: str) -> None:
         """A configuration that cannot work here: infeasible before launch, at no GPU cost."""
-        record = {"status": Status.INFEASIBLE, "reason": "rejected before launch: " + reason, "config": config,
-                  "wall_s": 0.0, "score": 0.0, "notes": []}
+        record = {
+            "status": Status.INFEASIBLE,
+            "reason": "rejected before launch: " + reason,
+            "config": config,
+            "wall_s": 0.0,
+            "score": 0.0,
+            "notes": [],
+        }
         set_attrs(trial, {"role": role, **to_attrs(record)})
         trial.set_constraint("failed", violation(record))
         self.study.tell(trial, 0.0)
@@ -421,9 +526,11 @@ class Runner:
         if not pace:
             return None, ""
         ceiling = pace * known["ratio"]
-        return ceiling, (f" (its steady speed at most {ceiling:.3g} steps/s: trial {parent}'s {pace:.3g} times "
-                         f"{known['ratio']:.2f}, the most a move of {', '.join(moved)} has gained over its parent here, "
-                         f"{known['by']}, of {known['of']})")
+        return ceiling, (
+            f" (its steady speed at most {ceiling:.3g} steps/s: trial {parent}'s {pace:.3g} times "
+            f"{known['ratio']:.2f}, the most a move of {', '.join(moved)} has gained over its parent here, "
+            f"{known['by']}, of {known['of']})"
+        )
 
     def _report(self, number: int, label: str, record: dict) -> None:
         view = StudyView(self.study)  # after the tell
@@ -432,8 +539,11 @@ class Runner:
             self.progress.best = f"best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager"
         self.progress.line(
             f"[{self.progress.done}/{self.progress.total}] trial {number} {label}: {record['status']}"
-            + (f"  {record['steps_per_s']:.3g} steps/s ({speedup(record['steps_per_s'], eager)} eager),"
-               f" warm-up {record['warmup_s']:.1f} s, score {record['score']:.3g}" if record["status"] == Status.OK
-               else f" - {record.get('reason', '')}")
+            + (
+                f"  {record['steps_per_s']:.3g} steps/s ({speedup(record['steps_per_s'], eager)} eager),"
+                f" warm-up {record['warmup_s']:.1f} s, score {record['score']:.3g}"
+                if record["status"] == Status.OK
+                else f" - {record.get('reason', '')}"
+            )
             + (f"  | best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager" if best else "")
         )

@@ -69,9 +69,16 @@ def compare_losses(trial: list[float], reference: list[float], device: str) -> d
     tolerances = [base * (k + 1) for k in range(n)]
     diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(trial[:n], reference[:n])]
     worst = max(range(n), key=lambda k: diffs[k] / tolerances[k])
-    return {"eager": reference[:n], "trial": trial[:n], "rel_diffs": diffs, "tolerances": tolerances,
-            "max_rel_diff": diffs[worst], "tolerance": tolerances[worst], "worst_step": worst + 1,
-            "differs": diffs[worst] > tolerances[worst]}
+    return {
+        "eager": reference[:n],
+        "trial": trial[:n],
+        "rel_diffs": diffs,
+        "tolerances": tolerances,
+        "max_rel_diff": diffs[worst],
+        "tolerance": tolerances[worst],
+        "worst_step": worst + 1,
+        "differs": diffs[worst] > tolerances[worst],
+    }
 
 
 def _worst_rank(ranks: list[dict], device: str) -> dict:
@@ -105,35 +112,57 @@ def numerics_verdict(record: dict, eager: dict | None, device: str) -> dict | No
     """
     replay = record.get("replay")
     if replay and "error" not in replay:
-        return {"method": "replay", "version": replay.get("version", 1), "how": replay["method"],
-                "replay_s": replay["seconds"], **_worst_rank(replay.get("ranks") or [replay], device)}
+        return {
+            "method": "replay",
+            "version": replay.get("version", 1),
+            "how": replay["method"],
+            "replay_s": replay["seconds"],
+            **_worst_rank(replay.get("ranks") or [replay], device),
+        }
     if record.get("rng_dependent"):
         why = replay["error"] if replay else "no replay was run"
-        return {"method": "not judged", "differs": False,
-                "how": f"the loss depends on the random stream (dropout) and the replay did not finish: {why}"}
+        return {
+            "method": "not judged",
+            "differs": False,
+            "how": f"the loss depends on the random stream (dropout) and the replay did not finish: {why}",
+        }
     if eager and eager.get("losses") and record.get("losses"):
         ranks = _rank_losses(record, eager)
         if ranks:
-            return {"method": "first losses", "how": "each rank's first losses against the eager baseline's same rank",
-                    **_worst_rank(ranks, device)}
-        return {"method": "first losses", "how": "the measured run's first losses against the eager baseline's",
-                **compare_losses(record["losses"], eager["losses"], device)}
+            return {
+                "method": "first losses",
+                "how": "each rank's first losses against the eager baseline's same rank",
+                **_worst_rank(ranks, device),
+            }
+        return {
+            "method": "first losses",
+            "how": "the measured run's first losses against the eager baseline's",
+            **compare_losses(record["losses"], eager["losses"], device),
+        }
     if eager is None and record.get("losses") and record.get("eager_first_loss") is not None:
         # eager training did not fit: the first loss against eager's forward on the same batch and
         # weights, run in the trial before anything compiled (no gradients kept: it fits)
-        return {"method": "first loss", "how": "no eager baseline ran cleanly: the first loss against an eager "
-                "forward of the same batch and weights in the trial itself",
-                **compare_losses(record["losses"][:1], [record["eager_first_loss"]], device)}
+        return {
+            "method": "first loss",
+            "how": "no eager baseline ran cleanly: the first loss against an eager "
+            "forward of the same batch and weights in the trial itself",
+            **compare_losses(record["losses"][:1], [record["eager_first_loss"]], device),
+        }
     if eager is None and record.get("losses"):
-        return {"method": "not judged", "differs": False,
-                "how": "no eager baseline ran cleanly (it ran out of memory?) to compare the first losses with"}
+        return {
+            "method": "not judged",
+            "differs": False,
+            "how": "no eager baseline ran cleanly (it ran out of memory?) to compare the first losses with",
+        }
     return None
 
 
 # Why a packed configuration's losses part from the padded batch's, where they do
-PACKED_APART = ("; packed, the sequences of a row must attend only to themselves, and here they do not: the "
-                "workload's forward must pass the position ids to the model (a causal decoder takes its mask from "
-                "them), or, for an encoder, the block-diagonal mask (SequenceLayout)")
+PACKED_APART = (
+    "; packed, the sequences of a row must attend only to themselves, and here they do not: the "
+    "workload's forward must pass the position ids to the model (a causal decoder takes its mask from "
+    "them), or, for an encoder, the block-diagonal mask (SequenceLayout)"
+)
 
 
 def judge(record: Record, eager: dict | None, device: str, max_memory_gb: float | None) -> Record:
@@ -149,11 +178,13 @@ def judge(record: Record, eager: dict | None, device: str, max_memory_gb: float 
     if verdict and verdict["differs"]:
         step = verdict["worst_step"]
         record["status"] = Status.INFEASIBLE
-        record["reason"] = (f"numerics ({verdict['method']}): the loss of step {step} differs from eager by "
-                            f"{verdict['max_rel_diff']:.2%} (tolerance {verdict['tolerance']:.1%}): "
-                            f"{verdict['trial']} against {verdict['eager']}"
-                + (f" (rank {verdict['rank']} of {verdict['ranks']})" if "rank" in verdict else "")
-                + (PACKED_APART if record["config"].get("padding") == "pack" else ""))
+        record["reason"] = (
+            f"numerics ({verdict['method']}): the loss of step {step} differs from eager by "
+            f"{verdict['max_rel_diff']:.2%} (tolerance {verdict['tolerance']:.1%}): "
+            f"{verdict['trial']} against {verdict['eager']}"
+            + (f" (rank {verdict['rank']} of {verdict['ranks']})" if "rank" in verdict else "")
+            + (PACKED_APART if record["config"].get("padding") == "pack" else "")
+        )
         return record
     if max_memory_gb is not None and record.get("peak_mem_gb", 0) > max_memory_gb:
         record["over_memory_gb"] = record["peak_mem_gb"] - max_memory_gb
@@ -162,8 +193,7 @@ def judge(record: Record, eager: dict | None, device: str, max_memory_gb: float 
     return record
 
 
-def optimistic_score(events: list[dict], horizon: int, ceiling: float | None = None,
-                     now: float | None = None) -> float | None:
+def optimistic_score(events: list[dict], horizon: int, ceiling: float | None = None, now: float | None = None) -> float | None:
     """The highest score a running trial could still reach, from its progress events.
 
     While it warms up: the score of the steps left at `ceiling` steps/s (a neighbour's: its parent's speed
@@ -185,8 +215,10 @@ def optimistic_score(events: list[dict], horizon: int, ceiling: float | None = N
         return _at_most(horizon, max(warmed["warmup_s"], 1e-9), warmed["warmup_steps"], ceiling)
     pace = statistics.mean(rates)
     slack = max(PRUNE_SLACK, 3 * statistics.pstdev(rates) / pace)
-    at_pace = score({"status": Status.OK, "warmup_s": warmed["warmup_s"], "warmup_steps": warmed["warmup_steps"],
-                     "steps_per_s": pace}, horizon)
+    at_pace = score(
+        {"status": Status.OK, "warmup_s": warmed["warmup_s"], "warmup_steps": warmed["warmup_steps"], "steps_per_s": pace},
+        horizon,
+    )
     return at_pace * (1 + slack)
 
 
@@ -200,8 +232,14 @@ def _at_most(horizon: int, elapsed_s: float, steps: int, ceiling: float | None) 
 
 def best_score(study) -> float | None:
     """The best score of the feasible completed trials, finalist reruns included."""
-    return max((t.value for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                if t.user_attrs.get("status") == Status.OK and t.value), default=None)
+    return max(
+        (
+            t.value
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("status") == Status.OK and t.value
+        ),
+        default=None,
+    )
 
 
 class CannotWinPruner(optuna.pruners.BasePruner):

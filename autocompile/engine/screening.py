@@ -51,12 +51,15 @@ def check_blocks(model: str, k: int, counts: dict[str, int] | None) -> None:
     if counts is None:
         return
     if not counts:
-        raise UserError(f"model {model!r} has no repeated blocks (a ModuleList of blocks of one class) to cut: "
-                        "it cannot be screened")
+        raise UserError(
+            f"model {model!r} has no repeated blocks (a ModuleList of blocks of one class) to cut: it cannot be screened"
+        )
     if k >= max(counts.values()):
         found = ", ".join(f"{path}: {n}" for path, n in counts.items())
-        raise UserError(f"screening at {k} blocks: the model's repeated blocks ({found}) are not longer, "
-                        "so a screen would be a full trial; give fewer")
+        raise UserError(
+            f"screening at {k} blocks: the model's repeated blocks ({found}) are not longer, "
+            "so a screen would be a full trial; give fewer"
+        )
 
 
 class ScreeningPruner(optuna.pruners.BasePruner):
@@ -68,7 +71,8 @@ class ScreeningPruner(optuna.pruners.BasePruner):
     def __init__(self, blocks: int):
         self.blocks = blocks
         self.halving = optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=blocks, reduction_factor=REDUCTION_FACTOR, min_early_stopping_rate=0)
+            min_resource=blocks, reduction_factor=REDUCTION_FACTOR, min_early_stopping_rate=0
+        )
         self.cannot_win = CannotWinPruner()
 
     def prune(self, study, trial) -> bool:
@@ -84,30 +88,46 @@ def make_pruner(settings):
         return CannotWinPruner()
     from autocompile.workloads import WorkloadOptions
 
-    options = WorkloadOptions(device=settings.device, batch_size=settings.batch_size, seq_len=settings.seq_len,
-                              seed=settings.seed)
+    options = WorkloadOptions(
+        device=settings.device, batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed
+    )
     check_blocks(settings.model, settings.screen, block_counts(settings.model, options))
     return ScreeningPruner(settings.screen)
 
 
 def screen_request(settings, config: dict, k: int, trial_dir: str, timeout_s: float) -> TrialRequest:
     """A trial of `config` at k blocks, with the study's shared screen cache."""
-    return TrialRequest(model=settings.model, config=config, device=settings.device, trial_dir=trial_dir,
-                        batch_size=settings.batch_size, seq_len=settings.seq_len, seed=settings.seed,
-                        timeout_s=timeout_s, measure=settings.measure or {}, blocks=k,
-                        cache_dir=os.path.join(settings.study_dir, SCREENS, "cache"),
-                        nproc=settings.nproc, parallel=settings.parallel)
+    return TrialRequest(
+        model=settings.model,
+        config=config,
+        device=settings.device,
+        trial_dir=trial_dir,
+        batch_size=settings.batch_size,
+        seq_len=settings.seq_len,
+        seed=settings.seed,
+        timeout_s=timeout_s,
+        measure=settings.measure or {},
+        blocks=k,
+        cache_dir=os.path.join(settings.study_dir, SCREENS, "cache"),
+        nproc=settings.nproc,
+        parallel=settings.parallel,
+    )
 
 
 def screen_summary(record: dict, eager: dict, k: int) -> dict:
     """What a screen keeps on its trial: its status, speed and score (its steady speed as a
     multiple of eager's at k blocks)."""
     ok = record["status"] == Status.OK
-    return {"blocks": k, "status": record["status"], "reason": record.get("reason", ""),
-            "steps_per_s": record.get("steps_per_s") if ok else None,
-            "score": record["steps_per_s"] / eager["steps_per_s"] if ok else None,
-            "warmup_s": record.get("warmup_s"), "wall_s": record["wall_s"],
-            "compile_caches": record.get("compile_caches")}
+    return {
+        "blocks": k,
+        "status": record["status"],
+        "reason": record.get("reason", ""),
+        "steps_per_s": record.get("steps_per_s") if ok else None,
+        "score": record["steps_per_s"] / eager["steps_per_s"] if ok else None,
+        "warmup_s": record.get("warmup_s"),
+        "wall_s": record["wall_s"],
+        "compile_caches": record.get("compile_caches"),
+    }
 
 
 def _limit(runner, limit_s: float, keep_s: float) -> float:
@@ -129,8 +149,10 @@ def screened_eager(runner, k: int, keep_s: float = 0.0) -> dict | None:
     record = run_trial(screen_request(settings, dict(EAGER), k, folder, _limit(runner, settings.baseline_limit_s, keep_s)))
     runner.trials_wall += record["wall_s"]
     if record["status"] != Status.OK:
-        runner.progress.line(f"screening: eager at {k} blocks ended {record['status']} ({record.get('reason', '')}): "
-                             "this trial is measured in full")
+        runner.progress.line(
+            f"screening: eager at {k} blocks ended {record['status']} ({record.get('reason', '')}): "
+            "this trial is measured in full"
+        )
         return None
     kept = {key: record.get(key) for key in ("steps_per_s", "warmup_s", "losses", "cv", "wall_s", "torch", "device_name")}
     kept["boot"] = this_boot()
@@ -154,9 +176,11 @@ def screen_trial(runner, trial, config: dict, role: Role, k: int, keep_s: float 
     label = describe_config(config)
     folder = os.path.join(settings.study_dir, "trials", f"{trial.number:04d}", "screen")
     beat = getattr(runner.storage, "record_heartbeat", None)
-    record = run_trial(screen_request(settings, config, k, folder, _limit(runner, settings.trial_timeout_s, keep_s)),
-                       on_event=lambda e: progress.phase(trial.number, f"{label} at {k} blocks", e),
-                       heartbeat=beat and (lambda: beat(trial._trial_id)))
+    record = run_trial(
+        screen_request(settings, config, k, folder, _limit(runner, settings.trial_timeout_s, keep_s)),
+        on_event=lambda e: progress.phase(trial.number, f"{label} at {k} blocks", e),
+        heartbeat=beat and (lambda: beat(trial._trial_id)),
+    )
     runner.trials_wall += record["wall_s"]
     screen = screen_summary(judge(record, eager, settings.device, None), eager, k)
     set_attrs(trial, {"screen": shortened(screen)})  # a long reason cut; the screen's folder has it all
@@ -167,8 +191,10 @@ def screen_trial(runner, trial, config: dict, role: Role, k: int, keep_s: float 
     screen["promoted"] = not trial.should_prune()
     set_attrs(trial, {"screen": shortened(screen)})  # a long reason cut; the screen's folder has it all
     if screen["promoted"] or not settings.prune:  # --no-prune: every screen goes on (both measured)
-        progress.line(f"  trial {trial.number} {label}: at {k} blocks {screen['score']:.3g}x eager: "
-                      + ("promoted to a full trial" if screen["promoted"] else "measured in full anyway (--no-prune)"))
+        progress.line(
+            f"  trial {trial.number} {label}: at {k} blocks {screen['score']:.3g}x eager: "
+            + ("promoted to a full trial" if screen["promoted"] else "measured in full anyway (--no-prune)")
+        )
         return True
     _tell_pruned(runner, trial, config, role, screen)
     return False
@@ -177,9 +203,16 @@ def screen_trial(runner, trial, config: dict, role: Role, k: int, keep_s: float 
 def _tell_pruned(runner, trial, config: dict, role: Role, screen: dict) -> None:
     from autocompile.apply import describe_config
 
-    record = {"status": Status.PRUNED, "config": config, "role": role, "wall_s": screen["wall_s"], "score": 0.0,
-              "notes": [], "reason": f"screened at {screen['blocks']} blocks: {screen['score']:.3g}x eager, "
-                                     "below the top half of the screened trials"}
+    record = {
+        "status": Status.PRUNED,
+        "config": config,
+        "role": role,
+        "wall_s": screen["wall_s"],
+        "score": 0.0,
+        "notes": [],
+        "reason": f"screened at {screen['blocks']} blocks: {screen['score']:.3g}x eager, "
+        "below the top half of the screened trials",
+    }
     set_attrs(trial, to_attrs(record))
     runner.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     runner.progress.done += 1

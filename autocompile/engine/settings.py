@@ -107,4 +107,4 @@ def group_gpus(gpus: list[str] | None, nproc: int) -> list[str] | None:
         return gpus
     if len(gpus) % nproc:
         raise UserError(f"--gpus gives {len(gpus)} GPUs, which do not split into groups of --nproc {nproc}")
-    return [",".join(gpus[i:i + nproc]) for i in range(0, len(gpus), nproc)]
+    return [",".join(gpus[i : i + nproc]) for i in range(0, len(gpus), nproc)]

@@ -38,8 +38,10 @@ ATTEMPTS = 8  # opening a storage or study that another process is creating
 def check_study_name(name: str) -> str:
     """A study name is a name: it becomes the folder DIR/NAME, so no path separator and no '..'."""
     if not name or name in (".", "..") or any(sep and sep in name for sep in ("/", os.sep, os.altsep)):
-        raise UserError(f"study name {name!r}: a study name is a plain name (its files go to DIR/NAME/), "
-                        "without '/' or '..'; choose the folder with --dir")
+        raise UserError(
+            f"study name {name!r}: a study name is a plain name (its files go to DIR/NAME/), "
+            "without '/' or '..'; choose the folder with --dir"
+        )
     return name
 
 
@@ -60,7 +62,7 @@ def storage_file(url: str) -> str | None:
     """The local file of a SQLite or journal URL (None for a server)."""
     for prefix in ("sqlite:///", JOURNAL):
         if url.startswith(prefix):
-            return url[len(prefix):]
+            return url[len(prefix) :]
     return None
 
 
@@ -82,8 +84,9 @@ def _rdb(url: str):
     beat = heartbeat_s()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url, heartbeat_interval=beat, grace_period=2 * beat,
-                                          heartbeat_stale_trial_callback=_retry_callback())
+        return optuna.storages.RDBStorage(
+            url, heartbeat_interval=beat, grace_period=2 * beat, heartbeat_stale_trial_callback=_retry_callback()
+        )
 
 
 def _journal(path: str):
@@ -95,8 +98,11 @@ def _journal(path: str):
 def _racing(error: Exception) -> bool:
     """Two processes creating the same schema or study at once: the loser tries again."""
     text = str(error)
-    return ("IntegrityError" in type(error).__name__ or isinstance(error, optuna.exceptions.DuplicatedStudyError)
-            or any(sign in text for sign in ("already exists", "database is locked", "UNIQUE constraint")))
+    return (
+        "IntegrityError" in type(error).__name__
+        or isinstance(error, optuna.exceptions.DuplicatedStudyError)
+        or any(sign in text for sign in ("already exists", "database is locked", "UNIQUE constraint"))
+    )
 
 
 def _first_line(exc: Exception) -> str:
@@ -185,8 +191,9 @@ def _fail_dead_workers(study) -> int:
         if not _dead_here(trial):
             continue
         storage = study._storage
-        storage.set_trial_user_attr(trial._trial_id, "reason",
-                                    f"stale: its worker (pid {trial.user_attrs['worker']['pid']}) died")
+        storage.set_trial_user_attr(
+            trial._trial_id, "reason", f"stale: its worker (pid {trial.user_attrs['worker']['pid']}) died"
+        )
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             if storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL):
                 _retry_callback()(study, storage.get_trial(trial._trial_id))

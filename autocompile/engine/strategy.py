@@ -30,30 +30,45 @@ from autocompile.trial.result import Status
 
 # Dimensions in the order a change is most likely to pay, and why.
 PROMISE = (
-    ("activation_checkpointing", "offered only where the model checkpoints its activations: off, compile's "
-                                 "partitioner recomputes instead (a LoRA fine-tune of the 8B Llama: 1.5x the "
-                                 "steps/s of its own checkpointing at a budget of 0.5, 1.2x at 0.05; "
-                                 "studies/README.md)"),
+    (
+        "activation_checkpointing",
+        "offered only where the model checkpoints its activations: off, compile's "
+        "partitioner recomputes instead (a LoRA fine-tune of the 8B Llama: 1.5x the "
+        "steps/s of its own checkpointing at a budget of 0.5, 1.2x at 0.05; "
+        "studies/README.md)",
+    ),
     ("compile_loss", "the loss compiled apart: part of llama-8b's 1.46x (studies/README.md)"),
     ("fused_optimizer", "one fused optimizer kernel: part of llama-8b's 1.46x"),
     ("compile_optimizer", "the optimizer step compiled (001: optimizer compilation)"),
-    ("foreach_map_optimizer", "the Adam/AdamW step as one foreach_map function, fused horizontally: 001's step #4, "
-                              "tried right after compiling the step (slower on its small model: 5.28 against "
-                              "5.54 steps/s, A100; the guide expects larger models to gain)"),
-    ("activation_memory_budget", "offered only where memory is the constraint: recomputing activations "
-                                 "is what lets a configuration fit (AOTAutograd's partitioner)"),
+    (
+        "foreach_map_optimizer",
+        "the Adam/AdamW step as one foreach_map function, fused horizontally: 001's step #4, "
+        "tried right after compiling the step (slower on its small model: 5.28 against "
+        "5.54 steps/s, A100; the guide expects larger models to gain)",
+    ),
+    (
+        "activation_memory_budget",
+        "offered only where memory is the constraint: recomputing activations "
+        "is what lets a configuration fit (AOTAutograd's partitioner)",
+    ),
     ("mode", "reduce-overhead: CUDA graphs +15% (000), the captioner's 1.82x; max-autotune tunes kernels"),
-    ("static_grads", "under CUDA graphs with a compiled step, gradients read in place instead of copied in: "
-                     "001's step #3, tried right after a CUDA-graph mode (5.32 against 5.54 steps/s on its "
-                     "small model, A100; slower on the captioner too: docs/decisions.md)"),
+    (
+        "static_grads",
+        "under CUDA graphs with a compiled step, gradients read in place instead of copied in: "
+        "001's step #3, tried right after a CUDA-graph mode (5.32 against 5.54 steps/s on its "
+        "small model, A100; slower on the captioner too: docs/decisions.md)",
+    ),
     ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets); packed, no padding computed"),
     ("pack_attention", "packed rows under FlexAttention: the blocks where one sequence would see another skipped"),
     ("pack_length", "packed rows of the longest sequence (one length, fewer rows) or the batch in one row"),
     ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
     ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
-    ("compiled_autograd", "the whole backward as one compiled graph (002: dynamic backward graphs, hooks, FSDP); "
-                          "late: a whole backward per padded length, minutes of warm-up for no speed on the GPU "
-                          "models (docs/decisions.md)"),
+    (
+        "compiled_autograd",
+        "the whole backward as one compiled graph (002: dynamic backward graphs, hooks, FSDP); "
+        "late: a whole backward per padded length, minutes of warm-up for no speed on the GPU "
+        "models (docs/decisions.md)",
+    ),
     ("inductor.coordinate_descent_tuning", "tunes Triton kernel configs (COMPILE_HEAVY)"),
     ("inductor.shape_padding", "pads matrix dimensions for faster kernels (001)"),
     ("inductor.epilogue_fusion", "fuses pointwise epilogues into matrix kernels"),
@@ -67,23 +82,35 @@ PROMISE = (
 
 # The values those changes are worth making towards (a change away from one is proposed last).
 PROMISING = {
-    "compile_loss": {True}, "fused_optimizer": {True}, "compile_optimizer": {True}, "lr_tensor": {True},
-    "mode": {"reduce-overhead"}, "inductor.shape_padding": {True},
-    "activation_memory_budget": {0.8, 0.5}, "activation_checkpointing": {"off"}, "padding": {"pack"},
+    "compile_loss": {True},
+    "fused_optimizer": {True},
+    "compile_optimizer": {True},
+    "lr_tensor": {True},
+    "mode": {"reduce-overhead"},
+    "inductor.shape_padding": {True},
+    "activation_memory_budget": {0.8, 0.5},
+    "activation_checkpointing": {"off"},
+    "padding": {"pack"},
     "pack_attention": {"flex"},
 }
 # Moves that multiply what a compile does: Inductor benchmarking kernel candidates (the max-autotune
 # modes turn coordinate descent on too), or the whole backward compiled again as one graph per length
 # (compiled autograd). Proposed after every other move but those away from a promising value:
 # nowhere measured did one pay for its compile (docs/decisions.md: "compile-heavy moves are proposed last").
-COMPILE_HEAVY = {"mode": {"max-autotune-no-cudagraphs", "max-autotune"}, "inductor.coordinate_descent_tuning": {True},
-                 "compiled_autograd": {True}}
+COMPILE_HEAVY = {
+    "mode": {"max-autotune-no-cudagraphs", "max-autotune"},
+    "inductor.coordinate_descent_tuning": {True},
+    "compiled_autograd": {True},
+}
 
 
 def compile_heavy_values(config: dict) -> list[tuple[str, object]]:
     """The COMPILE_HEAVY values a configuration holds, as (dimension, value)."""
-    values = {"mode": config.get("mode"), "compiled_autograd": config.get("compiled_autograd"),
-              "inductor.coordinate_descent_tuning": (config.get("inductor") or {}).get("coordinate_descent_tuning")}
+    values = {
+        "mode": config.get("mode"),
+        "compiled_autograd": config.get("compiled_autograd"),
+        "inductor.coordinate_descent_tuning": (config.get("inductor") or {}).get("coordinate_descent_tuning"),
+    }
     return [(name, value) for name, value in values.items() if any(_same(value, v) for v in COMPILE_HEAVY[name])]
 
 
@@ -100,8 +127,10 @@ def compile_cut_values(config: dict) -> list[tuple[str, object]]:
 
 
 # The value a dimension takes when a move makes it apply and neither parent had it.
-_PROMISING_VALUE = {**{name: True for name, values in PROMISING.items() if values == {True}},
-                    "activation_memory_budget": 0.5}  # the model's checkpointing turned off: half its activations kept
+_PROMISING_VALUE = {
+    **{name: True for name, values in PROMISING.items() if values == {True}},
+    "activation_memory_budget": 0.5,
+}  # the model's checkpointing turned off: half its activations kept
 
 # A parent whose warm-up is at least this share of its projected run (warm-up plus the horizon's
 # steps at its steady speed) first drops a graph it compiles besides the model's: at that share the
@@ -137,10 +166,18 @@ def effects(study, view: StudyView | None = None) -> list[dict]:
             continue
         parent = view.trials[a["parent"]]
         before, after = config_columns(parent.user_attrs["config"]), config_columns(a["config"])
-        changes = {name: (before.get(name), after.get(name)) for name in sorted(set(before) | set(after))
-                   if before.get(name) != after.get(name)}
-        row = {"trial": t.number, "parent": parent.number, "changed": changes, "status": a["status"],
-               "single": set(changes) <= set(a.get("changed", []))}
+        changes = {
+            name: (before.get(name), after.get(name))
+            for name in sorted(set(before) | set(after))
+            if before.get(name) != after.get(name)
+        }
+        row = {
+            "trial": t.number,
+            "parent": parent.number,
+            "changed": changes,
+            "status": a["status"],
+            "single": set(changes) <= set(a.get("changed", [])),
+        }
         if same_machine(a.get("worker"), parent.user_attrs.get("worker")) is False:
             row["other_machine"] = True  # a resumed study on a new lease: the host's speed moved too
         if t.number in means and parent.number in means:
@@ -148,8 +185,9 @@ def effects(study, view: StudyView | None = None) -> list[dict]:
         else:
             row["reason"] = a.get("reason", "")
         peaks = (parent.user_attrs.get("peak_mem_gb"), a.get("peak_mem_gb"))
-        if all(peaks) and ("activation_memory_budget" in changes or a.get("over_memory_gb")
-                           or parent.user_attrs.get("over_memory_gb")):
+        if all(peaks) and (
+            "activation_memory_budget" in changes or a.get("over_memory_gb") or parent.user_attrs.get("over_memory_gb")
+        ):
             row["peak_mem_gb"] = peaks  # a move made for memory: what it did to the peak
             row["over_limit"] = bool(a.get("over_memory_gb"))
         rows.append(row)
@@ -164,8 +202,14 @@ def _order(space, view: StudyView) -> list:
         for name in row["changed"] if row["single"] else ():  # a move of several says nothing of each
             seen[name] = max(seen.get(name, -1.0), row.get("effect", -1.0))
     dims = [d for d in space.dimensions if d.name not in space.fixed]
-    return sorted(dims, key=lambda d: (0 if seen.get(d.name, 0) > 0 else 2 if d.name in seen else 1,
-                                       -seen.get(d.name, 0), rank.get(d.name, len(rank))))
+    return sorted(
+        dims,
+        key=lambda d: (
+            0 if seen.get(d.name, 0) > 0 else 2 if d.name in seen else 1,
+            -seen.get(d.name, 0),
+            rank.get(d.name, len(rank)),
+        ),
+    )
 
 
 # Graphs compiled besides the model's (compiled autograd: the whole backward again, per length).
@@ -257,8 +301,7 @@ def next_neighbour(space, study, tried, cost=None) -> dict | None:
     view = StudyView(study)
     fit = fitting_move(space, study, tried, view)
     best, base = incumbent(space, study, view)
-    if best is None or (fit and view.trials[fit["parent"]].user_attrs["steps_per_s"]
-                        > (best.user_attrs.get("steps_per_s") or 0)):
+    if best is None or (fit and view.trials[fit["parent"]].user_attrs["steps_per_s"] > (best.user_attrs.get("steps_per_s") or 0)):
         return fit  # a configuration faster than any that fits, made to fit, goes first
     top, fast = fastest(space, study, view)
     heavy = warmup_share(study, best) >= WARMUP_SHARE
@@ -342,8 +385,12 @@ def _neighbour(space, view: StudyView, tried, parent, base: dict, borrow: dict, 
     bringing in what it conditions as `borrow` has it, else at its promising value. Among the first
     CHEAPEST_OF moves of the first rank, the one `cost(config)` (a predicted warm-up, None where it is
     unknown) says is cheapest: as likely to pay, it costs least (gain per second)."""
-    moves = [(dim, value) for dim in _order(space, view) for value in dim.choices
-             if not (dim.name in base and _same(base[dim.name], value))]
+    moves = [
+        (dim, value)
+        for dim in _order(space, view)
+        for value in dim.choices
+        if not (dim.name in base and _same(base[dim.name], value))
+    ]
     found = []
     for dim, value in sorted(moves, key=lambda m: rank(m[0].name, m[1], base, borrow)):  # a stable sort
         level = rank(dim.name, value, base, borrow)
@@ -357,8 +404,9 @@ def _neighbour(space, view: StudyView, tried, parent, base: dict, borrow: dict, 
         if tried(config, params) or space.rejection(config):
             continue
         changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
-        found.append((level, {"params": params, "changed": changed, "parent": parent.number, "parent_params": base,
-                              "config": config}))
+        found.append(
+            (level, {"params": params, "changed": changed, "parent": parent.number, "parent_params": base, "config": config})
+        )
     if not found:
         return None
     predicted = [(cost(m["config"]) if cost else None) for _, m in found]

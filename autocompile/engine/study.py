@@ -38,13 +38,22 @@ from autocompile.engine.runner import Progress, Runner
 from autocompile.engine.screening import make_pruner
 from autocompile.engine.settings import DEFAULT_FINALISTS, SearchSettings  # noqa: F401
 from autocompile.space import Capabilities, SearchSpace, WorkloadTraits
-from autocompile.engine.storage import (check_study_name, counted, create_or_load, fail_stale,  # noqa: F401
-                                 load_study, open_storage, set_budget, storage_url)
+from autocompile.engine.storage import (
+    check_study_name,  # noqa: F401 (re-exported)
+    counted,
+    create_or_load,
+    fail_stale,  # noqa: F401 (re-exported)
+    load_study,  # noqa: F401 (re-exported)
+    open_storage,
+    set_budget,
+    storage_url,
+)
 from autocompile.engine.strategy import compile_cut_values
 from autocompile.trial import caches, prestart, reap_orphans
 from autocompile.trial.result import Status
 from autocompile.engine.records import Role, trial_folder
 from autocompile.engine.studyview import EAGER_PEAK, StudyView
+
 
 def _sampler(seed: int):
     """TPE over the conditional space (multivariate, grouped); it reads each trial's constraint."""
@@ -76,13 +85,22 @@ def workload_traits(workload, options) -> WorkloadTraits:
     except Exception:
         regions = None  # found when a trial builds the model
         found = checkpointing.find(None, workload.checkpointing)
-    return WorkloadTraits(varying=dict(workload.varying), parts=tuple(workload.parts), regions=regions,
-                          fusable_optimizer=fusable, criterion=workload.split_loss,
-                          schedule=workload.schedule is not None, **_batch_shape(workload, options),
-                          foreach_map_refusal=refusal, checkpointing=found.where if found else None,
-                          selective_checkpointing=bool(found and found.selective),
-                          checkpoint_in_forward=bool(found and found.in_forward),
-                          pack_refusal=packing.refusal(workload), flex_attention=flex, blocks=blocks)
+    return WorkloadTraits(
+        varying=dict(workload.varying),
+        parts=tuple(workload.parts),
+        regions=regions,
+        fusable_optimizer=fusable,
+        criterion=workload.split_loss,
+        schedule=workload.schedule is not None,
+        **_batch_shape(workload, options),
+        foreach_map_refusal=refusal,
+        checkpointing=found.where if found else None,
+        selective_checkpointing=bool(found and found.selective),
+        checkpoint_in_forward=bool(found and found.in_forward),
+        pack_refusal=packing.refusal(workload),
+        flex_attention=flex,
+        blocks=blocks,
+    )
 
 
 def _batch_shape(workload, options) -> dict:
@@ -103,8 +121,17 @@ def _batch_shape(workload, options) -> dict:
     return {"lengths": (shortest, max(workload.max_len(options), shortest)), "rows": max(b[key].shape[0] for b in pool)}
 
 
-def build_space(model: str, device: str, batch_size=None, seq_len=None, seed=0, fixed=None,
-                space_file: str | None = None, memory_bound: str | None = None, parallel: str = "none") -> SearchSpace:
+def build_space(
+    model: str,
+    device: str,
+    batch_size=None,
+    seq_len=None,
+    seed=0,
+    fixed=None,
+    space_file: str | None = None,
+    memory_bound: str | None = None,
+    parallel: str = "none",
+) -> SearchSpace:
     """The space for a workload on a device; `space_file` narrows or extends it (see load_space_file);
     `memory_bound` says why memory is the constraint, where it is (see memory_bound)."""
     from autocompile.space import load_space_file
@@ -144,8 +171,13 @@ def memory_bound(max_memory_gb: float | None, device: str, study=None) -> str | 
 
 
 def _check_resume(study, settings: SearchSettings) -> None:
-    expected = {"model": settings.model, "device": settings.device, "batch_size": settings.batch_size,
-                "seq_len": settings.seq_len, "seed": settings.seed}
+    expected = {
+        "model": settings.model,
+        "device": settings.device,
+        "batch_size": settings.batch_size,
+        "seq_len": settings.seq_len,
+        "seed": settings.seed,
+    }
     if settings.parallel != "none":  # part of the study's identity; absent in a single-process study's
         expected.update(parallel=settings.parallel, nproc=settings.nproc)
     stored = study.user_attrs.get("settings")
@@ -157,9 +189,11 @@ def _check_resume(study, settings: SearchSettings) -> None:
         return
     for key in ("parallel", "nproc"):
         if stored.get(key, {"parallel": "none", "nproc": 1}[key]) != getattr(settings, key):
-            raise UserError(f"study {settings.study!r} was searched with --parallel {stored.get('parallel', 'none')} "
-                            f"--nproc {stored.get('nproc', 1)}, not --parallel {settings.parallel} --nproc "
-                            f"{settings.nproc}: pass the same, or choose a new --study")
+            raise UserError(
+                f"study {settings.study!r} was searched with --parallel {stored.get('parallel', 'none')} "
+                f"--nproc {stored.get('nproc', 1)}, not --parallel {settings.parallel} --nproc "
+                f"{settings.nproc}: pass the same, or choose a new --study"
+            )
     for key, value in expected.items():
         if stored.get(key) != value:
             raise UserError(
@@ -168,46 +202,84 @@ def _check_resume(study, settings: SearchSettings) -> None:
             )
 
 
-def open_search(settings: SearchSettings, progress: Progress | None = None, callbacks=(), workers: int = 1,
-                seed_offset: int = 0) -> Runner:
+def open_search(
+    settings: SearchSettings, progress: Progress | None = None, callbacks=(), workers: int = 1, seed_offset: int = 0
+) -> Runner:
     """Open (or create) the study of `settings` and a runner for it: trials of dead workers failed
     (and tried again), their orphaned trial processes killed. Raises UserError on bad input."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.time()
     bound = memory_bound(settings.max_memory_gb, settings.device)
-    space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
-                        settings.seed, settings.fixed, settings.space_file, bound, settings.parallel)
+    space = build_space(
+        settings.model,
+        settings.device,
+        settings.batch_size,
+        settings.seq_len,
+        settings.seed,
+        settings.fixed,
+        settings.space_file,
+        bound,
+        settings.parallel,
+    )
     pruner = make_pruner(settings)  # a --screen that cannot work fails before the storage is made
     url = storage_url(settings.storage, settings.directory, settings.study, workers)
     storage = open_storage(url, create_dir=settings.study_dir)
-    study = create_or_load(settings.study, storage, direction="maximize", sampler=_sampler(settings.seed + seed_offset),
-                           pruner=pruner)
+    study = create_or_load(
+        settings.study, storage, direction="maximize", sampler=_sampler(settings.seed + seed_offset), pruner=pruner
+    )
     _check_resume(study, settings)
     horizon.resume(settings, study)
     if not bound and (bound := memory_bound(None, settings.device, study)):  # a resumed study's eager says so
-        space = build_space(settings.model, settings.device, settings.batch_size, settings.seq_len,
-                            settings.seed, settings.fixed, settings.space_file, bound, settings.parallel)
+        space = build_space(
+            settings.model,
+            settings.device,
+            settings.batch_size,
+            settings.seq_len,
+            settings.seed,
+            settings.fixed,
+            settings.space_file,
+            bound,
+            settings.parallel,
+        )
     horizon.name_objective(study, settings.horizon)
     progress = progress or Progress(settings.trials)
-    progress.line(f"autocompile search: {settings.model} on {_device_name(settings.device)} "
-                  f"(torch {space.caps.torch_version}), study {settings.study!r} in {url}")
+    progress.line(
+        f"autocompile search: {settings.model} on {_device_name(settings.device)} "
+        f"(torch {space.caps.torch_version}), study {settings.study!r} in {url}"
+    )
     if settings.horizon is None:
-        progress.line(f"horizon: the steps eager runs in {horizon.RUNS_PER_SEARCH} times this search's budget, once "
-                      "it is measured (--horizon-steps to say how long your training run is)")
+        progress.line(
+            f"horizon: the steps eager runs in {horizon.RUNS_PER_SEARCH} times this search's budget, once "
+            "it is measured (--horizon-steps to say how long your training run is)"
+        )
     reap_orphans(settings.study_dir)
     stale = fail_stale(study)
     finished = [t for t in study.trials if t.state.is_finished()]
     if finished:
-        progress.line(f"resuming study {settings.study!r}: {len(finished)} trials already finished"
-                      + (f", {stale} interrupted ones marked failed" if stale else ""))
+        progress.line(
+            f"resuming study {settings.study!r}: {len(finished)} trials already finished"
+            + (f", {stale} interrupted ones marked failed" if stale else "")
+        )
     path = store_path(settings.memory_path)
     key = (space.caps.torch_version, _device_name(settings.device), settings.model)
     failures, cuts, cold = Failures(path, space, key[1], url), compile_cuts(path, *key), ColdRuns(path, *key)
     gains, plain = knowledge.MoveGains(path, *key), knowledge.PlainCompiles(path, *key)
     _plan_cold_runs(study, cold, progress)
-    return Runner(study, storage, url, settings, progress, callbacks=(failures, cuts, cold, gains, plain, *callbacks),
-                  deadline=None, space=space, failures=failures, cuts=cuts, gains=gains, plain=plain,
-                  started=started)  # the knowledge store's observers first
+    return Runner(
+        study,
+        storage,
+        url,
+        settings,
+        progress,
+        callbacks=(failures, cuts, cold, gains, plain, *callbacks),
+        deadline=None,
+        space=space,
+        failures=failures,
+        cuts=cuts,
+        gains=gains,
+        plain=plain,
+        started=started,
+    )  # the knowledge store's observers first
 
 
 def compile_cuts(path: str, torch: str, device: str, model: str) -> CompileCuts:
@@ -220,8 +292,15 @@ def learn_from(path: str, study) -> dict[str, int]:
     """Feed a finished study into the store's compile cuts, cold runs and gains, keyed by its model and the
     torch and device its trials recorded (`knowledge.study_key`): how many trials each stored."""
     key = knowledge.study_key(study)
-    return knowledge.learn(study, {"cuts": compile_cuts(path, *key), "cold": ColdRuns(path, *key),
-                                   "gains": knowledge.MoveGains(path, *key), "plain": knowledge.PlainCompiles(path, *key)})
+    return knowledge.learn(
+        study,
+        {
+            "cuts": compile_cuts(path, *key),
+            "cold": ColdRuns(path, *key),
+            "gains": knowledge.MoveGains(path, *key),
+            "plain": knowledge.PlainCompiles(path, *key),
+        },
+    )
 
 
 def _plan_cold_runs(study, cold: ColdRuns, progress: Progress) -> None:
@@ -230,9 +309,11 @@ def _plan_cold_runs(study, cold: ColdRuns, progress: Progress) -> None:
     prior = cold.scale()
     study.set_user_attr("cold_scale", prior)
     if prior:
-        progress.line(f"the finalist round plans a cold run at {prior['scale']:.2f}x the seconds a reconstructed "
-                      f"warm-up adds: what {prior['runs']} earlier cold {'run' if prior['runs'] == 1 else 'runs'} "
-                      f"of this model here took ({', '.join(prior['from'][-3:])})")
+        progress.line(
+            f"the finalist round plans a cold run at {prior['scale']:.2f}x the seconds a reconstructed "
+            f"warm-up adds: what {prior['runs']} earlier cold {'run' if prior['runs'] == 1 else 'runs'} "
+            f"of this model here took ({', '.join(prior['from'][-3:])})"
+        )
 
 
 def plan(runner: Runner, trials: int, timeout_s: float | None, gpus: int = 1) -> dict:
@@ -242,8 +323,10 @@ def plan(runner: Runner, trials: int, timeout_s: float | None, gpus: int = 1) ->
     note = reserve_note(runner.study, runner.settings.finalists, timeout_s, runner.settings.trial_timeout_s, gpus)
     if note:
         runner.progress.line(note)
-    runner.study.set_user_attr("search_settings", {k: v for k, v in dataclasses.asdict(runner.settings).items()
-                                                   if k not in ("storage", "directory", "memory_path")})
+    runner.study.set_user_attr(
+        "search_settings",
+        {k: v for k, v in dataclasses.asdict(runner.settings).items() if k not in ("storage", "directory", "memory_path")},
+    )
     return set_budget(runner.study, counted(runner.study) + trials, runner.deadline, gpus)
 
 

@@ -60,9 +60,17 @@ class StudyView:
 
     def first_of(self, role: Role, *statuses: Status):
         """The first trial of `role` that ended in one of `statuses` (however it ended, without any)."""
-        return self._once(("first", role, statuses), lambda: next(
-            (t for t in self.trials if t.user_attrs.get("role") == role
-             and (not statuses or t.user_attrs.get("status") in statuses)), None))
+        return self._once(
+            ("first", role, statuses),
+            lambda: next(
+                (
+                    t
+                    for t in self.trials
+                    if t.user_attrs.get("role") == role and (not statuses or t.user_attrs.get("status") in statuses)
+                ),
+                None,
+            ),
+        )
 
     def baseline_trial(self, role: Role):
         """The first trial of a baseline role (eager, plain torch.compile) that ran cleanly."""
@@ -71,9 +79,20 @@ class StudyView:
     def over_memory_baseline(self, role: Role):
         """The first trial of a baseline role that ran and measured, infeasible only for its memory: its
         speed is still the reference the ratios need."""
-        return self._once(("over", role), lambda: next(
-            (t for t in self.trials if t.user_attrs.get("role") == role and t.user_attrs.get("over_memory_gb")
-             and t.user_attrs.get("steps_per_s") and not (t.user_attrs.get("numerics") or {}).get("differs")), None))
+        return self._once(
+            ("over", role),
+            lambda: next(
+                (
+                    t
+                    for t in self.trials
+                    if t.user_attrs.get("role") == role
+                    and t.user_attrs.get("over_memory_gb")
+                    and t.user_attrs.get("steps_per_s")
+                    and not (t.user_attrs.get("numerics") or {}).get("differs")
+                ),
+                None,
+            ),
+        )
 
     def measured_baseline(self, role: Role):
         """A baseline's trial that measured it: its clean run, else its run over --max-memory-gb only."""
@@ -102,8 +121,7 @@ class StudyView:
     def points(self) -> list:
         """The completed trials at a point of the search space: compiled, with the sampler's parameters
         or plain torch.compile (every dimension at its default)."""
-        return [t for t in self.complete if compiled(t)
-                and (t.params or t.user_attrs.get("role") == Role.COMPILE_DEFAULTS)]
+        return [t for t in self.complete if compiled(t) and (t.params or t.user_attrs.get("role") == Role.COMPILE_DEFAULTS)]
 
     @cached_property
     def searched(self) -> list:
@@ -113,9 +131,23 @@ class StudyView:
     def search_candidates(self, compiled_only: bool = True) -> list:
         """Trials of distinct compiled configurations (eager too, unless `compiled_only`) that ran
         cleanly, finalist reruns not, best score first."""
-        return self._once(("candidates", compiled_only), lambda: _distinct(sorted(
-            (t for t in self.complete if t.value and ran_cleanly(t) and t.user_attrs.get("role") != Role.FINALIST
-             and (compiled(t) or not compiled_only)), key=lambda t: t.value, reverse=True)))
+        return self._once(
+            ("candidates", compiled_only),
+            lambda: _distinct(
+                sorted(
+                    (
+                        t
+                        for t in self.complete
+                        if t.value
+                        and ran_cleanly(t)
+                        and t.user_attrs.get("role") != Role.FINALIST
+                        and (compiled(t) or not compiled_only)
+                    ),
+                    key=lambda t: t.value,
+                    reverse=True,
+                )
+            ),
+        )
 
     def measurements(self, counts=ran_cleanly) -> list[list]:
         """Each configuration's measurements: its completed trials with a steady speed that `counts`
@@ -154,8 +186,9 @@ class StudyView:
         """The winner: the finalist round's choice while its finalists are still the top ones,
         else the highest-scoring trial that ran cleanly (Optuna's best_trial ignores our status)."""
         candidates, verdict = self.search_candidates(), self.verdict
-        if verdict.get("winner") is not None and \
-                verdict["finalists"] == [t.number for t in candidates[:len(verdict["finalists"])]]:
+        if verdict.get("winner") is not None and verdict["finalists"] == [
+            t.number for t in candidates[: len(verdict["finalists"])]
+        ]:
             return self.trials[verdict["winner"]]
         eager = self.baseline_trial(Role.EAGER)
         return max(candidates + ([eager] if eager else []), key=lambda t: t.value, default=None)
@@ -172,6 +205,7 @@ def _distinct(ranked: list) -> list:
 
 
 # -- one question of a study -------------------------------------------------------------------
+
 
 def baseline_value(study, role: Role, key: str):
     return StudyView(study).baseline_value(role, key)

@@ -70,15 +70,30 @@ def assign(gpus: list[str], environ=None) -> list[str]:
     names = given(environ)
     for index in gpus:
         if int(index) >= len(names):
-            raise UserError(f"--gpus {','.join(gpus)}: this process was given {len(names)} GPU"
-                            f"{'s' if len(names) != 1 else ''} (CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']})")
+            raise UserError(
+                f"--gpus {','.join(gpus)}: this process was given {len(names)} GPU"
+                f"{'s' if len(names) != 1 else ''} (CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']})"
+            )
     return [names[int(index)] for index in gpus]
 
 
 def _worker_command(study: str, url: str, directory: str, verbosity: int, timeout_s: float | None) -> list[str]:
     flags = {0: ["-q"], 2: ["-v"]}.get(verbosity, [])
-    return ([sys.executable, "-m", "autocompile", *flags, "worker", "--study", study, "--storage", url,
-             "--dir", directory, "--gpus", "1"] + (["--timeout", str(timeout_s)] if timeout_s else []))
+    return [
+        sys.executable,
+        "-m",
+        "autocompile",
+        *flags,
+        "worker",
+        "--study",
+        study,
+        "--storage",
+        url,
+        "--dir",
+        directory,
+        "--gpus",
+        "1",
+    ] + (["--timeout", str(timeout_s)] if timeout_s else [])
 
 
 def _worker_env(gpu: str, device: str) -> dict:
@@ -96,15 +111,34 @@ def _relay(process: subprocess.Popen, label: str, stream) -> None:
         stream.flush()
 
 
-def run_workers(study: str, url: str, directory: str, gpus: list[str], device: str, verbosity: int = 1,
-                timeout_s: float | None = None, stream=None) -> list[int]:
+def run_workers(
+    study: str,
+    url: str,
+    directory: str,
+    gpus: list[str],
+    device: str,
+    verbosity: int = 1,
+    timeout_s: float | None = None,
+    stream=None,
+) -> list[int]:
     """Start a worker per GPU (they die with this process), relay their lines, wait; their exit codes.
     Ctrl-C is passed on, once (the workers have sessions of their own): each stops its trial and keeps what finished."""
     stream = stream or sys.stderr
     labels = [f"gpu {gpu}" if device.startswith("cuda") else f"worker {gpu}" for gpu in gpus]
-    processes = [subprocess.Popen(_worker_command(study, url, directory, verbosity, timeout_s), env=_worker_env(gpu, device),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                  bufsize=1, start_new_session=True, preexec_fn=die_with_parent) for gpu in gpus]
+    processes = [
+        subprocess.Popen(
+            _worker_command(study, url, directory, verbosity, timeout_s),
+            env=_worker_env(gpu, device),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        for gpu in gpus
+    ]
     relays = [threading.Thread(target=_relay, args=(p, label, stream), daemon=True) for p, label in zip(processes, labels)]
     for relay in relays:
         relay.start()
@@ -135,8 +169,7 @@ def _wait_for_others(runner) -> None:
         others = [t for t in runner.study.get_trials(deepcopy=False, states=running) if t.user_attrs.get("role") != Role.FINALIST]
         if not others:
             return
-        runner.progress.line(f"waiting for {len(others)} trials of other workers: "
-                             f"{', '.join(str(t.number) for t in others)}")
+        runner.progress.line(f"waiting for {len(others)} trials of other workers: {', '.join(str(t.number) for t in others)}")
         time.sleep(WAIT_FOR_OTHERS_S)
 
 
@@ -148,8 +181,10 @@ def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=No
 
     runner = open_search(settings, progress, callbacks, workers=len(gpus))  # callbacks: the finalist round's
     if len(gpus) > 1 and not runner.url.startswith(("journal", "postgresql", "mysql")):
-        runner.progress.line(f"note: {runner.url} is shared by {len(gpus)} workers; Optuna recommends its journal "
-                             "file (or a PostgreSQL server) for several processes")
+        runner.progress.line(
+            f"note: {runner.url} is shared by {len(gpus)} workers; Optuna recommends its journal "
+            "file (or a PostgreSQL server) for several processes"
+        )
     plan(runner, settings.trials, settings.timeout_s, len(gpus))
     first = len(runner.study.get_trials(deepcopy=False))
     runner.progress.line(f"{len(gpus)} workers share study {settings.study!r}: {settings.trials} trials")
@@ -161,8 +196,7 @@ def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=No
     return conclude(runner, gpus)  # each of the round's trials is given its GPU (TrialRequest.gpus)
 
 
-def join(study_name: str, url: str, directory: str, progress=None, timeout_s: float | None = None,
-         callbacks=()) -> int:
+def join(study_name: str, url: str, directory: str, progress=None, timeout_s: float | None = None, callbacks=()) -> int:
     """`autocompile worker`: run trials of a study made by `autocompile search` until its budget or
     deadline (or this worker's `timeout_s`) is spent; returns how many trials the study counts."""
     from autocompile.engine.claims import work
@@ -173,8 +207,10 @@ def join(study_name: str, url: str, directory: str, progress=None, timeout_s: fl
     study = load_study(study_name, url)
     stored, budget = study.user_attrs.get("search_settings"), study.user_attrs.get("budget")
     if not stored or not budget:
-        raise UserError(f"study {study_name!r} in {url} was not started by `autocompile search` "
-                        "(it has no budget to work through): start it with `autocompile search` first")
+        raise UserError(
+            f"study {study_name!r} in {url} was not started by `autocompile search` "
+            "(it has no budget to work through): start it with `autocompile search` first"
+        )
     settings = SearchSettings(**{**stored, "storage": url, "directory": directory})
     runner = open_search(settings, progress, callbacks, seed_offset=os.getpid())  # workers' samplers differ
     deadlines = [d for d in (budget.get("deadline"), timeout_s and time.time() + timeout_s) if d]

@@ -80,22 +80,61 @@ def _save(path: str, state: dict) -> None:
 
 
 def _run(out: str, name: str, model: str, device: str, config: dict, timeout_s: float, cache_dir: str | None) -> dict:
-    record = run_trial(TrialRequest(model=model, config=config, device=device, trial_dir=os.path.join(out, "runs", name),
-                                    timeout_s=timeout_s, measure=QUICK, cache_dir=cache_dir, ledger=cache_dir is not None))
-    keep = ("status", "reason", "warmup_s", "warmup_measured_s", "warmup_kind", "reconstruction", "wall_s", "steps_per_s",
-            "device_name", "torch", "compile_pool_s", "notes")
-    return {**{k: record.get(k) for k in keep},
-            "graphs": [{k: g.get(k) for k in ("compile_id", "key", "frame", "state", "s", "saved_s")}
-                       for g in record.get("graphs", [])]}
+    record = run_trial(
+        TrialRequest(
+            model=model,
+            config=config,
+            device=device,
+            trial_dir=os.path.join(out, "runs", name),
+            timeout_s=timeout_s,
+            measure=QUICK,
+            cache_dir=cache_dir,
+            ledger=cache_dir is not None,
+        )
+    )
+    keep = (
+        "status",
+        "reason",
+        "warmup_s",
+        "warmup_measured_s",
+        "warmup_kind",
+        "reconstruction",
+        "wall_s",
+        "steps_per_s",
+        "device_name",
+        "torch",
+        "compile_pool_s",
+        "notes",
+    )
+    return {
+        **{k: record.get(k) for k in keep},
+        "graphs": [
+            {k: g.get(k) for k in ("compile_id", "key", "frame", "state", "s", "saved_s")} for g in record.get("graphs", [])
+        ],
+    }
 
 
-def check_cache(space, model: str, device: str, out: str, groups: int = 2, per_group: int = 4,
-                trial_timeout_s: float = 600.0, command: str = "", say=print) -> dict:
+def check_cache(
+    space,
+    model: str,
+    device: str,
+    out: str,
+    groups: int = 2,
+    per_group: int = 4,
+    trial_timeout_s: float = 600.0,
+    command: str = "",
+    say=print,
+) -> dict:
     """Run (or continue) the check; returns its state (also in OUT/cache-check.json)."""
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "cache-check.json")
-    state = _load(path) or {"model": model, "device": device, "command": command,
-                            "date": datetime.date.today().isoformat(), "runs": []}
+    state = _load(path) or {
+        "model": model,
+        "device": device,
+        "command": command,
+        "date": datetime.date.today().isoformat(),
+        "runs": [],
+    }
     pairs = check_configs(space, groups, per_group)
     if "primer" not in state and not state["runs"] and pairs:
         say("cache-check: a primer run (the first configuration, its own cold cache, not compared)")
@@ -105,8 +144,13 @@ def check_cache(space, model: str, device: str, out: str, groups: int = 2, per_g
     for i, (group, config) in enumerate(pairs):
         if i >= len(state["runs"]):
             say(f"cache-check: shared run {i + 1}/{len(pairs)} (group {group}): {json.dumps(config)[:160]}")
-            state["runs"].append({"group": group, "config": config,
-                                  "shared": _run(out, f"shared-{i}", model, device, config, trial_timeout_s, shared)})
+            state["runs"].append(
+                {
+                    "group": group,
+                    "config": config,
+                    "shared": _run(out, f"shared-{i}", model, device, config, trial_timeout_s, shared),
+                }
+            )
             _save(path, state)
         if i + 1 == len(pairs) or pairs[i + 1][0] != group:  # a group's cold runs follow its shared runs:
             _cold_runs(state, group, out, model, device, trial_timeout_s, path, say)  # less drift between the two
@@ -158,9 +202,13 @@ def drift(shared: dict, cold: dict) -> dict | None:
         return None
     first = shared["reconstruction"]["added_s"] + sum(g["s"] for _, g in hits)  # the ledger's: what was added, plus the loads
     same = sum(theirs[k]["s"] for k, _ in hits)
-    return {"hit_first_s": first, "hit_cold_s": same,
-            "error_same_times": (shared["warmup_s"] - first + same) / cold["warmup_s"] - 1,
-            "both_shared_s": sum(g["s"] for _, g in both), "both_cold_s": sum(theirs[k]["s"] for k, _ in both)}
+    return {
+        "hit_first_s": first,
+        "hit_cold_s": same,
+        "error_same_times": (shared["warmup_s"] - first + same) / cold["warmup_s"] - 1,
+        "both_shared_s": sum(g["s"] for _, g in both),
+        "both_cold_s": sum(theirs[k]["s"] for k, _ in both),
+    }
 
 
 def rows(state: dict) -> list[dict]:
@@ -168,15 +216,23 @@ def rows(state: dict) -> list[dict]:
     out = []
     for i, run in enumerate(state["runs"]):
         shared, cold = run["shared"], run.get("cold") or {}
-        if shared.get("warmup_kind") != "reconstructed" or cold.get("status") != Status.OK \
-                or shared.get("status") != Status.OK:
+        if shared.get("warmup_kind") != "reconstructed" or cold.get("status") != Status.OK or shared.get("status") != Status.OK:
             continue
-        out.append({"config": i + 1, "group": run["group"], "measured_s": shared["warmup_measured_s"],
-                    "reconstructed_s": shared["warmup_s"], "cold_s": cold["warmup_s"],
-                    "hits": shared["reconstruction"]["hits"], "error": shared["warmup_s"] / cold["warmup_s"] - 1,
-                    "torch_error": None if "torch_saved_s" not in shared["reconstruction"] else
-                    (shared["warmup_measured_s"] + shared["reconstruction"]["torch_saved_s"]) / cold["warmup_s"] - 1,
-                    "drift": drift(shared, cold)})
+        out.append(
+            {
+                "config": i + 1,
+                "group": run["group"],
+                "measured_s": shared["warmup_measured_s"],
+                "reconstructed_s": shared["warmup_s"],
+                "cold_s": cold["warmup_s"],
+                "hits": shared["reconstruction"]["hits"],
+                "error": shared["warmup_s"] / cold["warmup_s"] - 1,
+                "torch_error": None
+                if "torch_saved_s" not in shared["reconstruction"]
+                else (shared["warmup_measured_s"] + shared["reconstruction"]["torch_saved_s"]) / cold["warmup_s"] - 1,
+                "drift": drift(shared, cold),
+            }
+        )
     return out
 
 
@@ -186,43 +242,65 @@ def format_check(state: dict) -> str:
 
     device = next((r["shared"].get("device_name") for r in state["runs"] if r["shared"].get("device_name")), state["device"])
     torch = next((r["shared"].get("torch") for r in state["runs"] if r["shared"].get("torch")), "?")
-    lines = [f"# Reconstructed against cold warm-up: {state['model']}", "",
-             f"{state['date']}, {device}, torch {torch}. Command: `{state['command']}`", "",
-             f"Primer run (cold, not compared): warm-up {(state.get('primer') or {}).get('warmup_s') or 0:.1f} s."
-             if state.get("primer") else "No primer run.", "",
-             "| # | group | configuration | status | cache hits | measured with the shared cache (s) | reconstructed (s) "
-             "| cold (s) | error | error with torch's saved time "
-             "| hit graphs: first compile / in the cold run (s) | error with the cold run's times of those graphs "
-             "| compiled in both runs: shared / cold (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Reconstructed against cold warm-up: {state['model']}",
+        "",
+        f"{state['date']}, {device}, torch {torch}. Command: `{state['command']}`",
+        "",
+        f"Primer run (cold, not compared): warm-up {(state.get('primer') or {}).get('warmup_s') or 0:.1f} s."
+        if state.get("primer")
+        else "No primer run.",
+        "",
+        "| # | group | configuration | status | cache hits | measured with the shared cache (s) | reconstructed (s) "
+        "| cold (s) | error | error with torch's saved time "
+        "| hit graphs: first compile / in the cold run (s) | error with the cold run's times of those graphs "
+        "| compiled in both runs: shared / cold (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     by_config = {r["config"]: r for r in state.get("rows", [])}
     for i, run in enumerate(state["runs"], 1):
         shared, row = run["shared"], by_config.get(i)
         hits = (shared.get("reconstruction") or {}).get("hits", 0)
         fmt = lambda x: "-" if x is None else f"{x:.1f}"
         measured = shared.get("warmup_measured_s") or shared.get("warmup_s")
-        lines.append(f"| {i} | {run['group']} | {describe_config(run['config'])} | {shared.get('status')} | {hits} | "
-                     f"{fmt(measured)} | {fmt(row['reconstructed_s']) if row else '-'} | "
-                     f"{fmt(row['cold_s']) if row else ('(cold: no hits)' if not hits else '-')} | "
-                     + (f"{row['error']:+.1%} | " + ("-" if row["torch_error"] is None else f"{row['torch_error']:+.1%}")
-                        + " | " + _drift_cells(row.get("drift")) + " |" if row else "- | - | - | - | - |"))
+        lines.append(
+            f"| {i} | {run['group']} | {describe_config(run['config'])} | {shared.get('status')} | {hits} | "
+            f"{fmt(measured)} | {fmt(row['reconstructed_s']) if row else '-'} | "
+            f"{fmt(row['cold_s']) if row else ('(cold: no hits)' if not hits else '-')} | "
+            + (
+                f"{row['error']:+.1%} | "
+                + ("-" if row["torch_error"] is None else f"{row['torch_error']:+.1%}")
+                + " | "
+                + _drift_cells(row.get("drift"))
+                + " |"
+                if row
+                else "- | - | - | - | - |"
+            )
+        )
     lines += _drift_lines(state)
     worst = max((abs(r["error"]) for r in state.get("rows", [])), default=None)
-    lines += ["", f"{len(state.get('rows', []))} reconstructions compared; worst error "
-              + ("-" if worst is None else f"{worst:.1%}")
-              + f"; within {TOLERANCE:.0%}: {'yes' if state.get('agree') else 'no'}."]
+    lines += [
+        "",
+        f"{len(state.get('rows', []))} reconstructions compared; worst error "
+        + ("-" if worst is None else f"{worst:.1%}")
+        + f"; within {TOLERANCE:.0%}: {'yes' if state.get('agree') else 'no'}.",
+    ]
     same = [r["drift"]["error_same_times"] for r in state.get("rows", []) if r.get("drift")]
     if same:
-        lines += ["", f"With the cold run's own compile times of the graphs the cache had (what the reconstruction "
-                      f"would say with no drift between the two runs): worst error {max(map(abs, same)):.1%}."]
+        lines += [
+            "",
+            f"With the cold run's own compile times of the graphs the cache had (what the reconstruction "
+            f"would say with no drift between the two runs): worst error {max(map(abs, same)):.1%}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def _drift_cells(found: dict | None) -> str:
     if not found:
         return "- | - | -"
-    return (f"{found['hit_first_s']:.1f} / {found['hit_cold_s']:.1f} | {found['error_same_times']:+.1%} | "
-            + (f"{found['both_shared_s']:.1f} / {found['both_cold_s']:.1f}" if found["both_shared_s"] else "-"))
+    return f"{found['hit_first_s']:.1f} / {found['hit_cold_s']:.1f} | {found['error_same_times']:+.1%} | " + (
+        f"{found['both_shared_s']:.1f} / {found['both_cold_s']:.1f}" if found["both_shared_s"] else "-"
+    )
 
 
 def _drift_lines(state: dict) -> list[str]:
@@ -232,5 +310,8 @@ def _drift_lines(state: dict) -> list[str]:
     if first.get("warmup_kind") != "cold" or repeat.get("status") != Status.OK or first.get("status") != Status.OK:
         return []
     start, end = first["warmup_s"], repeat["warmup_s"]
-    return ["", f"Drift of cold compiles on this machine: configuration 1 warmed up in {start:.1f} s at the start "
-            f"and {end:.1f} s cold at the end ({end / start - 1:+.1%})."]
+    return [
+        "",
+        f"Drift of cold compiles on this machine: configuration 1 warmed up in {start:.1f} s at the start "
+        f"and {end:.1f} s cold at the end ({end / start - 1:+.1%}).",
+    ]

@@ -35,15 +35,26 @@ ARTIFACTS_DIR = "artifacts"  # DIR/STUDY/artifacts/
 TRIAL_FILES = ("apply_compilation.py", "log.txt", "events.jsonl", "result.json", "log-hard-mark.txt")
 # Made later, if at all: a numerics failure's comparison with eager (trial/divergence.py) and
 # `autocompile repro`'s minified repro (outputs/repro.py), each in a folder of the trial's.
-LATER_FILES = (("divergence-log.txt", "divergence/log.txt"), ("divergence-result.json", "divergence/result.json"),
-               ("repro.py", "repro/repro.py"), ("minifier_launcher.py", "repro/minifier_launcher.py"),
-               ("minifier_launcher_does_not_fail.py", "repro/minifier_launcher_does_not_fail.py"),
-               ("minifier-log.txt", "repro/minifier-log.txt"), ("repro-summary.json", "repro/summary.json"),
-               ("repro-rerun-log.txt", "repro/run/log.txt"))
+LATER_FILES = (
+    ("divergence-log.txt", "divergence/log.txt"),
+    ("divergence-result.json", "divergence/result.json"),
+    ("repro.py", "repro/repro.py"),
+    ("minifier_launcher.py", "repro/minifier_launcher.py"),
+    ("minifier_launcher_does_not_fail.py", "repro/minifier_launcher_does_not_fail.py"),
+    ("minifier-log.txt", "repro/minifier-log.txt"),
+    ("repro-summary.json", "repro/summary.json"),
+    ("repro-rerun-log.txt", "repro/run/log.txt"),
+)
 TRACE_DIR, REPORT_DIR = "trace", "tlparse"  # in a trial's folder: TORCH_TRACE's logs, tlparse's report
 # Shown by a browser rather than downloaded.
-MIMETYPES = {".py": "text/plain", ".txt": "text/plain", ".jsonl": "text/plain", ".json": "application/json",
-             ".html": "text/html", ".zip": "application/zip"}
+MIMETYPES = {
+    ".py": "text/plain",
+    ".txt": "text/plain",
+    ".jsonl": "text/plain",
+    ".json": "application/json",
+    ".html": "text/html",
+    ".zip": "application/zip",
+}
 # A trial whose trace is worth a report: it failed, timed out or was judged infeasible.
 FAILED = (*FAILURES, Status.TIMEOUT, Status.INFEASIBLE)
 _TRIAL_KEY = "dashboard:artifacts:{trial_id}:"  # optuna-dashboard's key for a trial's artifact, in the study
@@ -115,8 +126,9 @@ def _attach(study, trial, store, name: str, path: str) -> str:
     with open(path, "rb") as f:
         store.write(artifact_id, f)
     meta = {"artifact_id": artifact_id, "filename": name, "mimetype": mimetype, "encoding": encoding}
-    study._storage.set_study_system_attr(study._study_id, _TRIAL_KEY.format(trial_id=trial._trial_id) + artifact_id,
-                                         json.dumps(meta))
+    study._storage.set_study_system_attr(
+        study._study_id, _TRIAL_KEY.format(trial_id=trial._trial_id) + artifact_id, json.dumps(meta)
+    )
     return artifact_id
 
 
@@ -168,8 +180,13 @@ def winner_note(study, study_dir: str | None = None) -> str:
     lines = [f"# {study.study_name}: the winner at a horizon of {summary['horizon']} steps", "", format_best(best), ""]
     if summary.get("finalists"):
         lines += ["```", format_finalists(summary["finalists"]), "```", ""]
-    lines += [f"The snippet (trial {best['number']}'s files hold the code it ran, its log and its reasons):", "",
-              "```python", best["snippet"].rstrip(), "```"]
+    lines += [
+        f"The snippet (trial {best['number']}'s files hold the code it ran, its log and its reasons):",
+        "",
+        "```python",
+        best["snippet"].rstrip(),
+        "```",
+    ]
     return "\n".join(lines)
 
 

@@ -46,21 +46,27 @@ def chosen(study, number: int | None) -> tuple[int, dict]:
             raise UserError(f"trial {number} did not run cleanly ({trial.user_attrs.get('status', trial.state.name)})")
     config = trial.user_attrs["config"]
     if not config["compile"]:
-        raise UserError(f"trial {trial.number} of study {study.study_name!r} is eager: nothing is compiled, "
-                        "no cache to export")
+        raise UserError(f"trial {trial.number} of study {study.study_name!r} is eager: nothing is compiled, no cache to export")
     return trial.number, config
 
 
 def winner_request(study, out: str, number: int | None = None, timeout_s: float = 900.0, **measure) -> TrialRequest:
     """A trial of the study's winner (or of trial `number`), as the study ran it, with its files in `out`/trial."""
     (number, config), settings = chosen(study, number), study.user_attrs["settings"]
-    return TrialRequest(model=settings["model"], config=config, device=settings["device"],
-                        trial_dir=os.path.join(out, "trial"), batch_size=settings.get("batch_size"),
-                        seq_len=settings.get("seq_len"), seed=settings.get("seed", 0), timeout_s=timeout_s,
-                        header=f"Compile settings for {settings['model']} (study {study.study_name!r}, trial "
-                               f"{number}), found by autocompile.",
-                        measure={**EXPORT_MEASURE, **measure},
-                        nproc=settings.get("nproc", 1), parallel=settings.get("parallel", "none"))
+    return TrialRequest(
+        model=settings["model"],
+        config=config,
+        device=settings["device"],
+        trial_dir=os.path.join(out, "trial"),
+        batch_size=settings.get("batch_size"),
+        seq_len=settings.get("seq_len"),
+        seed=settings.get("seed", 0),
+        timeout_s=timeout_s,
+        header=f"Compile settings for {settings['model']} (study {study.study_name!r}, trial {number}), found by autocompile.",
+        measure={**EXPORT_MEASURE, **measure},
+        nproc=settings.get("nproc", 1),
+        parallel=settings.get("parallel", "none"),
+    )
 
 
 def export(study, out: str, number: int | None = None, timeout_s: float = 900.0) -> dict:
@@ -69,8 +75,9 @@ def export(study, out: str, number: int | None = None, timeout_s: float = 900.0)
     request = winner_request(study, out, number, timeout_s, save_cache=os.path.abspath(out))
     record = run_trial(request)
     if record["status"] != Status.OK:
-        raise UserError(f"the export run of the winner ended {record['status']}: {record.get('reason', '')} "
-                        f"(log: {record['log']})")
+        raise UserError(
+            f"the export run of the winner ended {record['status']}: {record.get('reason', '')} (log: {record['log']})"
+        )
     if not (record.get("cache") or {}).get("path"):
         raise UserError(f"torch saved no compile cache: {(record.get('cache') or {}).get('why', 'unknown')}")
     record["snippet_path"] = os.path.join(out, "apply_compilation.py")

@@ -30,8 +30,7 @@ ROLE_STYLE = {  # role -> (marker, colour, legend label)
     Role.FINALIST: ("D", "#ff7f0e", "finalist round"),
 }
 OTHER_STYLE = ("v", "#8c564b", "other")
-PHASE_COLOURS = {"build": "#bbbbbb", "compile / warm-up": "#ff7f0e", "measurement": "#2ca02c",
-                 "stopped or failed": "#d62728"}
+PHASE_COLOURS = {"build": "#bbbbbb", "compile / warm-up": "#ff7f0e", "measurement": "#2ca02c", "stopped or failed": "#d62728"}
 MAX_LABEL = 46  # characters of a configuration shown beside a bar
 
 
@@ -46,7 +45,7 @@ def _horizon(study) -> int:
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= MAX_LABEL else text[:MAX_LABEL - 1] + "…"
+    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
 
 
 def _finished(study) -> list:
@@ -68,37 +67,72 @@ def plot_scores(study, path: str) -> dict:
             ax.scatter(t.number, t.value, marker=marker, color=colour, s=60, zorder=3, label=label)
             drawn["ran"].append(t.number)
         elif status == Status.PRUNED and t.value:
-            ax.scatter(t.number, t.value, marker=marker, facecolors="none", edgecolors=colour, s=60, zorder=3,
-                       label="pruned (at its bound)")
+            ax.scatter(
+                t.number,
+                t.value,
+                marker=marker,
+                facecolors="none",
+                edgecolors=colour,
+                s=60,
+                zorder=3,
+                label="pruned (at its bound)",
+            )
             drawn["pruned"].append(t.number)
         else:
             ax.scatter(t.number, 0, marker="x", color="#d62728", s=50, zorder=3, label="failed, timed out or stopped")
-            ax.annotate(status, (t.number, 0), textcoords="offset points", xytext=(0, 6), ha="center",
-                        fontsize=7, rotation=90, color="#d62728")
+            ax.annotate(
+                status,
+                (t.number, 0),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=7,
+                rotation=90,
+                color="#d62728",
+            )
             drawn["failed"].append(t.number)
     eager, default = view.baseline_trial(Role.EAGER), view.baseline_trial(Role.COMPILE_DEFAULTS)
     if eager is not None:
         ax.axhline(eager.value, color=ROLE_STYLE[Role.EAGER][1], linestyle="--", linewidth=1, label="eager's score")
     if default is not None:
-        ax.axhline(default.value, color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1], linestyle="--", linewidth=1,
-                   label="plain torch.compile's score")
+        ax.axhline(
+            default.value,
+            color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1],
+            linestyle="--",
+            linewidth=1,
+            label="plain torch.compile's score",
+        )
     elif (bound := default_score_bound(study, horizon, view)) is not None:
         top = max([t.value for t in view.finished if t.value] or [bound])
         drawn["default_bound"] = {"value": bound, "line": bound <= 3 * top}
         if bound <= 3 * top:
-            ax.axhline(bound, color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1], linestyle=":", linewidth=1.2,
-                       label="plain torch.compile: at most (never finished warming up)")
+            ax.axhline(
+                bound,
+                color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1],
+                linestyle=":",
+                linewidth=1.2,
+                label="plain torch.compile: at most (never finished warming up)",
+            )
         else:  # a bound from a short attempt (captioner-regional's 40 s: 390) would squash every trial to the floor
-            ax.plot([], [], color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1], linestyle=":", linewidth=1.2,
-                    label=f"plain torch.compile: at most {bound:.3g}\n(never finished warming up; off this scale)")
+            ax.plot(
+                [],
+                [],
+                color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1],
+                linestyle=":",
+                linewidth=1.2,
+                label=f"plain torch.compile: at most {bound:.3g}\n(never finished warming up; off this scale)",
+            )
     best = view.best_trial
     if best is not None:
         ax.scatter(best.number, best.value, marker="*", s=320, color="gold", edgecolors="black", zorder=4, label="winner")
         drawn["winner"] = best.number
     handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
     ax.legend(handles.values(), handles.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.set(xlabel="trial", ylabel=f"score (steps/s over {horizon} steps, warm-up included)",
-           title=f"{study.study_name}: the score of each trial, in the order they ran")
+    ax.set(
+        xlabel="trial",
+        ylabel=f"score (steps/s over {horizon} steps, warm-up included)",
+        title=f"{study.study_name}: the score of each trial, in the order they ran",
+    )
     ax.set_xticks([t.number for t in view.finished])
     ax.set_ylim(bottom=-0.02 * ax.get_ylim()[1])
     drawn["y_top"] = ax.get_ylim()[1]
@@ -128,15 +162,28 @@ def plot_pareto(study, path: str) -> dict:
     ran = [t for t in _finished(study) if status_of(t) == Status.OK and t.user_attrs.get("steps_per_s")]
     for t in ran:
         marker, colour, label = ROLE_STYLE.get(t.user_attrs.get("role"), OTHER_STYLE)
-        ax.scatter(t.user_attrs["warmup_s"], t.user_attrs["steps_per_s"], marker=marker, color=colour, s=55,
-                   zorder=3, label=label)
-        ax.annotate(str(t.number), (t.user_attrs["warmup_s"], t.user_attrs["steps_per_s"]), fontsize=7,
-                    textcoords="offset points", xytext=(5, 4))
+        ax.scatter(
+            t.user_attrs["warmup_s"], t.user_attrs["steps_per_s"], marker=marker, color=colour, s=55, zorder=3, label=label
+        )
+        ax.annotate(
+            str(t.number),
+            (t.user_attrs["warmup_s"], t.user_attrs["steps_per_s"]),
+            fontsize=7,
+            textcoords="offset points",
+            xytext=(5, 4),
+        )
     points = measured_points(study)
     front = pareto_front(points)
     if front:
-        ax.plot([p.figures["warmup_s"] for p in front], [p.figures["steps_per_s"] for p in front], color="black",
-                linewidth=1, drawstyle="steps-post", zorder=2, label="Pareto front (mean of each configuration's runs)")
+        ax.plot(
+            [p.figures["warmup_s"] for p in front],
+            [p.figures["steps_per_s"] for p in front],
+            color="black",
+            linewidth=1,
+            drawstyle="steps-post",
+            zorder=2,
+            label="Pareto front (mean of each configuration's runs)",
+        )
     horizons = sorted({max(10, horizon // 10), horizon, horizon * 10})
     if ran:
         low = min(t.user_attrs["warmup_s"] for t in ran)
@@ -146,16 +193,25 @@ def plot_pareto(study, path: str) -> dict:
         for h, style in zip(horizons, (":", "--", "-.")):
             winner = winner_at(points, h)
             xs, ys = _equal_score_curve(winner, h, warmups)
-            ax.plot(xs, ys, linestyle=style, color="#777777", linewidth=1,
-                    label=f"equal score at {h} steps (through trial {winner.number}, its winner)")
+            ax.plot(
+                xs,
+                ys,
+                linestyle=style,
+                color="#777777",
+                linewidth=1,
+                label=f"equal score at {h} steps (through trial {winner.number}, its winner)",
+            )
         bottom = min(t.user_attrs["steps_per_s"] for t in ran)
         ax.set_xscale("log")
         ax.set_xlim(low / 1.6, high * 1.6)
         ax.set_ylim(bottom * 0.8, top * 1.15)
     handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
     ax.legend(handles.values(), handles.keys(), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
-    ax.set(xlabel="cold warm-up, s (log scale)", ylabel="steady throughput, steps/s",
-           title=f"{study.study_name}: steady speed against warm-up (each trial that ran)")
+    ax.set(
+        xlabel="cold warm-up, s (log scale)",
+        ylabel="steady throughput, steps/s",
+        title=f"{study.study_name}: steady speed against warm-up (each trial that ran)",
+    )
     ax.grid(alpha=0.3, which="both")
     figure.savefig(path)
     return {"ran": [t.number for t in ran], "front": [p.number for p in front], "horizons": horizons}
@@ -170,16 +226,21 @@ def single_changes(study) -> list[dict]:
     flat = {p.number: config_columns(p.trial.user_attrs["config"]) for p in points}
     horizon, pairs = _horizon(study), []
     for i, a in enumerate(points):
-        for b in points[i + 1:]:
-            changed = [k for k in sorted(set(flat[a.number]) | set(flat[b.number]))
-                       if flat[a.number].get(k) != flat[b.number].get(k)]
+        for b in points[i + 1 :]:
+            changed = [
+                k for k in sorted(set(flat[a.number]) | set(flat[b.number])) if flat[a.number].get(k) != flat[b.number].get(k)
+            ]
             src, dst = (b, a) if a.trial.user_attrs.get("parent") == b.number else (a, b)
             if not changed or (len(changed) > 1 and dst.trial.user_attrs.get("parent") != src.number):
                 continue
-            pairs.append({"changes": [(key, flat[src.number].get(key), flat[dst.number].get(key)) for key in changed],
-                          "trials": (src.number, dst.number),
-                          "steady": dst.figures["steps_per_s"] / src.figures["steps_per_s"],
-                          "score": dst.score(horizon) / src.score(horizon)})
+            pairs.append(
+                {
+                    "changes": [(key, flat[src.number].get(key), flat[dst.number].get(key)) for key in changed],
+                    "trials": (src.number, dst.number),
+                    "steady": dst.figures["steps_per_s"] / src.figures["steps_per_s"],
+                    "score": dst.score(horizon) / src.score(horizon),
+                }
+            )
     return pairs
 
 
@@ -223,17 +284,30 @@ def plot_effects(study, path: str) -> dict:
     axes = figure.subplots(1, len(panels)) if panels else [figure.add_subplot()]
     axes = list(axes) if len(panels) == 2 else [axes[0] if isinstance(axes, list) else axes]
     if not panels:
-        axes[0].text(0.5, 0.5, "too few trials for effects: no two measured configurations are one change\n"
-                     "apart, and too few sampled trials for parameter importances", ha="center", va="center")
+        axes[0].text(
+            0.5,
+            0.5,
+            "too few trials for effects: no two measured configurations are one change\n"
+            "apart, and too few sampled trials for parameter importances",
+            ha="center",
+            va="center",
+        )
         axes[0].set_axis_off()
     if pairs:
         ax, ys = axes[0], range(len(pairs))
-        ax.barh([y + 0.2 for y in ys], [100 * (p["steady"] - 1) for p in pairs], height=0.4, color="#2ca02c",
-                label="steady steps/s")
-        ax.barh([y - 0.2 for y in ys], [100 * (p["score"] - 1) for p in pairs], height=0.4, color="#1f77b4",
-                label=f"score at {_horizon(study)} steps")
-        ax.set_yticks(list(ys), [f"{change_label(p, chr(10))}\n(trial {p['trials'][0]} → {p['trials'][1]})"
-                                 for p in pairs], fontsize=8)
+        ax.barh(
+            [y + 0.2 for y in ys], [100 * (p["steady"] - 1) for p in pairs], height=0.4, color="#2ca02c", label="steady steps/s"
+        )
+        ax.barh(
+            [y - 0.2 for y in ys],
+            [100 * (p["score"] - 1) for p in pairs],
+            height=0.4,
+            color="#1f77b4",
+            label=f"score at {_horizon(study)} steps",
+        )
+        ax.set_yticks(
+            list(ys), [f"{change_label(p, chr(10))}\n(trial {p['trials'][0]} → {p['trials'][1]})" for p in pairs], fontsize=8
+        )
         ax.axvline(0, color="black", linewidth=0.8)
         ax.invert_yaxis()
         ax.set(xlabel="change, %", title="one change, all else equal")
@@ -246,8 +320,10 @@ def plot_effects(study, path: str) -> dict:
         ax.set_yticks(range(len(shown)), [k for k, _ in shown], fontsize=8)
         ax.invert_yaxis()
         n = len([t for t in study.get_trials(deepcopy=False) if t.params and t.state.name == "COMPLETE"])
-        ax.set(xlabel="importance for the score",
-               title=f"Optuna's parameter importances\n({n} trials with parameters: a rough guide)")
+        ax.set(
+            xlabel="importance for the score",
+            title=f"Optuna's parameter importances\n({n} trials with parameters: a rough guide)",
+        )
         ax.grid(alpha=0.3, axis="x")
     figure.suptitle(f"{study.study_name}: what each dimension did")
     figure.savefig(path)
@@ -296,8 +372,13 @@ def plot_timeline(study, study_dir: str, path: str) -> dict:
         for name, start, length in phases:
             ax.barh(row, length, left=start, color=PHASE_COLOURS[name], height=0.7, label=name)
         end = phases[-1][1] + phases[-1][2]
-        ax.annotate(f"{status_of(t)}  {_short(describe_config(t.user_attrs['config']))}" if t.user_attrs.get("config")
-                    else status_of(t), (end, row), textcoords="offset points", xytext=(4, -3), fontsize=7)
+        ax.annotate(
+            f"{status_of(t)}  {_short(describe_config(t.user_attrs['config']))}" if t.user_attrs.get("config") else status_of(t),
+            (end, row),
+            textcoords="offset points",
+            xytext=(4, -3),
+            fontsize=7,
+        )
     ax.set_yticks(range(len(trials)), [f"{t.number} {t.user_attrs.get('role', '')}" for t in trials], fontsize=8)
     ax.invert_yaxis()
     right = max((p[1] + p[2] for phases in drawn.values() for p in phases), default=1.0)
@@ -319,10 +400,13 @@ def _header(study) -> str:
     outcomes = {}
     for t in finished:
         outcomes[status_of(t)] = outcomes.get(status_of(t), 0) + 1
-    return (f"Model `{settings.get('model', '?')}` on {measured.get('device_name', settings.get('device', '?'))} "
-            f"(torch {measured.get('torch', '?')}), study created {study.user_attrs.get('created', '?')}, "
-            f"scored at a horizon of {_horizon(study)} steps.\n{len(finished)} trials: "
-            + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items(), key=lambda x: -x[1])) + ".")
+    return (
+        f"Model `{settings.get('model', '?')}` on {measured.get('device_name', settings.get('device', '?'))} "
+        f"(torch {measured.get('torch', '?')}), study created {study.user_attrs.get('created', '?')}, "
+        f"scored at a horizon of {_horizon(study)} steps.\n{len(finished)} trials: "
+        + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items(), key=lambda x: -x[1]))
+        + "."
+    )
 
 
 def write_report(study, study_dir: str) -> str:
@@ -337,9 +421,11 @@ def write_report(study, study_dir: str) -> str:
     pareto = plot_pareto(study, os.path.join(out, "pareto.png"))
     effects = plot_effects(study, os.path.join(out, "effects.png"))
     plot_timeline(study, study_dir, os.path.join(out, "timeline.png"))
-    changes = "\n".join(f"- {change_label(p)} (trial {p['trials'][0]} → {p['trials'][1]}): "
-                        f"steady speed {p['steady'] - 1:+.1%}, score {p['score'] - 1:+.1%}"
-                        for p in effects["pairs"])
+    changes = "\n".join(
+        f"- {change_label(p)} (trial {p['trials'][0]} → {p['trials'][1]}): "
+        f"steady speed {p['steady'] - 1:+.1%}, score {p['score'] - 1:+.1%}"
+        for p in effects["pairs"]
+    )
     sections = [
         f"# Study `{study.study_name}`",
         _header(study),

@@ -13,10 +13,12 @@ class VerboseProgress(Progress):
     """Every event of a trial: each warm-up step that compiled, each measured window, with its figures."""
 
     def phase(self, number: int, label: str, event: dict) -> None:
-        detail = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                           for k, v in event.items() if k not in ("phase", "t"))
-        self.line(f"  [{self.done + 1}/{self.total}] trial {number} {label}: {event.get('phase')}"
-                  + (f" ({detail})" if detail else ""))
+        detail = ", ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in event.items() if k not in ("phase", "t")
+        )
+        self.line(
+            f"  [{self.done + 1}/{self.total}] trial {number} {label}: {event.get('phase')}" + (f" ({detail})" if detail else "")
+        )
 
 
 def progress_for(verbosity: int, total: int) -> Progress:

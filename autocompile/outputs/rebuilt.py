@@ -47,20 +47,30 @@ def rebuild(study, trial, folder: str, record: dict) -> str:
     """Write `folder`/spec.json for `trial` from the study's storage (the folder made if absent); its path."""
     settings = study.user_attrs.get("settings") or {}
     if not settings.get("model"):
-        raise UserError(f"study {study.study_name!r} stores no workload settings, and trial {trial.number}'s "
-                        f"folder {folder} is gone: nothing to rebuild its rerun from")
+        raise UserError(
+            f"study {study.study_name!r} stores no workload settings, and trial {trial.number}'s "
+            f"folder {folder} is gone: nothing to rebuild its rerun from"
+        )
     search = study.user_attrs.get("search_settings") or {}
     spec = {
-        "model": settings["model"], "config": record["config"], "device": settings["device"],
-        "trial_dir": os.path.abspath(folder), "batch_size": settings.get("batch_size"),
-        "seq_len": settings.get("seq_len"), "seed": settings.get("seed", 0),
-        "toolchain_dir": default_toolchain_dir(), "header": snippet_header(settings["model"], study.study_name,
-                                                                           trial.number),
-        "blocks": None, "timeout_s": _limit_s(search, record.get("role")),
-        "nproc": settings.get("nproc", 1), "parallel": settings.get("parallel", "none"),
+        "model": settings["model"],
+        "config": record["config"],
+        "device": settings["device"],
+        "trial_dir": os.path.abspath(folder),
+        "batch_size": settings.get("batch_size"),
+        "seq_len": settings.get("seq_len"),
+        "seed": settings.get("seed", 0),
+        "toolchain_dir": default_toolchain_dir(),
+        "header": snippet_header(settings["model"], study.study_name, trial.number),
+        "blocks": None,
+        "timeout_s": _limit_s(search, record.get("role")),
+        "nproc": settings.get("nproc", 1),
+        "parallel": settings.get("parallel", "none"),
         **(search.get("measure") or {}),
-        "rebuilt_from": (f"the storage of study {study.study_name!r} (trial {trial.number}'s record, the study's "
-                         "settings): the trial's folder was gone"),
+        "rebuilt_from": (
+            f"the storage of study {study.study_name!r} (trial {trial.number}'s record, the study's "
+            "settings): the trial's folder was gone"
+        ),
     }
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, SPEC)

@@ -70,16 +70,26 @@ def minifier_setting(record: dict, accuracy: bool) -> tuple[str | None, int, str
     layer = record.get("failing_layer") or ""
     level = 4 if accuracy else 3 if record.get("status") == Status.CRASHED else 2
     if accuracy and accuracy_module(record):
-        return "aot", level, (f"accuracy: {accuracy_module(record)} (where the numerics part) compiled alone, "
-                              "its graphs against their eager run (level 4)")
+        return (
+            "aot",
+            level,
+            (
+                f"accuracy: {accuracy_module(record)} (where the numerics part) compiled alone, "
+                "its graphs against their eager run (level 4)"
+            ),
+        )
     if accuracy:
         return "aot", level, "accuracy: Inductor's graphs against their eager run (level 4)"
     if layer.startswith("Dynamo"):
         return None, level, "the failure is in Dynamo's graph capture, before any backend gets a graph"
     if layer.startswith(("AOTAutograd", "decompositions")):
         return "dynamo", level, f"triage: fails in {layer}: the graph Dynamo captured"
-    return "aot", level, (f"triage: fails in {layer}" if layer else "no triage in the record: Inductor assumed") + \
-        ": the graph AOTAutograd hands Inductor"
+    return (
+        "aot",
+        level,
+        (f"triage: fails in {layer}" if layer else "no triage in the record: Inductor assumed")
+        + ": the graph AOTAutograd hands Inductor",
+    )
 
 
 def accuracy_module(record: dict) -> str | None:
@@ -91,12 +101,21 @@ def _request(folder: str, out: str, env: dict, limit_s: float, module: str | Non
     """The failed trial's request (its spec.json), run briefly in `out` with the minifier's
     environment; with `module`, that module compiled alone (the worker's `accuracy_module`)."""
     spec = _spec(folder)
-    return TrialRequest(model=spec["model"], config=spec["config"], device=spec["device"], trial_dir=out,
-                        batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"), seed=spec.get("seed", 0),
-                        timeout_s=limit_s, toolchain_dir=spec.get("toolchain_dir"), header=spec.get("header", ""),
-                        blocks=spec.get("blocks"), env=env,
-                        measure={**TRIAGE_MEASURE, "minifier_rerun": True,
-                                 **({"accuracy_module": module} if module else {})})
+    return TrialRequest(
+        model=spec["model"],
+        config=spec["config"],
+        device=spec["device"],
+        trial_dir=out,
+        batch_size=spec.get("batch_size"),
+        seq_len=spec.get("seq_len"),
+        seed=spec.get("seed", 0),
+        timeout_s=limit_s,
+        toolchain_dir=spec.get("toolchain_dir"),
+        header=spec.get("header", ""),
+        blocks=spec.get("blocks"),
+        env=env,
+        measure={**TRIAGE_MEASURE, "minifier_rerun": True, **({"accuracy_module": module} if module else {})},
+    )
 
 
 def graph_lines(path: str) -> int:
@@ -115,8 +134,11 @@ def _launcher(debug_dir: str) -> str | None:
 def _smallest_checkpoint(debug_dir: str) -> str | None:
     """The smallest graph the minifier reached that still fails (checkpoints/<nodes>.py), passing
     over a file the time limit cut while it was written (empty, or not Python yet)."""
-    found = [p for p in glob.glob(os.path.join(debug_dir, "**", "checkpoints", "*.py"), recursive=True)
-             if os.path.basename(p)[:-3].isdigit()]
+    found = [
+        p
+        for p in glob.glob(os.path.join(debug_dir, "**", "checkpoints", "*.py"), recursive=True)
+        if os.path.basename(p)[:-3].isdigit()
+    ]
     return next((p for p in sorted(found, key=lambda p: int(os.path.basename(p)[:-3])) if _whole(p)), None)
 
 
@@ -135,10 +157,15 @@ def _minify(launcher: str, out: str, limit_s: float, isolate: bool) -> tuple[int
     (its exit status, None where the limit stopped it; seconds)."""
     started = time.time()
     with open(os.path.join(out, "minifier-log.txt"), "w") as log:
-        process = subprocess.Popen([sys.executable, launcher, "minify", "--isolate" if isolate else "--no-isolate"],
-                                   cwd=os.path.dirname(launcher), stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, launcher, "minify", "--isolate" if isolate else "--no-isolate"],
+            cwd=os.path.dirname(launcher),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
         try:
             process.wait(timeout=max(1.0, limit_s))
             return process.returncode, time.time() - started
@@ -183,23 +210,37 @@ def make_repro(folder: str, number: int | str, record: dict, limit_s: float = 60
     _check(folder, number, record, accuracy)
     after, level, why = minifier_setting(record, accuracy)
     out = os.path.join(folder, REPRO_DIR)
-    summary = {"trial": number, "after": after, "level": level, "why": why, "limit_s": limit_s,
-               "module": accuracy_module(record) if accuracy else None, "rebuilt_from": _spec(folder).get("rebuilt_from")}
+    summary = {
+        "trial": number,
+        "after": after,
+        "level": level,
+        "why": why,
+        "limit_s": limit_s,
+        "module": accuracy_module(record) if accuracy else None,
+        "rebuilt_from": _spec(folder).get("rebuilt_from"),
+    }
     launcher = _earlier_launcher(out, summary)
     _clear(out, keep_debug=launcher is not None)
     if after is None:
-        snippet = "apply_compilation.py" if os.path.exists(os.path.join(folder, "apply_compilation.py")) else \
-            "configuration (its folder is gone: spec.json was rebuilt from the study)"
-        return _finish(out, summary, None, f"no minifier reaches it ({why}); the trial's {snippet} "
-                                            "with its model is the repro")
+        snippet = (
+            "apply_compilation.py"
+            if os.path.exists(os.path.join(folder, "apply_compilation.py"))
+            else "configuration (its folder is gone: spec.json was rebuilt from the study)"
+        )
+        return _finish(out, summary, None, f"no minifier reaches it ({why}); the trial's {snippet} with its model is the repro")
     if launcher:
         summary["rerun"] = "skipped: the minifier launcher an earlier `repro` of this trial left was minified again"
     else:
         launcher = _rerun(folder, out, summary, after, level)
     if launcher is None and accuracy:
-        return _finish(out, summary, None, f"the rerun ({summary['rerun']['status']}) left no minifier launcher: "
-                       "no compiled graph's result departs from its eager run, so the difference is made above the "
-                       "backend (in what Dynamo traced; diverges_at says where)")
+        return _finish(
+            out,
+            summary,
+            None,
+            f"the rerun ({summary['rerun']['status']}) left no minifier launcher: "
+            "no compiled graph's result departs from its eager run, so the difference is made above the "
+            "backend (in what Dynamo traced; diverges_at says where)",
+        )
     if launcher is None:
         return _unminified(folder, out, summary, record)
     shutil.copy(launcher, os.path.join(out, KEPT_LAUNCHER))
@@ -211,9 +252,14 @@ def make_repro(folder: str, number: int | str, record: dict, limit_s: float = 60
     if outcome == "minified" and os.path.exists(minified):
         return _finish(out, summary, minified, "minified")
     if outcome == "did not fail" and accuracy:
-        return _finish(out, summary, None, f"the minifier's graph{' of ' + summary['module'] if summary['module'] else ''} "
-                       f"agreed with its eager run alone ({summary['minifier_s']:.0f} s): the difference needs the "
-                       "run around it")
+        return _finish(
+            out,
+            summary,
+            None,
+            f"the minifier's graph{' of ' + summary['module'] if summary['module'] else ''} "
+            f"agreed with its eager run alone ({summary['minifier_s']:.0f} s): the difference needs the "
+            "run around it",
+        )
     if outcome == "did not fail":
         return _passes_alone(folder, out, summary, record)
     return _cut_short(out, summary, launcher, limit_s)
@@ -232,10 +278,8 @@ def _cut_short(out: str, summary: dict, launcher: str, limit_s: float) -> dict:
         return _finish(out, summary, checkpoint, f"{stop}: the smallest failing graph it reached")
     with open(os.path.join(out, "repro.py"), "w") as f, open(launcher) as source:
         f.write(_runnable(source.read()))
-    more = " (a longer --timeout minifies it further, without rerunning the trial)" \
-        if summary["minifier"] == "timed out" else ""
-    return _finish(out, summary, os.path.join(out, "repro.py"), f"{stop.replace(' to the end', '')}: "
-                   f"the unreduced graph{more}")
+    more = " (a longer --timeout minifies it further, without rerunning the trial)" if summary["minifier"] == "timed out" else ""
+    return _finish(out, summary, os.path.join(out, "repro.py"), f"{stop.replace(' to the end', '')}: the unreduced graph{more}")
 
 
 def _passes_alone(folder: str, out: str, summary: dict, record: dict) -> dict:
@@ -251,9 +295,11 @@ def _passes_alone(folder: str, out: str, summary: dict, record: dict) -> dict:
             summary["rerun"] = {**summary.pop("rerun_before"), "by": "the earlier repro that wrote the launcher"}
     with open(os.path.join(out, "minifier-log.txt"), errors="replace") as f:
         said = said_did_not_fail(f.read())
-    outside = (f"the minifier's graph did not fail alone (\"{said}\", after {summary['minifier_s']:.0f} s; its "
-               f"launcher kept as {PASSING_LAUNCHER}; the rerun that wrote it took {summary['rerun']['wall_s']:.0f} s): "
-               "the failure needs the run around the graph (what earlier steps left)")
+    outside = (
+        f'the minifier\'s graph did not fail alone ("{said}", after {summary["minifier_s"]:.0f} s; its '
+        f"launcher kept as {PASSING_LAUNCHER}; the rerun that wrote it took {summary['rerun']['wall_s']:.0f} s): "
+        "the failure needs the run around the graph (what earlier steps left)"
+    )
     return _unminified(folder, out, summary, record, outside)
 
 
@@ -277,19 +323,36 @@ def _unminified(folder: str, out: str, summary: dict, record: dict, outside: str
     rerun = summary["rerun"]
     summary["recurred"] = same = recurred(record, rerun)
     if same is None and rerun["status"] in (Status.OK, Status.INFEASIBLE):
-        return _finish(out, summary, None, f"the rerun did not fail ({rerun['status']}): the failure did not recur, "
-                                           "so it is flaky or depends on the machine or its load")
+        return _finish(
+            out,
+            summary,
+            None,
+            f"the rerun did not fail ({rerun['status']}): the failure did not recur, "
+            "so it is flaky or depends on the machine or its load",
+        )
     if same is None:
         left = "a minifier launcher whose graph did not fail alone" if outside else "no minifier launcher"
-        return _finish(out, summary, None, f"the rerun failed otherwise ({rerun['status']}: {rerun['reason'][:160]}), "
-                                           f"not as the trial did, and left {left}")
-    outside = (f"{outside}; the rerun failed with {same}" if outside else
-               f"the failure happens {'at run time, ' if rerun['status'] == Status.FAILED else ''}outside what the "
-               f"minifier watches (it left no launcher; the rerun failed with {same})")
+        return _finish(
+            out,
+            summary,
+            None,
+            f"the rerun failed otherwise ({rerun['status']}: {rerun['reason'][:160]}), not as the trial did, and left {left}",
+        )
+    outside = (
+        f"{outside}; the rerun failed with {same}"
+        if outside
+        else f"the failure happens {'at run time, ' if rerun['status'] == Status.FAILED else ''}outside what the "
+        f"minifier watches (it left no launcher; the rerun failed with {same})"
+    )
     spec = _spec(folder)
     if spec.get("parallel", "none") != "none":
-        return _finish(out, summary, None, f"{outside}; the trial ran {spec.get('nproc')} ranks under "
-                                           f"{spec['parallel']}: its apply_compilation.py under torchrun is the repro")
+        return _finish(
+            out,
+            summary,
+            None,
+            f"{outside}; the trial ran {spec.get('nproc')} ranks under "
+            f"{spec['parallel']}: its apply_compilation.py under torchrun is the repro",
+        )
     snippet = os.path.join(folder, "apply_compilation.py")
     if not os.path.exists(snippet):  # a folder rebuilt from the study (outputs/rebuilt.py): the rerun rendered it
         snippet = os.path.join(out, "run", "apply_compilation.py")
@@ -317,8 +380,10 @@ def _check_failed(number: int | str, record: dict, accuracy: bool) -> None:
     if accuracy and not numerics:
         raise UserError(f"trial {number} is {record.get('status')!r}, not a numerics failure: --accuracy has nothing to find")
     if record.get("status") not in CRASHES and not accuracy:
-        raise UserError(f"trial {number} is {record.get('status')!r}, not a failed compile: nothing to reproduce"
-                        + (" (a numerics failure: --accuracy)" if numerics else ""))
+        raise UserError(
+            f"trial {number} is {record.get('status')!r}, not a failed compile: nothing to reproduce"
+            + (" (a numerics failure: --accuracy)" if numerics else "")
+        )
 
 
 def _earlier_launcher(out: str, summary: dict) -> str | None:

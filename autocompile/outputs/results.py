@@ -26,8 +26,20 @@ FILE_NAME = "results.db"
 # User attributes that are not columns: the code is on disk, the config is flattened, the
 # reasons have their own tables.
 NOT_COLUMNS = ("snippet", "log", "config", "recompile_reasons", "graph_break_reasons")
-FIRST_COLUMNS = ("number", "state", "role", "remeasure_of", "status", "reason", "config", "value", "score",
-                 "steps_per_s", "warmup_s", "warmup_steps")
+FIRST_COLUMNS = (
+    "number",
+    "state",
+    "role",
+    "remeasure_of",
+    "status",
+    "reason",
+    "config",
+    "value",
+    "score",
+    "steps_per_s",
+    "warmup_s",
+    "warmup_steps",
+)
 
 
 def _status(trial) -> str:
@@ -47,16 +59,24 @@ def trial_row(trial, study_dir: str | None = None) -> dict:
     whole again); other keys whose value is None are left out (NULL)."""
     attrs = full_record(trial, study_dir)
     config = attrs.get("config")
-    row = {"number": trial.number, "state": trial.state.name, "status": _status(trial),
-           "config": describe_config(config) if config else None, "value": trial.value}
+    row = {
+        "number": trial.number,
+        "state": trial.state.name,
+        "status": _status(trial),
+        "config": describe_config(config) if config else None,
+        "value": trial.value,
+    }
     if "status" not in attrs and trial.state.name == "FAIL":
         row["reason"] = "the search stopped during this trial"
     dimensions = {k: _cell(v) for k, v in config_columns(config).items()} if config else {}
     measured = {k: _cell(v) for k, v in attrs.items() if k not in NOT_COLUMNS and k not in row}
     measured["datetime_start"] = trial.datetime_start and trial.datetime_start.isoformat(timespec="seconds")
     measured["datetime_complete"] = trial.datetime_complete and trial.datetime_complete.isoformat(timespec="seconds")
-    return {**{k: v for k, v in row.items() if v is not None}, **dimensions,
-            **{k: v for k, v in measured.items() if v is not None}}
+    return {
+        **{k: v for k, v in row.items() if v is not None},
+        **dimensions,
+        **{k: v for k, v in measured.items() if v is not None},
+    }
 
 
 def reason_rows(trial, study_dir: str | None = None) -> tuple[list[dict], list[dict]]:
@@ -85,8 +105,12 @@ def _column_types(rows: list[dict]) -> dict:
 
 
 def _reason_table(db, name: str):
-    return db[name].create({"trial": int, "reason": str, "count": int}, pk=("trial", "reason"),
-                           foreign_keys=[("trial", "trials", "number")], if_not_exists=True)
+    return db[name].create(
+        {"trial": int, "reason": str, "count": int},
+        pk=("trial", "reason"),
+        foreign_keys=[("trial", "trials", "number")],
+        if_not_exists=True,
+    )
 
 
 def write_results(study, path: str) -> str:

@@ -23,7 +23,7 @@ from autocompile.workloads import get_workload
 
 SCRIPT = "repro.py"
 
-HEADER = '''\
+HEADER = """\
 # Unreduced repro of the trial in {folder}, written by `autocompile repro`; it failed with
 #   {reason}
 # while {phase}, outside the compiled graphs torch's minifier watches: there is no minified graph.
@@ -31,9 +31,9 @@ HEADER = '''\
 # in a plain training loop. Run it with `python repro.py` where autocompile (and the workload's
 # module) imports: it exits 1 with the exception when the failure recurs. The trial compiled cold
 # (empty caches): `TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python repro.py` does too.
-'''
+"""
 
-LOOP = '''
+LOOP = """
 
 # ---- autocompile repro: the snippet above, on the trial's workload, in a plain training loop ----
 import sys
@@ -94,7 +94,7 @@ if __name__ == "__main__":
               f"{{first}}", file=sys.stderr)
         sys.exit(1)
     print(f"did not reproduce: {{STEPS}} steps ran cleanly; the trial failed with {{TRIAL_FAILED_WITH}}")
-'''
+"""
 
 
 def write_script(folder: str, out: str, record: dict, snippet_path: str | None = None) -> str:
@@ -107,10 +107,12 @@ def write_script(folder: str, out: str, record: dict, snippet_path: str | None =
     with open(snippet_path) as f:
         snippet = f.read()
     fields = _fields(spec, record.get("reason", ""), record.get("failed_phase") or "running")
-    ran = "as it ran" if os.path.dirname(os.path.abspath(snippet_path)) == os.path.abspath(folder) else \
-        "as the rerun rendered it from the trial's configuration (the folder was rebuilt from the study)"
-    text = HEADER.format(folder=os.path.abspath(folder), ran=ran, **fields) + snippet.rstrip("\n") + "\n" + \
-        LOOP.format(**fields)
+    ran = (
+        "as it ran"
+        if os.path.dirname(os.path.abspath(snippet_path)) == os.path.abspath(folder)
+        else "as the rerun rendered it from the trial's configuration (the folder was rebuilt from the study)"
+    )
+    text = HEADER.format(folder=os.path.abspath(folder), ran=ran, **fields) + snippet.rstrip("\n") + "\n" + LOOP.format(**fields)
     path = os.path.join(out, SCRIPT)
     with open(path, "w") as f:
         f.write(text)
@@ -125,9 +127,19 @@ def _fields(spec: dict, reason: str, phase: str) -> dict:
     why = f"the trial's warm-up bound (it failed while {phase})"
     if phase == "measuring":  # past the warm-up: its measuring windows ran tens of steps more
         steps, why = 10 * steps, "ten times the trial's warm-up bound (it failed while measuring, after it)"
-    return {"model": _model_name(spec["model"]), "device": spec["device"], "batch_size": spec.get("batch_size"),
-            "seq_len": spec.get("seq_len"), "seed": spec.get("seed", 0), "blocks": spec.get("blocks"), "pool": pool,
-            "steps": steps, "steps_why": why, "reason": reason, "phase": phase}
+    return {
+        "model": _model_name(spec["model"]),
+        "device": spec["device"],
+        "batch_size": spec.get("batch_size"),
+        "seq_len": spec.get("seq_len"),
+        "seed": spec.get("seed", 0),
+        "blocks": spec.get("blocks"),
+        "pool": pool,
+        "steps": steps,
+        "steps_why": why,
+        "reason": reason,
+        "phase": phase,
+    }
 
 
 def _model_name(name: str) -> str:

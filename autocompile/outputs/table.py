@@ -15,9 +15,13 @@ from autocompile.trial.result import FAILURES, STOPPED, Status
 def default_score_bound(study, horizon: int, view: StudyView | None = None) -> float | None:
     """An upper bound on plain torch.compile's score when its baseline never finished warming up:
     horizon / the seconds it spent warming up before it was stopped."""
-    elapsed = [t.user_attrs["warmup_elapsed_s"] for t in (view or StudyView(study)).trials
-               if t.user_attrs.get("role") == Role.COMPILE_DEFAULTS and t.user_attrs.get("status") in STOPPED
-               and t.user_attrs.get("warmup_elapsed_s")]
+    elapsed = [
+        t.user_attrs["warmup_elapsed_s"]
+        for t in (view or StudyView(study)).trials
+        if t.user_attrs.get("role") == Role.COMPILE_DEFAULTS
+        and t.user_attrs.get("status") in STOPPED
+        and t.user_attrs.get("warmup_elapsed_s")
+    ]
     return horizon / max(elapsed) if elapsed else None  # the longest attempt bounds it closest
 
 
@@ -33,25 +37,33 @@ def trial_rows(study, view: StudyView | None = None) -> list[dict]:
             continue
         a = t.user_attrs
         config = a.get("config")
-        rows.append({
-            "number": t.number,
-            "role": a.get("role", "") + (f" of {a['remeasure_of']}" if "remeasure_of" in a else "")
-                    + (f" (re-judged {a['rejudged_from']})" if "rejudged_from" in a else ""),
-            "config": describe_config(config) if config else "",
-            "status": status_of(t),
-            "reason": a.get("reason", "the search stopped during this trial" if "status" not in a else ""),
-            "warmup_s": a.get("warmup_s"), "warmup_kind": a.get("warmup_kind"), "predicted_warmup_s": a.get("predicted_warmup_s"),
-            "steps_per_s": a.get("steps_per_s"), "items_per_s": a.get("items_per_s"),
-            "vs_eager": a["steps_per_s"] / eager_sps if a.get("steps_per_s") and eager_sps else None,
-            "vs_default": a["steps_per_s"] / default_sps if a.get("steps_per_s") and default_sps else None,
-            "cv": a.get("cv"), "recompiles": a.get("recompiles"), "graph_breaks": a.get("graph_breaks"),
-            "peak_mem_gb": a.get("peak_mem_gb"),
-            "mem_vs_eager": a["peak_mem_gb"] / eager_peak if a.get("peak_mem_gb") and eager_peak else None,
-            "padding_share": a.get("padding_share"),  # of the tokens computed, the share that was padding
-            "score": a.get("score", t.value),  # a pruned trial's value is its bound
-            "wall_s": a.get("wall_s"),
-            "diverges_at": a.get("diverges_at"),  # a numerics failure: where it parts from eager (trial/divergence.py)
-        })
+        rows.append(
+            {
+                "number": t.number,
+                "role": a.get("role", "")
+                + (f" of {a['remeasure_of']}" if "remeasure_of" in a else "")
+                + (f" (re-judged {a['rejudged_from']})" if "rejudged_from" in a else ""),
+                "config": describe_config(config) if config else "",
+                "status": status_of(t),
+                "reason": a.get("reason", "the search stopped during this trial" if "status" not in a else ""),
+                "warmup_s": a.get("warmup_s"),
+                "warmup_kind": a.get("warmup_kind"),
+                "predicted_warmup_s": a.get("predicted_warmup_s"),
+                "steps_per_s": a.get("steps_per_s"),
+                "items_per_s": a.get("items_per_s"),
+                "vs_eager": a["steps_per_s"] / eager_sps if a.get("steps_per_s") and eager_sps else None,
+                "vs_default": a["steps_per_s"] / default_sps if a.get("steps_per_s") and default_sps else None,
+                "cv": a.get("cv"),
+                "recompiles": a.get("recompiles"),
+                "graph_breaks": a.get("graph_breaks"),
+                "peak_mem_gb": a.get("peak_mem_gb"),
+                "mem_vs_eager": a["peak_mem_gb"] / eager_peak if a.get("peak_mem_gb") and eager_peak else None,
+                "padding_share": a.get("padding_share"),  # of the tokens computed, the share that was padding
+                "score": a.get("score", t.value),  # a pruned trial's value is its bound
+                "wall_s": a.get("wall_s"),
+                "diverges_at": a.get("diverges_at"),  # a numerics failure: where it parts from eager (trial/divergence.py)
+            }
+        )
     return rows
 
 
@@ -62,9 +74,11 @@ def no_winner_line(rows: list[dict], trials_dir: str, max_memory_gb: float | Non
     over = [r for r in compiled if max_memory_gb is not None and r["peak_mem_gb"] > max_memory_gb]
     if over and len(over) == len(compiled):
         least = min(over, key=lambda r: r["peak_mem_gb"])
-        return (f"no configuration fit --max-memory-gb {max_memory_gb:g}: the least any needed was "
-                f"{least['peak_mem_gb']:.2f} GB (trial {least['number']}, {least['config']}); raise the limit, or "
-                f"lower the batch size or the sequence length (--batch-size, --seq-len)")
+        return (
+            f"no configuration fit --max-memory-gb {max_memory_gb:g}: the least any needed was "
+            f"{least['peak_mem_gb']:.2f} GB (trial {least['number']}, {least['config']}); raise the limit, or "
+            f"lower the batch size or the sequence length (--batch-size, --seq-len)"
+        )
     return "no trial ran cleanly yet: see the reasons above and the logs in " + trials_dir
 
 
@@ -78,8 +92,9 @@ def add_repros(rows: list[dict], study_dir: str) -> None:
             row.update(repro=made.get("repro"), repro_line=made["line"])
 
 
-def summarize(study, study_dir: str | None, write: bool = False, horizon: int | None = None,
-              max_memory_gb: float | None = None) -> dict:
+def summarize(
+    study, study_dir: str | None, write: bool = False, horizon: int | None = None, max_memory_gb: float | None = None
+) -> dict:
     """The winner and the table; with write, the winner's snippet goes to study_dir. With a
     horizon other than the study's, or a memory limit, the winner for it comes from the
     measurements (its score too)."""
@@ -97,18 +112,42 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
 
         best = best_trial_for(study, horizon, max_memory_gb)
         score_of = lambda t: score({**t.user_attrs, "status": Status.OK}, horizon)  # noqa: E731 (within the limit: it ran)
-    summary = {"study": study.study_name, "rows": rows, "best": None, "horizon": horizon,
-               "finalists": study.user_attrs.get("finalists"), "effects": effects(study, view)}
+    summary = {
+        "study": study.study_name,
+        "rows": rows,
+        "best": None,
+        "horizon": horizon,
+        "finalists": study.user_attrs.get("finalists"),
+        "effects": effects(study, view),
+    }
     if best is None:
         return summary
     eager_sps = view.baseline_value(Role.EAGER, "steps_per_s")
     default_sps = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
     a = best.user_attrs
     summary["best"] = {
-        "number": best.number, "role": a.get("role"), "config": a.get("config"), "score": score_of(best),
+        "number": best.number,
+        "role": a.get("role"),
+        "config": a.get("config"),
+        "score": score_of(best),
         "horizon": horizon,
-        **{k: a.get(k) for k in ("status", "warmup_s", "steps_per_s", "items_per_s", "unit", "recompiles",
-                                 "graph_breaks", "peak_mem_gb", "cv", "device_name", "torch", "transformers")},
+        **{
+            k: a.get(k)
+            for k in (
+                "status",
+                "warmup_s",
+                "steps_per_s",
+                "items_per_s",
+                "unit",
+                "recompiles",
+                "graph_breaks",
+                "peak_mem_gb",
+                "cv",
+                "device_name",
+                "torch",
+                "transformers",
+            )
+        },
         "vs_eager": a["steps_per_s"] / eager_sps if eager_sps else None,
         "vs_default": a["steps_per_s"] / default_sps if default_sps else None,
         "warmup_kind": a.get("warmup_kind"),
@@ -116,16 +155,19 @@ def summarize(study, study_dir: str | None, write: bool = False, horizon: int | 
     if max_memory_gb is not None:
         summary["best"]["max_memory_gb"] = max_memory_gb
     verdict = summary["finalists"]
-    over = [(name, t.user_attrs["peak_mem_gb"]) for role, name in ((Role.EAGER, "eager"),
-                                                                   (Role.COMPILE_DEFAULTS, "plain torch.compile"))
-            if not view.baseline_trial(role) and (t := view.over_memory_baseline(role))]
+    over = [
+        (name, t.user_attrs["peak_mem_gb"])
+        for role, name in ((Role.EAGER, "eager"), (Role.COMPILE_DEFAULTS, "plain torch.compile"))
+        if not view.baseline_trial(role) and (t := view.over_memory_baseline(role))
+    ]
     if over:  # measured, over the limit: still the references of the ratios
         summary["best"]["references_over_memory"] = " and ".join(f"{n} peaked at {gb:.2f} GB" for n, gb in over)
     if eager_sps is None:  # eager did not run cleanly (a model eager cannot fit): say what the ratios are against
         first = view.first_of(Role.EAGER)
         eager = first.user_attrs if first else {}
-        summary["best"]["no_eager"] = (f"eager ended {eager.get('status', 'unmeasured')}"
-                                       + (f" ({eager['reason'][:100]})" if eager.get("reason") else ""))
+        summary["best"]["no_eager"] = f"eager ended {eager.get('status', 'unmeasured')}" + (
+            f" ({eager['reason'][:100]})" if eager.get("reason") else ""
+        )
     _cold_warm_up(summary["best"], verdict)
     summary["best"]["snippet"] = winner_snippet(study, best, study_dir, summary["best"], view)
     if verdict and verdict.get("finalists") and verdict.get("winner") is None:
@@ -148,17 +190,28 @@ def _cold_warm_up(best: dict, verdict: dict | None) -> None:
     verdict = verdict or {}
     checks = verdict.get("cold_checks") or [verdict.get("cold_check") or {}]
     check = next((c for c in checks if c.get("of", verdict.get("winner")) == best["number"]), {})
-    if best.get("warmup_kind") == "reconstructed" and verdict.get("winner") == best["number"] \
-            and check.get("status") == Status.OK:
-        best.update(warmup_s=check["cold_warmup_s"], warmup_kind=f"cold, measured in trial {check['trial']}",
-                    reconstructed_warmup_s=check["reconstructed_warmup_s"])
+    if (
+        best.get("warmup_kind") == "reconstructed"
+        and verdict.get("winner") == best["number"]
+        and check.get("status") == Status.OK
+    ):
+        best.update(
+            warmup_s=check["cold_warmup_s"],
+            warmup_kind=f"cold, measured in trial {check['trial']}",
+            reconstructed_warmup_s=check["reconstructed_warmup_s"],
+        )
 
 
 def _warm_up_words(record: dict) -> str:
-    """"warm-up 12.3 s", and how it was found where it was not one cold run."""
+    """ "warm-up 12.3 s", and how it was found where it was not one cold run."""
     kind = record.get("warmup_kind") or ""
-    how = " (reconstructed from the shared cache's hits)" if kind == "reconstructed" else \
-        f" ({kind})" if kind.startswith("cold, measured in") else ""
+    how = (
+        " (reconstructed from the shared cache's hits)"
+        if kind == "reconstructed"
+        else f" ({kind})"
+        if kind.startswith("cold, measured in")
+        else ""
+    )
     return f"warm-up {record.get('warmup_s') or 0:.1f} s{how}"
 
 
@@ -171,10 +224,10 @@ def search_summary(runner) -> dict:
     summary = summarize(runner.study, settings.study_dir)
     if runner.trials_wall:
         wall = time.time() - runner.started
-        summary["harness"] = {"search_wall_s": wall, "trials_wall_s": runner.trials_wall,
-                              "ratio": wall / runner.trials_wall}
-        runner.progress.line(f"harness: this search took {wall:.0f} s for {runner.trials_wall:.0f} s of trials "
-                             f"({wall / runner.trials_wall:.2f}x)")
+        summary["harness"] = {"search_wall_s": wall, "trials_wall_s": runner.trials_wall, "ratio": wall / runner.trials_wall}
+        runner.progress.line(
+            f"harness: this search took {wall:.0f} s for {runner.trials_wall:.0f} s of trials ({wall / runner.trials_wall:.2f}x)"
+        )
     if summary["best"]:
         write_outputs(summary, settings.study_dir)
     return summary
@@ -200,13 +253,13 @@ def write_outputs(summary: dict, study_dir: str) -> None:
         json.dump({k: v for k, v in summary.items()}, f, indent=1, default=str)
 
 
-def winner_snippet(study, best, study_dir: str | None = None, summary_best: dict | None = None,
-                   view: StudyView | None = None) -> str:
+def winner_snippet(
+    study, best, study_dir: str | None = None, summary_best: dict | None = None, view: StudyView | None = None
+) -> str:
     """The code the winning trial ran, under a docstring that says what it measured (the
     snippet from the trial's whole record: the study holds only its start; the warm-up the
     summary's winner has, cold-checked where it was reconstructed)."""
-    a = {**full_record(best, study_dir), **{k: v for k, v in (summary_best or {}).items()
-                                           if k in ("warmup_s", "warmup_kind")}}
+    a = {**full_record(best, study_dir), **{k: v for k, v in (summary_best or {}).items() if k in ("warmup_s", "warmup_kind")}}
     view = view or StudyView(study)
     eager = view.baseline_value(Role.EAGER, "steps_per_s")
     default = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
@@ -216,23 +269,36 @@ def winner_snippet(study, best, study_dir: str | None = None, summary_best: dict
         f"{_warm_up_words(a)}."
     )
     config = a.get("config") or {}
-    if a.get("peak_mem_gb") and (config.get("activation_checkpointing", "as_built") != "as_built"
-                                 or config.get("activation_memory_budget") is not None):
+    if a.get("peak_mem_gb") and (
+        config.get("activation_checkpointing", "as_built") != "as_built" or config.get("activation_memory_budget") is not None
+    ):
         eager_peak = view.baseline_value(Role.EAGER, "peak_mem_gb")
-        measured += (f" Peak memory {a['peak_mem_gb']:.1f} GB ({a.get('peak_mem_kind', 'measured')})"
-                     + (f", eager as built {eager_peak:.1f} GB." if eager_peak else "."))
+        measured += f" Peak memory {a['peak_mem_gb']:.1f} GB ({a.get('peak_mem_kind', 'measured')})" + (
+            f", eager as built {eager_peak:.1f} GB." if eager_peak else "."
+        )
     snippet = a.get("snippet", "")
     first_line_end = snippet.find("\n")
     # The snippet's docstring opens on its first line: add the measurement below it.
     return snippet[:first_line_end] + "\n\n" + measured + snippet[first_line_end:]
 
 
-TABLE_COLUMNS = (("#", "number", "{}"), ("role", "role", "{}"), ("status", "status", "{}"),
-                 ("warm-up s", "warmup_s", "{:.1f}"), ("steps/s", "steps_per_s", "{:.3g}"),
-                 ("vs eager", "vs_eager", "{:.2f}x"), ("vs default", "vs_default", "{:.2f}x"),
-                 ("cv", "cv", "{:.1%}"), ("recomp", "recompiles", "{}"), ("breaks", "graph_breaks", "{}"),
-                 ("peak GB", "peak_mem_gb", "{:.2f}"), ("mem vs eager", "mem_vs_eager", "{:.2f}x"),
-                 ("padding", "padding_share", "{:.0%}"), ("score", "score", "{:.3g}"), ("config", "config", "{}"))
+TABLE_COLUMNS = (
+    ("#", "number", "{}"),
+    ("role", "role", "{}"),
+    ("status", "status", "{}"),
+    ("warm-up s", "warmup_s", "{:.1f}"),
+    ("steps/s", "steps_per_s", "{:.3g}"),
+    ("vs eager", "vs_eager", "{:.2f}x"),
+    ("vs default", "vs_default", "{:.2f}x"),
+    ("cv", "cv", "{:.1%}"),
+    ("recomp", "recompiles", "{}"),
+    ("breaks", "graph_breaks", "{}"),
+    ("peak GB", "peak_mem_gb", "{:.2f}"),
+    ("mem vs eager", "mem_vs_eager", "{:.2f}x"),
+    ("padding", "padding_share", "{:.0%}"),
+    ("score", "score", "{:.3g}"),
+    ("config", "config", "{}"),
+)
 
 
 def format_table(rows: list[dict]) -> str:
@@ -261,7 +327,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def _against_defaults(ratio: str) -> str:
-    """"1.36x torch.compile defaults", or what is known when plain torch.compile has no steady speed."""
+    """ "1.36x torch.compile defaults", or what is known when plain torch.compile has no steady speed."""
     return f"{ratio} torch.compile defaults" if ratio != "-" else "torch.compile defaults not measured to a steady speed"
 
 
@@ -269,20 +335,38 @@ def format_best(best: dict) -> str:
     """The winner in one line."""
     vs = lambda x: f"{x:.2f}x" if x else "-"
     horizon = f" for {best['horizon']} steps" if best.get("horizon") else ""
-    return (f"winner{horizon}: trial {best['number']} ({best['role']}) {describe_config(best['config'])}: "
-            f"{best['steps_per_s']:.3g} steps/s, {vs(best['vs_eager'])} eager, {_against_defaults(vs(best['vs_default']))}, "
-            f"{_warm_up_words(best)}"
-            + (f"; score {best['score_vs_default']:.2f}x plain torch.compile's (warm-up included)"
-               if best.get("score_vs_default") else "")
-            + (f"; score at least {best['score_vs_default_at_least']:.2f}x plain torch.compile's, which was "
-               f"still warming up when stopped" if best.get("score_vs_default_at_least") else "")
-            + (f"; not confirmed: {best['unconfirmed']}" if best.get("unconfirmed") else "")
-            + (f"; no eager reference: {best['no_eager']}, so the ratios are against plain torch.compile"
-               if best.get("no_eager") else "")
-            + (f"; {best['references_over_memory']}, above the memory limit: the ratios are still against their speeds"
-               if best.get("references_over_memory") else "")
-            + (f"; peak {best['peak_mem_gb']:.2f} GB, within --max-memory-gb {best['max_memory_gb']:g}"
-               if best.get("max_memory_gb") is not None else ""))
+    return (
+        f"winner{horizon}: trial {best['number']} ({best['role']}) {describe_config(best['config'])}: "
+        f"{best['steps_per_s']:.3g} steps/s, {vs(best['vs_eager'])} eager, {_against_defaults(vs(best['vs_default']))}, "
+        f"{_warm_up_words(best)}"
+        + (
+            f"; score {best['score_vs_default']:.2f}x plain torch.compile's (warm-up included)"
+            if best.get("score_vs_default")
+            else ""
+        )
+        + (
+            f"; score at least {best['score_vs_default_at_least']:.2f}x plain torch.compile's, which was "
+            f"still warming up when stopped"
+            if best.get("score_vs_default_at_least")
+            else ""
+        )
+        + (f"; not confirmed: {best['unconfirmed']}" if best.get("unconfirmed") else "")
+        + (
+            f"; no eager reference: {best['no_eager']}, so the ratios are against plain torch.compile"
+            if best.get("no_eager")
+            else ""
+        )
+        + (
+            f"; {best['references_over_memory']}, above the memory limit: the ratios are still against their speeds"
+            if best.get("references_over_memory")
+            else ""
+        )
+        + (
+            f"; peak {best['peak_mem_gb']:.2f} GB, within --max-memory-gb {best['max_memory_gb']:g}"
+            if best.get("max_memory_gb") is not None
+            else ""
+        )
+    )
 
 
 def format_failures(rows: list[dict], study: str) -> str:
@@ -309,16 +393,21 @@ def format_failures(rows: list[dict], study: str) -> str:
 def format_predictions(rows: list[dict]) -> str:
     """How well warm-ups predicted before launch (autocompile.engine.cost.Predictor) matched the measured
     ones, and how many trials a prediction pruned before launch; "" where there was none."""
-    pairs = [(r["predicted_warmup_s"], r["warmup_s"]) for r in rows
-             if r.get("predicted_warmup_s") and r.get("warmup_s") and r.get("status") == Status.OK]
+    pairs = [
+        (r["predicted_warmup_s"], r["warmup_s"])
+        for r in rows
+        if r.get("predicted_warmup_s") and r.get("warmup_s") and r.get("status") == Status.OK
+    ]
     pruned = sum(r.get("status") == Status.PRUNED and r.get("reason", "").startswith("pruned before launch") for r in rows)
     if not pairs and not pruned:
         return ""
     line = "warm-up predicted before launch:"
     if pairs:
         errors = sorted(abs(p / m - 1) for p, m in pairs)
-        line += (f" {len(pairs)} trial{'s' if len(pairs) > 1 else ''} measured, median error {errors[len(errors) // 2]:.0%},"
-                 f" worst {errors[-1]:.0%}")
+        line += (
+            f" {len(pairs)} trial{'s' if len(pairs) > 1 else ''} measured, median error {errors[len(errors) // 2]:.0%},"
+            f" worst {errors[-1]:.0%}"
+        )
     if pruned:
         line += f"{';' if pairs else ''} {pruned} pruned before launch by the prediction"
     return line
@@ -330,8 +419,9 @@ def format_finalists(verdict: dict | None) -> str:
         return ""
     eager = verdict.get("eager_steps_per_s")
     if eager and len(verdict.get("eager_paces", [])) > 1:  # WINNER_RULE 3: its run in the search and in the round
-        lines = [f"finalist round (eager {_then(verdict['eager_paces'])} steps/s in the search and the round, "
-                 f"taken as {eager:.3g}):"]
+        lines = [
+            f"finalist round (eager {_then(verdict['eager_paces'])} steps/s in the search and the round, taken as {eager:.3g}):"
+        ]
     else:
         lines = [f"finalist round (eager {eager:.3g} steps/s in the round):" if eager else "finalist round:"]
     for row in verdict["candidates"]:
@@ -339,13 +429,18 @@ def format_finalists(verdict: dict | None) -> str:
             lines.append(f"  trial {row['trial']}: {row['status']} - {row['reason'][:100]}")
             continue
         vs = f"{row['vs_eager']:.2f}x eager, " if row.get("vs_eager") else ""
-        paces = (f"{_then(row['paces'])} steps/s, taken as {row['steps_per_s']:.3g}" if "paces" in row
-                 else f"{row['search_steps_per_s']:.3g} then {row['steps_per_s']:.3g} steps/s")
-        lines.append(f"  trial {row['trial']}{_on_gpu(verdict, row)} (rerun as {', '.join(map(str, row['reruns']))}): "
-                     f"{paces} (agree within {row['agreement']:.1%}), {vs}warm-up {row['warmup_s']:.1f} s"
-                     + (f" cold (reconstructed {row['reconstructed_warmup_s']:.1f} s)" if "reconstructed_warmup_s" in row
-                        else "") + ", "
-                     f"score {row['score']:.3g}  {describe_config(row['config'])}")
+        paces = (
+            f"{_then(row['paces'])} steps/s, taken as {row['steps_per_s']:.3g}"
+            if "paces" in row
+            else f"{row['search_steps_per_s']:.3g} then {row['steps_per_s']:.3g} steps/s"
+        )
+        lines.append(
+            f"  trial {row['trial']}{_on_gpu(verdict, row)} (rerun as {', '.join(map(str, row['reruns']))}): "
+            f"{paces} (agree within {row['agreement']:.1%}), {vs}warm-up {row['warmup_s']:.1f} s"
+            + (f" cold (reconstructed {row['reconstructed_warmup_s']:.1f} s)" if "reconstructed_warmup_s" in row else "")
+            + ", "
+            f"score {row['score']:.3g}  {describe_config(row['config'])}"
+        )
     if verdict.get("why"):
         lines.append("  " + verdict["why"])
     return "\n".join(lines)
@@ -369,8 +464,10 @@ def _then(paces: list[float]) -> str:
 def format_effects(rows: list[dict]) -> str:
     """What each setting did: each neighbour against the trial it changed, a move of one dimension
     (with those it conditions) said as such, a move of several as several."""
-    lines = ["what each setting did (a trial against its parent: one dimension changed, with those it conditions, "
-             "unless it says several; each one's score averaged over its runs, finalist reruns included):"]
+    lines = [
+        "what each setting did (a trial against its parent: one dimension changed, with those it conditions, "
+        "unless it says several; each one's score averaged over its runs, finalist reruns included):"
+    ]
     for row in rows:
         change = ", ".join(f"{name} {json.dumps(old)} -> {json.dumps(new)}" for name, (old, new) in row["changed"].items())
         if not row.get("single", True):
@@ -379,8 +476,9 @@ def format_effects(rows: list[dict]) -> str:
         if "effect" in row:
             outcome = f"{row['effect']:+.1%} score"
         elif row.get("peak_mem_gb"):  # a move made for memory: whether it fits now
-            outcome = ("still over the memory limit" if row["over_limit"] else "fits" if row["status"] == Status.OK
-                       else row["status"])
+            outcome = (
+                "still over the memory limit" if row["over_limit"] else "fits" if row["status"] == Status.OK else row["status"]
+            )
         else:
             outcome = reason[:90] if reason.startswith(row["status"]) else f"{row['status']}: {reason[:90]}"
         if row.get("peak_mem_gb"):
@@ -395,8 +493,10 @@ def format_summary(summary: dict) -> str:
     """Table, finalist round and winner: what `search` prints and trials.txt holds."""
     parts = [format_table(summary["rows"])]
     if any(row.get("warmup_kind") == "reconstructed" for row in summary["rows"]):
-        parts[0] += ("\nr: a cold warm-up reconstructed: the warm-up measured with the shared compile cache, plus the "
-                     "cold compile time of each graph the cache had (docs/search.md)")
+        parts[0] += (
+            "\nr: a cold warm-up reconstructed: the warm-up measured with the shared compile cache, plus the "
+            "cold compile time of each graph the cache had (docs/search.md)"
+        )
     if predictions := format_predictions(summary["rows"]):
         parts.append(predictions)
     if summary.get("effects"):

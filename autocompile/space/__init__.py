@@ -68,19 +68,49 @@ from autocompile.space.spacefile import SpaceFile, _toml_none, load_space_file
 
 # What other modules import from `autocompile.space`: the names defined in its modules.
 __all__ = [
-    "ACTIVATION_BUDGETS", "CHECKPOINTING", "CUDA_GRAPH_MODES", "DEFAULTS", "PARALLEL", "PARALLEL_KEYS", "EAGER", "GRAPHS",
-    "INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS_AUTOTUNE", "INDUCTOR_OPTIONS_CUDA",
-    "INDUCTOR_OPTIONS_CUDAGRAPHS", "MARK_DYNAMIC", "MODES", "PADDINGS", "SCOPES", "STARTING_POINTS",
-    "Capabilities", "Dimension", "Graphs", "SearchSpace", "SpaceFile", "WorkloadTraits",
-    "bucket_lengths", "doomed", "load_space_file", "shaping", "uses_autotune", "uses_cuda_graphs",
+    "ACTIVATION_BUDGETS",
+    "CHECKPOINTING",
+    "CUDA_GRAPH_MODES",
+    "DEFAULTS",
+    "PARALLEL",
+    "PARALLEL_KEYS",
+    "EAGER",
+    "GRAPHS",
+    "INDUCTOR_OPTIONS",
+    "INDUCTOR_OPTIONS_AUTOTUNE",
+    "INDUCTOR_OPTIONS_CUDA",
+    "INDUCTOR_OPTIONS_CUDAGRAPHS",
+    "MARK_DYNAMIC",
+    "MODES",
+    "PADDINGS",
+    "SCOPES",
+    "STARTING_POINTS",
+    "Capabilities",
+    "Dimension",
+    "Graphs",
+    "SearchSpace",
+    "SpaceFile",
+    "WorkloadTraits",
+    "bucket_lengths",
+    "doomed",
+    "load_space_file",
+    "shaping",
+    "uses_autotune",
+    "uses_cuda_graphs",
 ]
 
 
 class SearchSpace:
     """The dimensions searched for one workload on one device with one torch."""
 
-    def __init__(self, caps: Capabilities, traits: WorkloadTraits, fixed: dict | None = None,
-                 space_file: SpaceFile | None = None, parallel: str = "none"):
+    def __init__(
+        self,
+        caps: Capabilities,
+        traits: WorkloadTraits,
+        fixed: dict | None = None,
+        space_file: SpaceFile | None = None,
+        parallel: str = "none",
+    ):
         self.caps = replace(caps, inductor_defaults=dict(caps.inductor_defaults))  # extended by a space file
         self.traits = traits
         self.parallel = parallel  # --parallel: its dimensions are offered only there (see _parallel_dimensions)
@@ -130,21 +160,28 @@ class SearchSpace:
         self._add("fullgraph", (False, True), "fail on graph breaks instead of falling back to eager")
         self._add("compile_optimizer", (False, True), "torch.compile(optimizer.step)")
         if traits.schedule:
-            self._add("lr_tensor", (False, True), "the learning rate as a tensor: a scheduler's new value does "
-                      "not recompile the compiled step", lambda c: c["compile_optimizer"])
+            self._add(
+                "lr_tensor",
+                (False, True),
+                "the learning rate as a tensor: a scheduler's new value does not recompile the compiled step",
+                lambda c: c["compile_optimizer"],
+            )
         else:
             self.left_out.append(("lr_tensor", "the workload has no LR schedule: its learning rate never changes"))
         if traits.fusable_optimizer:
-            self._add("fused_optimizer", (False, True), "the optimizer's fused implementation instead of foreach",
-                      lambda c: not c["compile_optimizer"])
+            self._add(
+                "fused_optimizer",
+                (False, True),
+                "the optimizer's fused implementation instead of foreach",
+                lambda c: not c["compile_optimizer"],
+            )
         else:
             self.left_out.append(("fused_optimizer", "the workload's optimizer has no fused implementation"))
         self._step_dimensions()
         if traits.criterion:
             self._add("compile_loss", (False, True), "torch.compile the criterion (outputs, batch) -> loss apart")
         else:
-            self.left_out.append(("compile_loss", "the workload gives its loss as one function, "
-                                                  "not as forward + criterion"))
+            self.left_out.append(("compile_loss", "the workload gives its loss as one function, not as forward + criterion"))
 
         if traits.varying:
             self._padding_dimensions()
@@ -153,8 +190,12 @@ class SearchSpace:
                 marks.append("mark")
             if caps.has_maybe_mark_dynamic:
                 marks.append("maybe")
-            self._add("mark_dynamic", marks, "mark the varying dimensions dynamic",
-                      lambda c: c["padding"] in ("longest", "multiple") and c["dynamic"] is None)
+            self._add(
+                "mark_dynamic",
+                marks,
+                "mark the varying dimensions dynamic",
+                lambda c: c["padding"] in ("longest", "multiple") and c["dynamic"] is None,
+            )
         else:
             self.left_out.append(("padding, mark_dynamic", "the workload has no varying dimension"))
 
@@ -165,19 +206,24 @@ class SearchSpace:
                 elif key not in caps.inductor_defaults:
                     self.left_out.append((f"inductor.{key}", f"torch {caps.torch_version} has no such Inductor option"))
                 elif not all(_fits(v, caps.inductor_defaults[key]) for v in values):
-                    self.left_out.append((f"inductor.{key}",
-                                          f"installed type {type(caps.inductor_defaults[key]).__name__} differs"))
+                    self.left_out.append(
+                        (f"inductor.{key}", f"installed type {type(caps.inductor_defaults[key]).__name__} differs")
+                    )
                 else:  # the installed default first: it is what a recipe leaves unchanged
                     default = caps.inductor_defaults[key]
                     values = (default, *[v for v in values if v != default])
                     self._add(f"inductor.{key}", values, f"Inductor option {key}", active)
         self._memory_dimension()
         if caps.compiled_autograd_api:
-            self._add("compiled_autograd", (False, True), "the backward pass compiled as one graph by Compiled "
-                      "Autograd (002: dynamic backward graphs, hooks, FSDP)")
+            self._add(
+                "compiled_autograd",
+                (False, True),
+                "the backward pass compiled as one graph by Compiled Autograd (002: dynamic backward graphs, hooks, FSDP)",
+            )
         else:
-            self.left_out.append(("compiled_autograd", f"torch {caps.torch_version} has no "
-                                  "torch._dynamo.compiled_autograd context manager"))
+            self.left_out.append(
+                ("compiled_autograd", f"torch {caps.torch_version} has no torch._dynamo.compiled_autograd context manager")
+            )
         self.left_out.append(("matmul_precision, recompile_limit", "change numerics or limits: only set with --set"))
         self._parallel_dimensions()
 
@@ -190,23 +236,46 @@ class SearchSpace:
         self._add("padding", paddings, "how varying lengths are padded before the forward pass, or packed")
         packs = lambda c: c["padding"] == "pack"  # noqa: E731
         if "pack" in paddings:
-            self._add("pack_length", PACK_LENGTHS, "packed rows: as long as the workload's longest sequence, "
-                      "several per batch (the row count varies), or the whole batch in one row", packs,
-                      where="padding is pack")
-        self._add("pad_multiple", (8, 32, 64), "pad the longest (or a batch packed in one row) up to a multiple of",
-                  lambda c: c["padding"] == "multiple" or (packs(c) and c["pack_length"] == "batch"),
-                  where="padding is multiple, or pack in one row" if "pack" in paddings else "")
+            self._add(
+                "pack_length",
+                PACK_LENGTHS,
+                "packed rows: as long as the workload's longest sequence, "
+                "several per batch (the row count varies), or the whole batch in one row",
+                packs,
+                where="padding is pack",
+            )
+        self._add(
+            "pad_multiple",
+            (8, 32, 64),
+            "pad the longest (or a batch packed in one row) up to a multiple of",
+            lambda c: c["padding"] == "multiple" or (packs(c) and c["pack_length"] == "batch"),
+            where="padding is multiple, or pack in one row" if "pack" in paddings else "",
+        )
         if "pack" in paddings and self.traits.flex_attention and not self.caps.cuda:
-            self.left_out.append(("pack_attention", f"FlexAttention has no backward on the CPU (torch "
-                                  f"{self.caps.torch_version}): training with it needs a GPU"))
+            self.left_out.append(
+                (
+                    "pack_attention",
+                    f"FlexAttention has no backward on the CPU (torch {self.caps.torch_version}): training with it needs a GPU",
+                )
+            )
         elif "pack" in paddings and self.traits.flex_attention:
-            self._add("pack_attention", PACK_ATTENTION, "the model's own attention under packing (a dense "
-                      "block-diagonal mask), or FlexAttention with a document mask (blocks across sequences skipped)",
-                      packs, where="padding is pack")
+            self._add(
+                "pack_attention",
+                PACK_ATTENTION,
+                "the model's own attention under packing (a dense "
+                "block-diagonal mask), or FlexAttention with a document mask (blocks across sequences skipped)",
+                packs,
+                where="padding is pack",
+            )
         elif "pack" in paddings:
-            self.left_out.append(("pack_attention", "FlexAttention under packing is offered for causal decoders of "
-                                  "Hugging Face's that support it (they build its document mask from the position "
-                                  "ids), with FlexAttention in this torch"))
+            self.left_out.append(
+                (
+                    "pack_attention",
+                    "FlexAttention under packing is offered for causal decoders of "
+                    "Hugging Face's that support it (they build its document mask from the position "
+                    "ids), with FlexAttention in this torch",
+                )
+            )
 
     def _parallel_dimensions(self) -> None:
         """What exists only under DDP or FSDP2. Never offered without --parallel, so a
@@ -214,21 +283,33 @@ class SearchSpace:
         caps = self.caps
         if self.parallel == "ddp" and caps.optimize_ddp_modes:
             # null is torch's own (True: ddp_optimizer), so plain torch.compile's baseline is its first value
-            modes = [None] + [m for m in caps.optimize_ddp_modes
-                              if m not in (True, "ddp_optimizer", "python_reducer_without_compiled_forward")]
-            self._add("optimize_ddp", modes, "DDP's graph split at gradient buckets (null: torch's own, "
-                      "ddp_optimizer), one graph (no_optimization), or the Python reducer traced by Compiled "
-                      "Autograd (python_reducer)", lambda c: c["scope"] == "full")
+            modes = [None] + [
+                m for m in caps.optimize_ddp_modes if m not in (True, "ddp_optimizer", "python_reducer_without_compiled_forward")
+            ]
+            self._add(
+                "optimize_ddp",
+                modes,
+                "DDP's graph split at gradient buckets (null: torch's own, "
+                "ddp_optimizer), one graph (no_optimization), or the Python reducer traced by Compiled "
+                "Autograd (python_reducer)",
+                lambda c: c["scope"] == "full",
+            )
         elif self.parallel == "ddp":
             self.left_out.append(("optimize_ddp", f"torch {caps.torch_version} has no torch._dynamo.config.optimize_ddp"))
         if self.parallel == "fsdp2":
-            self._add("fsdp_compile_order", ("before", "after"), "each block compiled before fully_shard "
-                      "(torchtitan's order) or after it", lambda c: c["scope"] == "regional")
-            self._add("reshard_after_forward", (True, False), "FSDP2 frees the gathered parameters after the "
-                      "forward (and gathers them again for the backward), or keeps them")
+            self._add(
+                "fsdp_compile_order",
+                ("before", "after"),
+                "each block compiled before fully_shard (torchtitan's order) or after it",
+                lambda c: c["scope"] == "regional",
+            )
+            self._add(
+                "reshard_after_forward",
+                (True, False),
+                "FSDP2 frees the gathered parameters after the forward (and gathers them again for the backward), or keeps them",
+            )
         if self.parallel == "none":
-            self.left_out.append(("optimize_ddp, fsdp_compile_order, reshard_after_forward",
-                                  "only under --parallel ddp|fsdp2"))
+            self.left_out.append(("optimize_ddp, fsdp_compile_order, reshard_after_forward", "only under --parallel ddp|fsdp2"))
 
     def _step_dimensions(self) -> None:
         """static_grads and the foreach_map step (001 steps #3 and #4), each where it means something."""
@@ -236,23 +317,34 @@ class SearchSpace:
         if not caps.has_mark_static_address:
             self.left_out.append(("static_grads", f"torch {caps.torch_version} has no torch._dynamo.mark_static_address"))
         elif not caps.cuda:
-            self.left_out.append(("static_grads", "its effect is on CUDA graphs (mode reduce-overhead or max-autotune), "
-                                                  "which need a CUDA device"))
+            self.left_out.append(
+                ("static_grads", "its effect is on CUDA graphs (mode reduce-overhead or max-autotune), which need a CUDA device")
+            )
         else:
-            self._add("static_grads", (False, True), "gradients zeroed in place and marked static before the compiled "
-                      "step: its effect is on CUDA graphs, which then read them in place instead of copying them in "
-                      "(001 step #3); where the step is compiled under a CUDA-graph mode (reduce-overhead, "
-                      "max-autotune)", lambda c: c["compile_optimizer"] and uses_cuda_graphs(c))
+            self._add(
+                "static_grads",
+                (False, True),
+                "gradients zeroed in place and marked static before the compiled "
+                "step: its effect is on CUDA graphs, which then read them in place instead of copying them in "
+                "(001 step #3); where the step is compiled under a CUDA-graph mode (reduce-overhead, "
+                "max-autotune)",
+                lambda c: c["compile_optimizer"] and uses_cuda_graphs(c),
+            )
         if not caps.has_foreach_map:
-            self.left_out.append(("foreach_map_optimizer", f"torch {caps.torch_version} has no "
-                                  "torch._higher_order_ops.foreach_map"))
+            self.left_out.append(
+                ("foreach_map_optimizer", f"torch {caps.torch_version} has no torch._higher_order_ops.foreach_map")
+            )
         elif traits.foreach_map_refusal:
             self.left_out.append(("foreach_map_optimizer", traits.foreach_map_refusal))
         else:
-            self._add("foreach_map_optimizer", (False, True), "the Adam/AdamW step as one compiled function of "
-                      "foreach_map ops, fused horizontally (001 step #4); where the step is neither compiled "
-                      "(compile_optimizer) nor fused (fused_optimizer)",
-                      lambda c: not c["compile_optimizer"] and not c["fused_optimizer"])
+            self._add(
+                "foreach_map_optimizer",
+                (False, True),
+                "the Adam/AdamW step as one compiled function of "
+                "foreach_map ops, fused horizontally (001 step #4); where the step is neither compiled "
+                "(compile_optimizer) nor fused (fused_optimizer)",
+                lambda c: not c["compile_optimizer"] and not c["fused_optimizer"],
+            )
 
     def _memory_dimension(self) -> None:
         """Memory against speed: the model's own activation checkpointing, where it has some, and the
@@ -266,34 +358,63 @@ class SearchSpace:
             if traits.selective_checkpointing and caps.has_selective_checkpointing:
                 choices.append("selective")
             elif traits.selective_checkpointing:
-                self.left_out.append(("activation_checkpointing=selective", f"torch {caps.torch_version} has no "
-                                      "torch.utils.checkpoint.create_selective_checkpoint_contexts"))
+                self.left_out.append(
+                    (
+                        "activation_checkpointing=selective",
+                        f"torch {caps.torch_version} has no torch.utils.checkpoint.create_selective_checkpoint_contexts",
+                    )
+                )
             else:
-                self.left_out.append(("activation_checkpointing=selective", "the workload's Checkpointing declares "
-                                      "no selective hook"))
-            self._add("activation_checkpointing", choices,
-                      f"the model's own activation checkpointing ({traits.checkpointing}): as built, off (compile's "
-                      "partitioner recomputes instead, by the budget), or selective (matrix products and attention "
-                      "kept, the rest recomputed)",
-                      where="" if traits.checkpoint_in_forward or "selective" not in choices else
-                      "selective: with scope full or modular, where the compile traces the model's checkpoint")
+                self.left_out.append(
+                    ("activation_checkpointing=selective", "the workload's Checkpointing declares no selective hook")
+                )
+            self._add(
+                "activation_checkpointing",
+                choices,
+                f"the model's own activation checkpointing ({traits.checkpointing}): as built, off (compile's "
+                "partitioner recomputes instead, by the budget), or selective (matrix products and attention "
+                "kept, the rest recomputed)",
+                where=""
+                if traits.checkpoint_in_forward or "selective" not in choices
+                else "selective: with scope full or modular, where the compile traces the model's checkpoint",
+            )
         else:
-            self.left_out.append(("activation_checkpointing", "the model does not checkpoint its activations (no "
-                                  "Hugging Face checkpointing on, no Workload.checkpointing)"))
+            self.left_out.append(
+                (
+                    "activation_checkpointing",
+                    "the model does not checkpoint its activations (no Hugging Face checkpointing on, no Workload.checkpointing)",
+                )
+            )
         if not caps.has_activation_memory_budget:
-            self.left_out.append(("activation_memory_budget", f"torch {caps.torch_version} has no "
-                                  "torch._functorch.config.activation_memory_budget"))
+            self.left_out.append(
+                (
+                    "activation_memory_budget",
+                    f"torch {caps.torch_version} has no torch._functorch.config.activation_memory_budget",
+                )
+            )
         elif checkpoints:
-            self._add("activation_memory_budget", ACTIVATION_BUDGETS,
-                      "activations kept for the backward, the rest recomputed by compile's partitioner",
-                      lambda c: c["activation_checkpointing"] == "off", where="activation_checkpointing is off")
+            self._add(
+                "activation_memory_budget",
+                ACTIVATION_BUDGETS,
+                "activations kept for the backward, the rest recomputed by compile's partitioner",
+                lambda c: c["activation_checkpointing"] == "off",
+                where="activation_checkpointing is off",
+            )
         elif not traits.memory_bound:
-            self.left_out.append(("activation_memory_budget", "memory is not the constraint: offered with "
-                                  "--max-memory-gb, where eager's peak is within 10% of the device's memory, or where "
-                                  "the model checkpoints its activations"))
+            self.left_out.append(
+                (
+                    "activation_memory_budget",
+                    "memory is not the constraint: offered with "
+                    "--max-memory-gb, where eager's peak is within 10% of the device's memory, or where "
+                    "the model checkpoints its activations",
+                )
+            )
         else:
-            self._add("activation_memory_budget", ACTIVATION_BUDGETS,
-                      f"activations kept for the backward, the rest recomputed ({traits.memory_bound})")
+            self._add(
+                "activation_memory_budget",
+                ACTIVATION_BUDGETS,
+                f"activations kept for the backward, the rest recomputed ({traits.memory_bound})",
+            )
 
     def _extend(self, space_file: SpaceFile) -> None:
         """[inductor]: extra Inductor options to try, each checked against the installed torch."""
@@ -307,12 +428,15 @@ class SearchSpace:
             if default is _MISSING:
                 raise UserError(f"{where}: torch {self.caps.torch_version} has no such Inductor option")
             if not _fits(default, default):  # a group of options, a callable, an object
-                raise UserError(f"{where}: not an option a configuration can set "
-                                f"(a {type(default).__name__} in torch._inductor.config)")
+                raise UserError(
+                    f"{where}: not an option a configuration can set (a {type(default).__name__} in torch._inductor.config)"
+                )
             for value in values:
                 if not _fits(value, default):
-                    raise UserError(f"{where}: {_show(value)} does not fit the installed option "
-                                    f"(a {type(default).__name__}, default {default!r})")
+                    raise UserError(
+                        f"{where}: {_show(value)} does not fit the installed option "
+                        f"(a {type(default).__name__}, default {default!r})"
+                    )
             choices = (default, *[v for v in values if not _member(v, (default,))])
             name = f"inductor.{key}"
             existing = next((d for d in self.dimensions if d.name == name), None)
@@ -431,7 +555,8 @@ class SearchSpace:
                     raise UserError(
                         f"this study searched {dim.name} over other values than {_show(list(dim.choices))} "
                         "(a different space file or torch?): Optuna cannot change a dimension's values "
-                        "within a study; use the same space file, or choose a new --study") from None
+                        "within a study; use the same space file, or choose a new --study"
+                    ) from None
             _set(config, dim.key_path(), value)
         for name in ("matmul_precision", "recompile_limit"):
             if name in self.fixed:
@@ -440,16 +565,14 @@ class SearchSpace:
 
     def normalize(self, config: dict) -> dict:
         """Drop Inductor options equal to the installed defaults, so snippets stay minimal."""
-        config["inductor"] = {
-            k: v for k, v in config["inductor"].items() if self.caps.inductor_defaults.get(k, _MISSING) != v
-        }
+        config["inductor"] = {k: v for k, v in config["inductor"].items() if self.caps.inductor_defaults.get(k, _MISSING) != v}
         return config
 
     def validate(self, config: dict) -> dict:
         """Check a hand-written configuration's keys, types and values; fill in defaults; raise
         UserError on bad ones. Whether the combination can run here is `rejection`'s question."""
         if not isinstance(config, dict):
-            raise UserError("a configuration is a JSON object, e.g. {\"scope\": \"regional\"}")
+            raise UserError('a configuration is a JSON object, e.g. {"scope": "regional"}')
         unknown = sorted(set(config) - set(DEFAULTS))
         if unknown:
             raise UserError(f"unknown configuration key(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
@@ -472,16 +595,22 @@ class SearchSpace:
             for part, mode in {**full["part_modes"], **modes}.items():
                 check(f"part_modes.{part}", mode, MODES)
             full["part_modes"] = {**full["part_modes"], **modes}
-        for name in ("fullgraph", "compile_optimizer", "lr_tensor", "fused_optimizer", "compile_loss", "compiled_autograd",
-                     "static_grads", "foreach_map_optimizer"):
+        for name in (
+            "fullgraph",
+            "compile_optimizer",
+            "lr_tensor",
+            "fused_optimizer",
+            "compile_loss",
+            "compiled_autograd",
+            "static_grads",
+            "foreach_map_optimizer",
+        ):
             check(name, full[name], (False, True))
         check("dynamic", full["dynamic"], (None, True, False))
         check("activation_checkpointing", full["activation_checkpointing"], CHECKPOINTING)
         budget = full["activation_memory_budget"]
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
-                                   or not 0 < budget <= 1):
-            raise UserError(f"activation_memory_budget must be null or a share of the activations in (0, 1], "
-                            f"got {_show(budget)}")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1):
+            raise UserError(f"activation_memory_budget must be null or a share of the activations in (0, 1], got {_show(budget)}")
         check("padding", full["padding"], PADDINGS)
         check("pack_length", full["pack_length"], PACK_LENGTHS)
         check("pack_attention", full["pack_attention"], PACK_ATTENTION)
@@ -534,9 +663,13 @@ class SearchSpace:
             "parallel": self.parallel,
             "space_file": self.space_file.path if self.space_file else None,
             "dimensions": [
-                {"name": d.name, "choices": list(d.choices), "help": d.help,
-                 **({"where": d.where} if d.where else {}),
-                 **({"fixed": self.fixed[d.name]} if d.name in self.fixed else {})}
+                {
+                    "name": d.name,
+                    "choices": list(d.choices),
+                    "help": d.help,
+                    **({"where": d.where} if d.where else {}),
+                    **({"fixed": self.fixed[d.name]} if d.name in self.fixed else {}),
+                }
                 for d in self.dimensions
             ],
             "left_out": [{"name": name, "why": why} for name, why in self.left_out],

@@ -127,15 +127,36 @@ STARTING_POINTS: list[dict] = [
     # Where the model checkpoints its activations: its checkpointing off, compile's partitioner keeping
     # half of them (1.5x the steps/s of its own checkpointing on a LoRA 8B: docs/decisions.md), its
     # batches packed where they can be, else padded
-    {"scope": "regional", "activation_checkpointing": "off", "activation_memory_budget": 0.5,
-     "fused_optimizer": True, "compile_loss": True, "padding": "pack", "pack_length": "batch", "pad_multiple": 64},
-    {"scope": "regional", "activation_checkpointing": "off", "activation_memory_budget": 0.5,
-     "fused_optimizer": True, "compile_loss": True, "padding": "multiple", "pad_multiple": 64},
+    {
+        "scope": "regional",
+        "activation_checkpointing": "off",
+        "activation_memory_budget": 0.5,
+        "fused_optimizer": True,
+        "compile_loss": True,
+        "padding": "pack",
+        "pack_length": "batch",
+        "pad_multiple": 64,
+    },
+    {
+        "scope": "regional",
+        "activation_checkpointing": "off",
+        "activation_memory_budget": 0.5,
+        "fused_optimizer": True,
+        "compile_loss": True,
+        "padding": "multiple",
+        "pad_multiple": 64,
+    },
     {"scope": "regional"},  # each block compiled once: short warm-up, usually near full speed
     # Where the batches can be packed: the whole batch in one row, no padding computed but its tail (llama-8b
     # computed 27% padding padded to its longest, a LoRA fine-tune's batches of 4 50%)
-    {"scope": "regional", "fused_optimizer": True, "compile_loss": True, "padding": "pack", "pack_length": "batch",
-     "pad_multiple": 64},
+    {
+        "scope": "regional",
+        "fused_optimizer": True,
+        "compile_loss": True,
+        "padding": "pack",
+        "pack_length": "batch",
+        "pad_multiple": 64,
+    },
     {"scope": "regional", "fused_optimizer": True, "compile_loss": True, "padding": "multiple", "pad_multiple": 64},
     # (lr_tensor applies where the workload has an LR schedule: else each new LR recompiles the step)
     {"scope": "regional", "compile_optimizer": True, "lr_tensor": True, "padding": "multiple", "pad_multiple": 64},
@@ -181,9 +202,7 @@ INDUCTOR_OPTIONS_CUDAGRAPHS: dict[str, tuple] = {
 
 def uses_cuda_graphs(config: dict) -> bool:
     modes = [config["mode"]] if config["scope"] != "modular" else list(config["part_modes"].values())
-    return (
-        any(mode in CUDA_GRAPH_MODES for mode in modes) or config["inductor"].get("triton.cudagraphs") is True
-    )
+    return any(mode in CUDA_GRAPH_MODES for mode in modes) or config["inductor"].get("triton.cudagraphs") is True
 
 
 def uses_autotune(config: dict) -> bool:
@@ -195,10 +214,18 @@ def uses_autotune(config: dict) -> bool:
 _OPTION_GROUPS = (
     (INDUCTOR_OPTIONS, None, lambda c: True, None),
     (INDUCTOR_OPTIONS_CUDA, "tunes Triton kernels: needs CUDA", lambda c: True, None),
-    (INDUCTOR_OPTIONS_AUTOTUNE, "max-autotune GEMM backends: needs CUDA", uses_autotune,
-     "only matters with max-autotune (mode max-autotune or max-autotune-no-cudagraphs)"),
-    (INDUCTOR_OPTIONS_CUDAGRAPHS, "CUDA-graph option: needs CUDA", uses_cuda_graphs,
-     "only matters with CUDA graphs (mode reduce-overhead or max-autotune)"),
+    (
+        INDUCTOR_OPTIONS_AUTOTUNE,
+        "max-autotune GEMM backends: needs CUDA",
+        uses_autotune,
+        "only matters with max-autotune (mode max-autotune or max-autotune-no-cudagraphs)",
+    ),
+    (
+        INDUCTOR_OPTIONS_CUDAGRAPHS,
+        "CUDA-graph option: needs CUDA",
+        uses_cuda_graphs,
+        "only matters with CUDA graphs (mode reduce-overhead or max-autotune)",
+    ),
 )
 
 
@@ -248,9 +275,9 @@ class Dimension:
     def key_path(self) -> tuple[str, ...]:
         """Where the value goes in a configuration: ("mode",) or ("inductor", "shape_padding")."""
         if self.name.startswith("inductor."):
-            return ("inductor", self.name[len("inductor."):])
+            return ("inductor", self.name[len("inductor.") :])
         if self.name.startswith("mode."):
-            return ("part_modes", self.name[len("mode."):])
+            return ("part_modes", self.name[len("mode.") :])
         return (self.name,)
 
 

@@ -15,21 +15,38 @@ import json
 import math
 
 from autocompile.space.capabilities import _MISSING
-from autocompile.space.dimensions import (CUDA_GRAPH_MODES, DEFAULTS, EAGER, _member, _OPTION_GROUPS, _show, bucket_lengths,
-                                         uses_cuda_graphs)
+from autocompile.space.dimensions import (
+    CUDA_GRAPH_MODES,
+    DEFAULTS,
+    EAGER,
+    _member,
+    _OPTION_GROUPS,
+    _show,
+    bucket_lengths,
+    uses_cuda_graphs,
+)
 
 # Failures seen on the GPU, keyed by the torch releases they were seen on (prefix of the version):
 # (releases, predicate on the configuration, reason).
 SEEN_FAILING = (
-    (("2.11",), lambda c: c["inductor"].get("triton.cudagraph_trees") is False,
-     "Inductor's non-tree CUDA-graph path (triton.cudagraph_trees=false) failed in training with "
-     "`assert dst.data_ptr() == src.data_ptr()` on two models under torch 2.11 (llama-8b and a 24-block "
-     "encoder: docs/decisions.md)"),
+    (
+        ("2.11",),
+        lambda c: c["inductor"].get("triton.cudagraph_trees") is False,
+        "Inductor's non-tree CUDA-graph path (triton.cudagraph_trees=false) failed in training with "
+        "`assert dst.data_ptr() == src.data_ptr()` on two models under torch 2.11 (llama-8b and a 24-block "
+        "encoder: docs/decisions.md)",
+    ),
 )
 
 
-def compiled_shapes(padding: str, pad_multiple: int | None, lengths: tuple[int, int], buckets: list[int],
-                    rows: int = 1, pack_length: str = "longest") -> int:
+def compiled_shapes(
+    padding: str,
+    pad_multiple: int | None,
+    lengths: tuple[int, int],
+    buckets: list[int],
+    rows: int = 1,
+    pack_length: str = "longest",
+) -> int:
     """How many distinct lengths a varying dimension takes after padding, over its whole range
     (lowest, highest): what a training run sees, not only the batches a trial measures. Packed: rows of
     the longest take one length and up to `rows` row counts; one row takes the batch's whole length."""
@@ -60,29 +77,40 @@ def doomed(config: dict, traits, caps) -> str | None:
     for releases, applies, reason in SEEN_FAILING:
         if caps.torch_version.startswith(releases) and applies(config):
             return reason
-    return (_cuda_graphs_under_checkpointing(config, traits, caps) or _a_float_lr_under_a_schedule(config, traits)
-            or _over_the_recompile_limit(config, traits, caps))
+    return (
+        _cuda_graphs_under_checkpointing(config, traits, caps)
+        or _a_float_lr_under_a_schedule(config, traits)
+        or _over_the_recompile_limit(config, traits, caps)
+    )
 
 
 def _cuda_graphs_under_checkpointing(config: dict, traits, caps) -> str | None:
     """CUDA graphs fail to record where the model's own checkpointing recomputes its blocks (its freed
     activations break the recording; the run that showed it: docs/decisions.md)."""
     on = config.get("activation_checkpointing", "as_built") != "off"
-    if not (traits.checkpointing and on and uses_cuda_graphs(config)
-            and caps.torch_version.startswith(CUDA_GRAPHS_UNDER_CHECKPOINTING)):
+    if not (
+        traits.checkpointing
+        and on
+        and uses_cuda_graphs(config)
+        and caps.torch_version.startswith(CUDA_GRAPHS_UNDER_CHECKPOINTING)
+    ):
         return None
-    return ("CUDA graphs under the model's own activation checkpointing fail in training: \"graph recording observed "
-            "an input tensor deallocate during graph recording that did not occur during replay\" "
-            f"(pytorch/pytorch#154306, open; torch {caps.torch_version}); turn the model's checkpointing off "
-            "(activation_checkpointing off) to use them")
+    return (
+        "CUDA graphs under the model's own activation checkpointing fail in training: \"graph recording observed "
+        'an input tensor deallocate during graph recording that did not occur during replay" '
+        f"(pytorch/pytorch#154306, open; torch {caps.torch_version}); turn the model's checkpointing off "
+        "(activation_checkpointing off) to use them"
+    )
 
 
 def _a_float_lr_under_a_schedule(config: dict, traits) -> str | None:
     """A compiled optimizer step guards on its learning rate as a Python float: under a schedule
     each new value compiles the step again (test_apply shows it on the CPU; on the GPU: docs/decisions.md)."""
     if config["compile_optimizer"] and traits.schedule and not config["lr_tensor"]:
-        return ("a compiled optimizer step with the learning rate as a float compiles again for each new "
-                "value the LR schedule gives it; set lr_tensor (the learning rate as a tensor)")
+        return (
+            "a compiled optimizer step with the learning rate as a float compiles again for each new "
+            "value the LR schedule gives it; set lr_tensor (the learning rate as a tensor)"
+        )
     return None
 
 
@@ -94,16 +122,28 @@ def _over_the_recompile_limit(config: dict, traits, caps) -> str | None:
     limit = config.get("recompile_limit") or caps.recompile_limit
     if not limit:
         return None
-    shapes = compiled_shapes(config["padding"], config["pad_multiple"], traits.lengths, bucket_lengths(traits.lengths[1]),
-                             traits.rows, config.get("pack_length", "longest"))
+    shapes = compiled_shapes(
+        config["padding"],
+        config["pad_multiple"],
+        traits.lengths,
+        bucket_lengths(traits.lengths[1]),
+        traits.rows,
+        config.get("pack_length", "longest"),
+    )
     if shapes <= limit:
         return None
-    how = {"longest": "padded to the longest in each batch", "max": "padded to the maximum",
-           "pack": f"packed ({config.get('pack_length', 'longest')})",
-           "buckets": "padded to buckets", "multiple": f"padded to a multiple of {config['pad_multiple']}"}
-    return (f"dynamic=False compiles each distinct length anew: lengths {traits.lengths[0]}-{traits.lengths[1]} "
-            f"{how[config['padding']]} give {shapes} shapes, above the recompile limit of {limit} (the rest "
-            "would run eager); pad to fewer lengths (buckets, a larger multiple, max) or let dynamic shapes in")
+    how = {
+        "longest": "padded to the longest in each batch",
+        "max": "padded to the maximum",
+        "pack": f"packed ({config.get('pack_length', 'longest')})",
+        "buckets": "padded to buckets",
+        "multiple": f"padded to a multiple of {config['pad_multiple']}",
+    }
+    return (
+        f"dynamic=False compiles each distinct length anew: lengths {traits.lengths[0]}-{traits.lengths[1]} "
+        f"{how[config['padding']]} give {shapes} shapes, above the recompile limit of {limit} (the rest "
+        "would run eager); pad to fewer lengths (buckets, a larger multiple, max) or let dynamic shapes in"
+    )
 
 
 def rejection(space, config: dict) -> str | None:
@@ -139,21 +179,27 @@ def rejection(space, config: dict) -> str | None:
         if c["padding"] == "max":
             return f"{how} with padding 'max': every batch is padded to one length, so nothing varies to mark"
         if c["padding"] == "pack":
-            return (f"{how} with padding 'pack': the packed keys are new tensors (and the position ids); Dynamo's "
-                    "automatic dynamic shapes mark what varies after its first change")
+            return (
+                f"{how} with padding 'pack': the packed keys are new tensors (and the position ids); Dynamo's "
+                "automatic dynamic shapes mark what varies after its first change"
+            )
         if c["dynamic"] is True:
             return f"{how} with dynamic=True: every dimension is compiled dynamic already, the marks change nothing"
         if c["dynamic"] is False:
-            return (f"{how} with dynamic=False: the marks win (torch {caps.torch_version} compiles the marked "
-                    "dimensions dynamic, one graph for all lengths), so this is dynamic=None with the marks "
-                    "under another name")
+            return (
+                f"{how} with dynamic=False: the marks win (torch {caps.torch_version} compiles the marked "
+                "dimensions dynamic, one graph for all lengths), so this is dynamic=None with the marks "
+                "under another name"
+            )
     parallel = _parallel_rejection(space, c) or _checkpointing_rejection(space, c) or _packing_rejection(space, c)
     if parallel:
         return parallel
     if c["compile_optimizer"] and c["fused_optimizer"]:
-        return ("compile_optimizer with fused_optimizer: Dynamo does not trace into the fused step "
-                "(torch wraps it in torch.compiler.disable, 'don't trace into fused optimizer'), so the "
-                "compiled step runs the same fused kernel eagerly and only adds graph breaks; choose one")
+        return (
+            "compile_optimizer with fused_optimizer: Dynamo does not trace into the fused step "
+            "(torch wraps it in torch.compiler.disable, 'don't trace into fused optimizer'), so the "
+            "compiled step runs the same fused kernel eagerly and only adds graph breaks; choose one"
+        )
     if c["fused_optimizer"] and not traits.fusable_optimizer:
         return "fused_optimizer: the workload's optimizer has no fused implementation"
     if c["lr_tensor"] and not c["compile_optimizer"]:
@@ -201,9 +247,11 @@ def _checkpointing_rejection(space, c: dict) -> str | None:
     if how == "selective" and not (traits.selective_checkpointing and space.caps.has_selective_checkpointing):
         return "activation_checkpointing selective: not offered here (see `autocompile space`)"
     if how == "selective" and c["scope"] == "regional" and not traits.checkpoint_in_forward:
-        return ("activation_checkpointing selective with scope regional: the model's checkpoint wraps each compiled "
-                "block from outside, where a selective policy sees compiled kernels, not the operations it chooses "
-                "among; use scope full or modular")
+        return (
+            "activation_checkpointing selective with scope regional: the model's checkpoint wraps each compiled "
+            "block from outside, where a selective policy sees compiled kernels, not the operations it chooses "
+            "among; use scope full or modular"
+        )
     return None
 
 
@@ -218,8 +266,9 @@ def _static_grads_rejection(c: dict, caps) -> str | None:
     if not c["compile_optimizer"]:
         return "static_grads marks the gradients a compiled optimizer step reads; the step is not compiled"
     if not uses_cuda_graphs(c):
-        return ("static_grads: its effect is on CUDA graphs (mode reduce-overhead or max-autotune), "
-                "and this configuration uses none")
+        return (
+            "static_grads: its effect is on CUDA graphs (mode reduce-overhead or max-autotune), and this configuration uses none"
+        )
     return None
 
 
@@ -233,14 +282,19 @@ def _foreach_map_rejection(c: dict, caps, traits) -> str | None:
         return f"foreach_map_optimizer: {traits.foreach_map_refusal}"
     for other in ("compile_optimizer", "fused_optimizer"):
         if c[other]:
-            return (f"foreach_map_optimizer with {other}: the foreach_map step replaces the optimizer's own step, "
-                    f"which {other} would change; choose one")
+            return (
+                f"foreach_map_optimizer with {other}: the foreach_map step replaces the optimizer's own step, "
+                f"which {other} would change; choose one"
+            )
     return None
 
 
 # What each --parallel setting owns, and its value where it changes nothing.
-_PARALLEL_OWNER = {"optimize_ddp": ("ddp", None), "fsdp_compile_order": ("fsdp2", "before"),
-                   "reshard_after_forward": ("fsdp2", True)}
+_PARALLEL_OWNER = {
+    "optimize_ddp": ("ddp", None),
+    "fsdp_compile_order": ("fsdp2", "before"),
+    "reshard_after_forward": ("fsdp2", True),
+}
 _SPLITS = (None, True, "ddp_optimizer")  # optimize_ddp values under which DDP's graph is split at buckets
 
 
@@ -251,18 +305,24 @@ def _parallel_rejection(space, c: dict) -> str | None:
         if c[key] != neutral and parallel != owner:
             return f"{key} is a setting of --parallel {owner}, and this search is --parallel {parallel}"
     if parallel == "ddp" and c["compiled_autograd"] and not str(c["optimize_ddp"]).startswith("python_reducer"):
-        return ("compiled_autograd under DDP needs optimize_ddp='python_reducer' (scope full): torch 2.13 raises "
-                "'Compiled autograd is not compatible with C++ DDP Reducer' (a 2-rank gloo trial)")
+        return (
+            "compiled_autograd under DDP needs optimize_ddp='python_reducer' (scope full): torch 2.13 raises "
+            "'Compiled autograd is not compatible with C++ DDP Reducer' (a 2-rank gloo trial)"
+        )
     if parallel == "ddp" and c["scope"] == "full":
         mode = c["optimize_ddp"]
         if c["fullgraph"] and mode in _SPLITS:
-            return ("fullgraph under DDP with optimize_ddp splitting the graph at gradient buckets: the split is "
-                    "graph breaks by design (001, step 5: fullgraph had to be turned off for DDP)")
+            return (
+                "fullgraph under DDP with optimize_ddp splitting the graph at gradient buckets: the split is "
+                "graph breaks by design (001, step 5: fullgraph had to be turned off for DDP)"
+            )
         if str(mode).startswith("python_reducer") and not c["compiled_autograd"]:
             return f"optimize_ddp={mode!r} traces DDP's Python reducer with Compiled Autograd: set compiled_autograd"
     if parallel == "fsdp2" and c["foreach_map_optimizer"]:
-        return ("foreach_map_optimizer under FSDP2: its step is written for plain tensors, and FSDP2's parameters "
-                "are DTensors (not measured together)")
+        return (
+            "foreach_map_optimizer under FSDP2: its step is written for plain tensors, and FSDP2's parameters "
+            "are DTensors (not measured together)"
+        )
     if parallel == "fsdp2" and c["fsdp_compile_order"] == "after" and c["scope"] != "regional":
         return "fsdp_compile_order: a block is compiled before or after fully_shard only with scope 'regional'"
     return None
@@ -280,8 +340,7 @@ def _narrowing_rejection(space, config: dict) -> str | None:
             continue
         value = space._value(dim, config)
         if dim.name in space.fixed and not _member(value, (space.fixed[dim.name],)):
-            return (f"{dim.name} is pinned to {_show(space.fixed[dim.name])} ({space.pinned_by[dim.name]}), "
-                    f"not {_show(value)}")
+            return f"{dim.name} is pinned to {_show(space.fixed[dim.name])} ({space.pinned_by[dim.name]}), not {_show(value)}"
         if _member(value, space.excluded.get(dim.name, ())):
             return f"{dim.name}={_show(value)} is excluded by {space.space_file.label}"
     return None

@@ -57,8 +57,9 @@ def load_space_file(path: str) -> SpaceFile:
                 try:
                     import tomli as tomllib
                 except ImportError:
-                    raise UserError(f"{path}: reading TOML needs Python 3.11 (or the tomli package); "
-                                    "or write the space file as JSON") from None
+                    raise UserError(
+                        f"{path}: reading TOML needs Python 3.11 (or the tomli package); or write the space file as JSON"
+                    ) from None
             with open(path, "rb") as f:
                 data = tomllib.load(f)
     except UserError:

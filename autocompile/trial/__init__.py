@@ -8,9 +8,7 @@ and the fields of its result, is `result`.
 while the trial before it runs.
 """
 
-from autocompile.trial.process import (TrialRequest, die_with_parent, pid_alive, reap_orphans, run_trial, stuck_in,
-                                       triage)
+from autocompile.trial.process import TrialRequest, die_with_parent, pid_alive, reap_orphans, run_trial, stuck_in, triage
 from autocompile.trial.result import RECORD_FIELDS
 
-__all__ = ["RECORD_FIELDS", "TrialRequest", "die_with_parent", "pid_alive", "reap_orphans", "run_trial", "stuck_in",
-           "triage"]
+__all__ = ["RECORD_FIELDS", "TrialRequest", "die_with_parent", "pid_alive", "reap_orphans", "run_trial", "stuck_in", "triage"]

@@ -70,6 +70,7 @@ class Recorder:
             self.fired["forward"].append(name)
             if tensor.requires_grad:
                 tensor.register_hook(lambda grad: self._grad(name, grad))
+
         return hook
 
     def _grad(self, name: str, grad) -> None:
@@ -79,8 +80,10 @@ class Recorder:
     def finish(self) -> dict:
         """What was recorded, on the CPU in float32: {"forward": {name: t}, "backward": {name: t}}
         (each module's first call), and the order the hooks ran in: {"forward": [names], ...}."""
-        values = {kind: {name: kept[0].float().cpu() for name, kept in store.items() if kept}
-                  for kind, store in (("forward", self.forward), ("backward", self.backward))}
+        values = {
+            kind: {name: kept[0].float().cpu() for name, kept in store.items() if kept}
+            for kind, store in (("forward", self.forward), ("backward", self.backward))
+        }
         return values, {kind: list(dict.fromkeys(names)) for kind, names in self.fired.items()}
 
 
@@ -134,8 +137,10 @@ def first_divergence(eager: dict, trial: dict, order: dict[str, list[str]], tole
         errors[kind] = {name: relative_error(trial[kind][name], eager[kind][name]) for name in both}
     found = None
     for kind in ("forward", "backward"):
-        found = next(({"module": name, "pass": kind, "rel_error": error}
-                      for name, error in errors[kind].items() if error > tolerance), None)
+        found = next(
+            ({"module": name, "pass": kind, "rel_error": error} for name, error in errors[kind].items() if error > tolerance),
+            None,
+        )
         if found:
             break
     return {"diverges_at": found, "tolerance": tolerance, "errors": errors}
@@ -154,19 +159,27 @@ def locate(request: TrialRequest, record: dict, tolerance: float, time_left: flo
     comparison under `divergence`, and its reason says where."""
     limit = min(request.timeout_s, time_left) if time_left is not None else request.timeout_s
     if request.config.get("padding") == "pack":
-        record.setdefault("notes", []).append("where the numerics part: not looked for under packing (the modules "
-                                              "see packed rows, eager the padded batch)")
+        record.setdefault("notes", []).append(
+            "where the numerics part: not looked for under packing (the modules see packed rows, eager the padded batch)"
+        )
         return record
     if limit < 10:
         record.setdefault("notes", []).append("where the numerics part: not looked for, no time left")
         return record
-    run = run_trial(replace(request, timeout_s=limit, trial_dir=os.path.join(request.trial_dir, "divergence"),
-                            measure={**request.measure, **DIVERGENCE_MEASURE, "divergence_tolerance": tolerance}),
-                    heartbeat=heartbeat)
+    run = run_trial(
+        replace(
+            request,
+            timeout_s=limit,
+            trial_dir=os.path.join(request.trial_dir, "divergence"),
+            measure={**request.measure, **DIVERGENCE_MEASURE, "divergence_tolerance": tolerance},
+        ),
+        heartbeat=heartbeat,
+    )
     found = run.get("divergence")
     if run["status"] != Status.OK or not found:
-        record.setdefault("notes", []).append(f"where the numerics part: not found ({run['status']}: "
-                                              f"{run.get('reason', '')[:200]})")
+        record.setdefault("notes", []).append(
+            f"where the numerics part: not found ({run['status']}: {run.get('reason', '')[:200]})"
+        )
         return record
     record["divergence"] = {**found, "wall_s": run["wall_s"]}
     record["diverges_at"] = found["diverges_at"]

@@ -72,10 +72,11 @@ class GraphLedger(logging.Handler):
         from torch._dynamo.utils import get_compilation_metrics
 
         metrics = list(get_compilation_metrics())
-        for m in metrics[self.read:]:
+        for m in metrics[self.read :]:
             cid = str(m.compile_id)
-            entry = self.graphs.setdefault(cid, {"compile_id": cid, "frame": m.co_name, "file": _short(m.co_filename),
-                                                 "s": 0.0, "saved_s": 0.0})
+            entry = self.graphs.setdefault(
+                cid, {"compile_id": cid, "frame": m.co_name, "file": _short(m.co_filename), "s": 0.0, "saved_s": 0.0}
+            )
             entry["s"] += (getattr(m, "duration_us", None) or 0) / 1e6
             entry["saved_s"] += (getattr(m, "distributed_ephemeral_timeout_us", None) or 0) / 1e6
         self.read = len(metrics)
@@ -91,8 +92,7 @@ class GraphLedger(logging.Handler):
             return
         with open(self.path, "a") as f:
             for g in fresh:
-                f.write(json.dumps({"key": g["key"], "s": round(g["s"], 3), "frame": g["frame"],
-                                    "by": self.owner}) + "\n")
+                f.write(json.dumps({"key": g["key"], "s": round(g["s"], 3), "frame": g["frame"], "by": self.owner}) + "\n")
                 self.written.add(g["compile_id"])
 
 
@@ -108,8 +108,11 @@ def _short(path: str | None) -> str:
 
 def is_optimizer(graph: dict) -> bool:
     """Whether a compiled frame is the optimizer's step (torch.optim's code, or its step's wrappers)."""
-    return graph.get("file", "").startswith("torch/optim/") or graph.get("frame") in ("step", "wrapper", "inner") \
+    return (
+        graph.get("file", "").startswith("torch/optim/")
+        or graph.get("frame") in ("step", "wrapper", "inner")
         or graph.get("frame", "").startswith("torch_dynamo_resume_in_wrapper")
+    )
 
 
 def cold_autotune() -> None:
@@ -174,10 +177,16 @@ def reconstruct(measured_s: float, graphs: list[dict], cold: dict[str, list[floa
         else:
             added += g.get("saved_s", 0.0)
             from_torch += 1
-    return {"warmup_s": measured_s + added, "measured_s": measured_s, "added_s": added, "hits": len(hits),
-            "compiled": sum(g.get("state") == "miss" for g in graphs), "hits_from_torch": from_torch,
-            # the same from torch's own record of what its cache saved (Inductor's compile only), for comparison
-            "torch_saved_s": sum(g.get("saved_s", 0.0) for g, _ in hits)}
+    return {
+        "warmup_s": measured_s + added,
+        "measured_s": measured_s,
+        "added_s": added,
+        "hits": len(hits),
+        "compiled": sum(g.get("state") == "miss" for g in graphs),
+        "hits_from_torch": from_torch,
+        # the same from torch's own record of what its cache saved (Inductor's compile only), for comparison
+        "torch_saved_s": sum(g.get("saved_s", 0.0) for g, _ in hits),
+    }
 
 
 def ledger_path(cache_dir: str | None) -> str | None:

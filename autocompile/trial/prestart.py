@@ -48,9 +48,14 @@ def start(env: dict, preexec_fn=None) -> None:
             return
         base = {k: v for k, v in env.items() if k not in PER_TRIAL}
         _waiting[key] = subprocess.Popen(
-            [sys.executable, "-m", "autocompile.trial.prestart"], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=base, start_new_session=True,
-            preexec_fn=preexec_fn)  # noqa: PLW1509 - die_with_parent: one prctl, as for every trial
+            [sys.executable, "-m", "autocompile.trial.prestart"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=base,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+        )  # noqa: PLW1509 - die_with_parent: one prctl, as for every trial
 
 
 def take(env: dict) -> subprocess.Popen | None:

@@ -30,7 +30,8 @@ def default_toolchain_dir() -> str:
     """Where facts about the machine (the CPU's vector ISA, probed by Inductor) are cached for
     every trial: $AUTOCOMPILE_TOOLCHAIN_CACHE, else ~/.cache/autocompile/toolchain."""
     return os.environ.get("AUTOCOMPILE_TOOLCHAIN_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autocompile", "toolchain")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autocompile", "toolchain"
+    )
 
 
 @dataclass
@@ -185,8 +186,13 @@ def _ask_for_stacks(process: subprocess.Popen, log_path: str, wait_s: float = ST
 
 # The compile stack's stages: a frame in one names where a deep compile was (the innermost frames
 # of a trace are fake tensors and decompositions, the same in every stage).
-_STAGES = ("torch/_inductor/", "torch/_functorch/_aot_autograd/", "torch/_dynamo/compiled_autograd.py",
-           "torch/_dynamo/symbolic_convert.py", "torch/_dynamo/convert_frame.py")
+_STAGES = (
+    "torch/_inductor/",
+    "torch/_functorch/_aot_autograd/",
+    "torch/_dynamo/compiled_autograd.py",
+    "torch/_dynamo/symbolic_convert.py",
+    "torch/_dynamo/convert_frame.py",
+)
 _THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
 
@@ -213,8 +219,14 @@ def stuck_in(log_path: str) -> tuple[str | None, list[str]]:
             frames.append(f"{path}:{m.group(2)} in {m.group(3).strip()}")
         else:
             frames = None
-    main = [t for t in threads if any((f.endswith("in <module>") and "trial/worker.py" in f)
-                                      or (f.endswith("in _rank") and "trial/ranks.py" in f) for f in t)]
+    main = [
+        t
+        for t in threads
+        if any(
+            (f.endswith("in <module>") and "trial/worker.py" in f) or (f.endswith("in _rank") and "trial/ranks.py" in f)
+            for f in t
+        )
+    ]
     # A deep stack (a compile) is cut at 100 frames before the worker's own: the thread that
     # took the signal, the main one, then.
     main = main or current
@@ -272,9 +284,14 @@ def _describe_exit(code: int) -> str:
     return f"the trial process exited with status {code} before writing a result"
 
 
-def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = None,
-              heartbeat: Callable[[], None] | None = None, heartbeat_every_s: float = 20.0,
-              should_stop: Callable[[list[dict]], str | None] | None = None, check_every_s: float = 2.0) -> Result:
+def run_trial(
+    request: TrialRequest,
+    on_event: Callable[[dict], None] | None = None,
+    heartbeat: Callable[[], None] | None = None,
+    heartbeat_every_s: float = 20.0,
+    should_stop: Callable[[list[dict]], str | None] | None = None,
+    check_every_s: float = 2.0,
+) -> Result:
     """Run one configuration in a fresh process; always returns a record (never raises for the trial's own failures).
 
     should_stop(events so far) is asked every `check_every_s` and after new events; a reason
@@ -287,28 +304,44 @@ def run_trial(request: TrialRequest, on_event: Callable[[dict], None] | None = N
     says what happened. Where an earlier trial of the study was refused so under the same graphs
     (`request.mark_refused_in`, the engine's call), the hard mark is not tried: "maybe" from the start.
     """
-    kwargs = dict(on_event=on_event, heartbeat=heartbeat, heartbeat_every_s=heartbeat_every_s,
-                  should_stop=should_stop, check_every_s=check_every_s)
+    kwargs = dict(
+        on_event=on_event,
+        heartbeat=heartbeat,
+        heartbeat_every_s=heartbeat_every_s,
+        should_stop=should_stop,
+        check_every_s=check_every_s,
+    )
     maybe = {**request.config, "mark_dynamic": "maybe"}
     if request.mark_refused_in is not None and request.config.get("mark_dynamic") == "mark":
         n = request.mark_refused_in
         record = _run_once(replace(request, config=maybe), **kwargs)
-        return _fell_back(request, record, {"why": f"the hard mark failed in trial {n} under the same graph settings",
-                                            "first_wall_s": 0.0, "learned_from": n},
-                          f"mark_dynamic: the hard mark failed in trial {n} of the study under the same graph settings "
-                          f"(engine/learned.py GRAPH_KEYS): measured with maybe_mark_dynamic at once")
+        return _fell_back(
+            request,
+            record,
+            {"why": f"the hard mark failed in trial {n} under the same graph settings", "first_wall_s": 0.0, "learned_from": n},
+            f"mark_dynamic: the hard mark failed in trial {n} of the study under the same graph settings "
+            f"(engine/learned.py GRAPH_KEYS): measured with maybe_mark_dynamic at once",
+        )
     record = _run_once(request, **kwargs)
-    if not (record["status"] == Status.COMPILE_ERROR and "ConstraintViolation" in record.get("reason", "")
-            and request.config.get("mark_dynamic") == "mark" and request.timeout_s - record["wall_s"] > 10):
+    if not (
+        record["status"] == Status.COMPILE_ERROR
+        and "ConstraintViolation" in record.get("reason", "")
+        and request.config.get("mark_dynamic") == "mark"
+        and request.timeout_s - record["wall_s"] > 10
+    ):
         return record
     first = record
     os.replace(first["log"], os.path.join(request.trial_dir, "log-hard-mark.txt"))
     record = _run_once(replace(request, config=maybe, timeout_s=request.timeout_s - first["wall_s"]), **kwargs)
     record["wall_s"] += first["wall_s"]
-    return _fell_back(request, record, {"why": first["reason"], "first_wall_s": first["wall_s"]},
-                      f"mark_dynamic: the hard mark failed ({first['reason'][:160]}): the model specialises the "
-                      f"dimension; measured with maybe_mark_dynamic instead (the failed attempt took "
-                      f"{first['wall_s']:.0f} s)")
+    return _fell_back(
+        request,
+        record,
+        {"why": first["reason"], "first_wall_s": first["wall_s"]},
+        f"mark_dynamic: the hard mark failed ({first['reason'][:160]}): the model specialises the "
+        f"dimension; measured with maybe_mark_dynamic instead (the failed attempt took "
+        f"{first['wall_s']:.0f} s)",
+    )
 
 
 def _fell_back(request: TrialRequest, record: dict, fallback: dict, note: str) -> dict:
@@ -336,8 +369,12 @@ def _start(request: TrialRequest, spec_path: str, log, log_path: str) -> tuple[s
         entry = "autocompile.trial.worker" if request.parallel == "none" else "autocompile.trial.ranks"
         process = subprocess.Popen(
             [sys.executable, "-m", entry, spec_path],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True, preexec_fn=die_with_parent,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
     if request.prestart and alone:
         prestart.start(env, preexec_fn=die_with_parent)
@@ -350,8 +387,14 @@ def _how_far(events: list[dict]) -> str:
     return f", {done} compile{'s' if done != 1 else ''} finished by then" if done else ", no compile finished by then"
 
 
-def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_every_s: float = 20.0,
-              should_stop=None, check_every_s: float = 2.0) -> dict:
+def _run_once(
+    request: TrialRequest,
+    on_event=None,
+    heartbeat=None,
+    heartbeat_every_s: float = 20.0,
+    should_stop=None,
+    check_every_s: float = 2.0,
+) -> dict:
     os.makedirs(request.trial_dir, exist_ok=True)
     spec_path = os.path.join(request.trial_dir, "spec.json")
     events_path = os.path.join(request.trial_dir, "events.jsonl")
@@ -361,12 +404,21 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
         if os.path.exists(stale):
             os.remove(stale)
     spec = {
-        "model": request.model, "config": request.config, "device": request.device,
-        "trial_dir": os.path.abspath(request.trial_dir), "batch_size": request.batch_size,
-        "seq_len": request.seq_len, "seed": request.seed, "toolchain_dir": request.toolchain_dir,
-        "header": request.header, "events": events_path, "result": result_path, "blocks": request.blocks,
+        "model": request.model,
+        "config": request.config,
+        "device": request.device,
+        "trial_dir": os.path.abspath(request.trial_dir),
+        "batch_size": request.batch_size,
+        "seq_len": request.seq_len,
+        "seed": request.seed,
+        "toolchain_dir": request.toolchain_dir,
+        "header": request.header,
+        "events": events_path,
+        "result": result_path,
+        "blocks": request.blocks,
         "timeout_s": request.timeout_s,  # the time limit it ran under, for the record
-        "nproc": request.nproc, "parallel": request.parallel,
+        "nproc": request.nproc,
+        "parallel": request.parallel,
         "graph_ledger": graphs.ledger_path(request.cache_dir) if request.ledger else None,
         **request.measure,
     }
@@ -419,26 +471,39 @@ def _run_once(request: TrialRequest, on_event=None, heartbeat=None, heartbeat_ev
         last_phase = event.get("phase", last_phase)
 
     if stop_reason:
-        record = {"status": Status.PRUNED, "reason": stop_reason, "failed_phase": last_phase, "notes": [],
-                  "events": [e for e in seen if e.get("phase") == "measuring" and "window" in e]}
+        record = {
+            "status": Status.PRUNED,
+            "reason": stop_reason,
+            "failed_phase": last_phase,
+            "notes": [],
+            "events": [e for e in seen if e.get("phase") == "measuring" and "window" in e],
+        }
     elif timed_out and _measured(result_path):
         with open(result_path) as f:
             record = json.load(f)  # measured; only the numerics replay that followed was cut
         record["replay"] = {"error": f"cut by the {request.timeout_s:.0f} s limit"}
     elif timed_out:
         where, stack = stuck_in(log_path)
-        record = {"status": Status.TIMEOUT, "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase}"
-                  + (_how_far(seen + events) if last_phase == "compiling" else "")
-                  + (f", in {where})" if where else ")"), "failed_phase": last_phase,
-                  "notes": []}
+        record = {
+            "status": Status.TIMEOUT,
+            "reason": f"no result within the {request.timeout_s:.0f} s limit (while {last_phase}"
+            + (_how_far(seen + events) if last_phase == "compiling" else "")
+            + (f", in {where})" if where else ")"),
+            "failed_phase": last_phase,
+            "notes": [],
+        }
         if where:
             record.update(stuck_in=where, stack=stack)
     elif os.path.exists(result_path):
         with open(result_path) as f:
             record = json.load(f)
     else:
-        record = {"status": Status.CRASHED, "reason": f"{_describe_exit(process.returncode)} (while {last_phase})",
-                  "failed_phase": last_phase, "notes": []}
+        record = {
+            "status": Status.CRASHED,
+            "reason": f"{_describe_exit(process.returncode)} (while {last_phase})",
+            "failed_phase": last_phase,
+            "notes": [],
+        }
     if record["status"] in STOPPED:
         seen += events
         warm_start = next((e["t"] for e in seen if e.get("phase") in ("compiling", "warming up")), None)
@@ -482,11 +547,17 @@ def triage(request: TrialRequest, record: Result, time_left: float | None = None
             record["reason"] += "; triage stopped: no time left"
             record["triage"] = rungs
             return record
-        rung = run_trial(replace(request, config={**request.config, "backend": backend}, timeout_s=left,
-                                 trial_dir=os.path.join(request.trial_dir, f"triage-{backend}"),
-                                 measure={**request.measure, **TRIAGE_MEASURE}), heartbeat=heartbeat)
-        rungs.append({"backend": backend, "status": rung["status"], "reason": rung.get("reason", ""),
-                      "wall_s": rung["wall_s"]})
+        rung = run_trial(
+            replace(
+                request,
+                config={**request.config, "backend": backend},
+                timeout_s=left,
+                trial_dir=os.path.join(request.trial_dir, f"triage-{backend}"),
+                measure={**request.measure, **TRIAGE_MEASURE},
+            ),
+            heartbeat=heartbeat,
+        )
+        rungs.append({"backend": backend, "status": rung["status"], "reason": rung.get("reason", ""), "wall_s": rung["wall_s"]})
         if rung["status"] == Status.TIMEOUT:
             layer = f"an undetermined layer (the {backend} rerun timed out)"
             break
@@ -496,6 +567,7 @@ def triage(request: TrialRequest, record: Result, time_left: float | None = None
     passed = [r["backend"] for r in rungs if r["status"] == Status.OK]
     record["triage"] = rungs
     record["failing_layer"] = layer
-    record["reason"] += (f"; triage: fails in {layer}" + (f" (backends {', '.join(passed)} run)" if passed else
-                                                          " (backend eager fails too)"))
+    record["reason"] += f"; triage: fails in {layer}" + (
+        f" (backends {', '.join(passed)} run)" if passed else " (backend eager fails too)"
+    )
     return record

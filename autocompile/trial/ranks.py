@@ -40,8 +40,14 @@ def _rank(local_rank: int, spec_path: str, nproc: int, port: int) -> None:
 
     die_with_parent()
     faulthandler.register(STACK_SIGNAL, all_threads=True)
-    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nproc),
-                      LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(local_rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(nproc),
+        LOCAL_WORLD_SIZE=str(nproc),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     from autocompile.trial import worker
 
     worker.main([spec_path])
@@ -57,8 +63,7 @@ def launch(spec_path: str) -> int:
     with open(spec_path) as f:
         spec = json.load(f)
     nproc = int(spec["nproc"])
-    context = mp.start_processes(_rank, args=(spec_path, nproc, free_port()), nprocs=nproc, join=False,
-                                 start_method="spawn")
+    context = mp.start_processes(_rank, args=(spec_path, nproc, free_port()), nprocs=nproc, join=False, start_method="spawn")
     failed: tuple | None = None
     try:
         while not context.join():
@@ -85,7 +90,8 @@ def _group_failure(spec: dict, nproc: int, first: int, code: int | None, raised:
     if not record or record.get("status") in (None, Status.OK):
         if code is not None and code < 0:
             how = f"died with {signal.Signals(-code).name}" + (
-                " (the kernel's out-of-memory killer sends SIGKILL)" if -code == signal.SIGKILL else "")
+                " (the kernel's out-of-memory killer sends SIGKILL)" if -code == signal.SIGKILL else ""
+            )
         else:
             how = f"exited with status {code} before writing a result"
         record = {"status": Status.CRASHED, "reason": raised or f"the trial process {how}", "notes": []}

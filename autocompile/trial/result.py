@@ -43,8 +43,17 @@ FAILURES = (Status.FAILED, Status.COMPILE_ERROR, Status.CRASHED, Status.OOM)
 STOPPED = (Status.TIMEOUT, Status.PRUNED)
 
 # A record's fields, in the order tables and `trial --json` show them.
-RECORD_FIELDS = ("status", "reason", "warmup_s", "steps_per_s", "items_per_s", "recompiles",
-                 "graph_breaks", "peak_mem_gb", "score")
+RECORD_FIELDS = (
+    "status",
+    "reason",
+    "warmup_s",
+    "steps_per_s",
+    "items_per_s",
+    "recompiles",
+    "graph_breaks",
+    "peak_mem_gb",
+    "score",
+)
 
 
 class Result(TypedDict, total=False):

@@ -24,8 +24,13 @@ def _over_kept_parameters(optimizer, model):
     """The optimizer again, of its class and with each group's settings, over the parameters the
     model still has (the cut blocks' would hold memory and slots in a fused or compiled step)."""
     kept = {id(p) for p in model.parameters()}
-    groups = [{**{key: value for key, value in group.items() if key != "params"},
-               "params": [p for p in group["params"] if id(p) in kept]} for group in optimizer.param_groups]
+    groups = [
+        {
+            **{key: value for key, value in group.items() if key != "params"},
+            "params": [p for p in group["params"] if id(p) in kept],
+        }
+        for group in optimizer.param_groups
+    ]
     try:
         rebuilt = type(optimizer)([group for group in groups if group["params"]])
     except TypeError:  # an optimizer that needs more to be built: its cut parameters get no gradient

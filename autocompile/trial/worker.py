@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from autocompile.workloads import Workload, WorkloadOptions
 
 
-
-
 MEASURE_MARGIN_S = 20.0  # of the trial's limit, kept for writing the result (and the replay to start)
 
 
@@ -335,8 +333,9 @@ def _build(spec: dict, result: dict) -> tuple[Setup, tuple]:
 
         workload = screened(workload, spec["blocks"])
         result["blocks"] = spec["blocks"]
-    options = WorkloadOptions(device=spec["device"], batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"),
-                              seed=spec.get("seed", 0))
+    options = WorkloadOptions(
+        device=spec["device"], batch_size=spec.get("batch_size"), seq_len=spec.get("seq_len"), seed=spec.get("seed", 0)
+    )
     pool = spec.get("batch_pool") or workload.batch_pool
     parts = result.setdefault("build_s", {})
     parts["workload"], mark = time.perf_counter() - mark, time.perf_counter()
@@ -363,9 +362,11 @@ def _write_snippet(spec: dict, result: dict, setup: Setup) -> None:
 
 def _replay_only(torch, spec: dict, result: dict, setup: Setup) -> None:
     """The numerics replay alone, with nothing measured."""
-    result.update(status=Status.OK, reason="replay only: nothing measured",
-                  replay=_replay(torch, spec, setup.workload, setup.options, setup.batches, setup.info, setup.snippet,
-                                 lambda: None))
+    result.update(
+        status=Status.OK,
+        reason="replay only: nothing measured",
+        replay=_replay(torch, spec, setup.workload, setup.options, setup.batches, setup.info, setup.snippet, lambda: None),
+    )
 
 
 def _divergence_only(torch, spec: dict, result: dict, setup: Setup) -> None:
@@ -389,8 +390,11 @@ def _divergence_only(torch, spec: dict, result: dict, setup: Setup) -> None:
         recorded[side] = recorder.finish()
         del training, recorder
     (eager, order), (trial, _) = recorded["eager"], recorded["trial"]
-    result.update(status=Status.OK, reason="divergence only: nothing measured",
-                  divergence=divergence.first_divergence(eager, trial, order, spec["divergence_tolerance"]))
+    result.update(
+        status=Status.OK,
+        reason="divergence only: nothing measured",
+        divergence=divergence.first_divergence(eager, trial, order, spec["divergence_tolerance"]),
+    )
 
 
 def _accuracy_only(torch, spec: dict, result: dict, setup: Setup, built: tuple) -> None:
@@ -413,8 +417,7 @@ def _accuracy_only(torch, spec: dict, result: dict, setup: Setup, built: tuple) 
         output = first_tensor(module(*args, **kwargs))
         if output is not None and output.requires_grad:  # the backward graph is compiled and checked at its first run
             output.backward(torch.ones_like(output))
-    result.update(status=Status.OK,
-                  reason=f"{spec['accuracy_module']} compiled alone: its graphs agree with their eager run")
+    result.update(status=Status.OK, reason=f"{spec['accuracy_module']} compiled alone: its graphs agree with their eager run")
 
 
 def _module_inputs(torch, spec: dict, setup: Setup, built: tuple, module) -> tuple[tuple, dict]:
@@ -467,8 +470,11 @@ def _packed_alike(torch, spec: dict, events: Events, result: dict, setup: Setup,
     batch = setup.batches[0]
     source = torch.tensor(snippet["pack_plan"](dict(batch))[0], device=next(model.parameters()).device)
     workload = setup.workload
-    run = (lambda b: first_tensor(workload.forward(model, b))) if workload.split_loss else \
-        (lambda b: workload.loss(model, b).reshape(1))
+    run = (
+        (lambda b: first_tensor(workload.forward(model, b)))
+        if workload.split_loss
+        else (lambda b: workload.loss(model, b).reshape(1))
+    )
     devices = [torch.cuda.current_device()] if source.is_cuda else []
     with torch.random.fork_rng(devices=devices), torch.no_grad():
         torch.manual_seed(0)
@@ -483,11 +489,15 @@ def _packed_alike(torch, spec: dict, events: Events, result: dict, setup: Setup,
     result["packing_check"] = {"max_rel_diff": apart, "tolerance": tolerance}
     if apart <= tolerance:
         return True
-    result.update(status=Status.INFEASIBLE, reason=(
-        f"numerics (packing check): packed, the first batch's outputs part from the padded batch's by {apart:.1%} (norm) "
-        f"(tolerance {tolerance:.1%}), eager, before anything compiled: the sequences of a packed row see each other; "
-        "the workload's forward must pass the position ids to the model (a causal decoder takes its mask from them), "
-        "or, for an encoder, the block-diagonal mask (SequenceLayout)"))
+    result.update(
+        status=Status.INFEASIBLE,
+        reason=(
+            f"numerics (packing check): packed, the first batch's outputs part from the padded batch's by {apart:.1%} (norm) "
+            f"(tolerance {tolerance:.1%}), eager, before anything compiled: the sequences of a packed row see each other; "
+            "the workload's forward must pass the position ids to the model (a causal decoder takes its mask from them), "
+            "or, for an encoder, the block-diagonal mask (SequenceLayout)"
+        ),
+    )
     return False
 
 
@@ -518,8 +528,7 @@ def _check_numerics(torch, spec: dict, events: Events, result: dict, setup: Setu
     _write_result(spec, result)  # the measurement stands even if the replay runs out of time
     events.emit(phase="checking numerics")
     try:
-        result["replay"] = _replay(torch, spec, setup.workload, setup.options, setup.batches, setup.info, setup.snippet,
-                                   sync)
+        result["replay"] = _replay(torch, spec, setup.workload, setup.options, setup.batches, setup.info, setup.snippet, sync)
     except Exception as exc:  # the measurement stands; the verdict says it could not be reached
         traceback.print_exc()
         result["replay"] = {"error": _shorten(f"{type(exc).__name__}: {_first_line(exc)}", 400)}
@@ -575,8 +584,7 @@ def _rng_dependent(torch, workload, model, batch: dict, result: dict | None = No
     return other > max(10 * same, 1e-9 * abs(losses[0]))
 
 
-def _warm_up(training: Training, watcher, spec: dict, events: Events, result: dict, sync, pool: int,
-             ledger: GraphLedger) -> dict:
+def _warm_up(training: Training, watcher, spec: dict, events: Events, result: dict, sync, pool: int, ledger: GraphLedger) -> dict:
     """Until a whole pass over the batch pool is done and `settle` steps in a row started no
     compile (`settle_steps`). Each step is synchronised so its compile events are its own. Returns
     where it ended: steps run, a typical quiet step's time, compile events so far. With a shared
@@ -613,8 +621,11 @@ def _warm_up(training: Training, watcher, spec: dict, events: Events, result: di
         result["notes"].append(f"compiles did not stop within {max_warmup} warm-up steps")
     result.update(warmup_s=warmup_s, warmup_steps=index, losses=losses, compile_caches=_cache_counters())
     _cold_warm_up(spec, result, ledger)
-    return {"steps": index, "typical_step_s": statistics.median(quiet_times) if quiet_times else warmup_s / index,
-            "events": watcher.events}
+    return {
+        "steps": index,
+        "typical_step_s": statistics.median(quiet_times) if quiet_times else warmup_s / index,
+        "events": watcher.events,
+    }
 
 
 def settle_steps(spec: dict, pool: int) -> int:
@@ -639,8 +650,12 @@ def _cold_warm_up(spec: dict, result: dict, ledger: GraphLedger) -> None:
     result["graphs"] = graphs
     rebuilt = reconstruct(result["warmup_s"], graphs, read_ledger(spec.get("graph_ledger")))
     if rebuilt:
-        result.update(warmup_s=rebuilt["warmup_s"], warmup_measured_s=rebuilt["measured_s"],
-                      warmup_kind="reconstructed", reconstruction=rebuilt)
+        result.update(
+            warmup_s=rebuilt["warmup_s"],
+            warmup_measured_s=rebuilt["measured_s"],
+            warmup_kind="reconstructed",
+            reconstruction=rebuilt,
+        )
     else:
         result["warmup_kind"] = "cold" if spec["config"]["compile"] else "eager"
 
@@ -676,8 +691,9 @@ def settled(rates: list[float], least: int = MIN_WINDOWS) -> int:
     return cut
 
 
-def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events: Events, result: dict, sync,
-             counts: list[int], unit: str) -> None:
+def _measure(
+    torch, training: Training, watcher, warm: dict, spec: dict, events: Events, result: dict, sync, counts: list[int], unit: str
+) -> None:
     """Steady state: windows of whole passes over the pool (so every window sees the same lengths), at
     least `min_window_s` long, until the steady speed's interval is tight enough (`interval`), the
     window cap is reached, or the next window would run past the trial's limit."""
@@ -705,7 +721,7 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
         times.append(time.perf_counter() - t0)
         rates.append(window_steps / times[-1])
         events.emit(phase="measuring", window=len(rates), steps_per_s=round(rates[-1], 3))
-        if _all_ranks(len(rates) >= min_windows and interval(rates[settled(rates, min_windows):]) <= target):
+        if _all_ranks(len(rates) >= min_windows and interval(rates[settled(rates, min_windows) :]) <= target):
             break
     cut = settled(rates, min_windows)
     steady, total_time = rates[cut:], sum(times[cut:])
@@ -737,12 +753,16 @@ def _measure(torch, training: Training, watcher, warm: dict, spec: dict, events:
     _gather_ranks(result)
     if cut:  # what those windows lost against the steady speed: seconds, small beside the warm-up
         result["settling_s"] = max(0.0, sum(times[:cut]) - cut * total_time / len(steady))
-        result["notes"].append(f"the first {cut} of {len(rates)} measuring windows were still settling "
-                               f"({', '.join(f'{r:.3g}' for r in rates[:cut])} steps/s, {result['settling_s']:.1f} s "
-                               "lost against the steady speed): the steady speed is the rest's")
+        result["notes"].append(
+            f"the first {cut} of {len(rates)} measuring windows were still settling "
+            f"({', '.join(f'{r:.3g}' for r in rates[:cut])} steps/s, {result['settling_s']:.1f} s "
+            "lost against the steady speed): the steady speed is the rest's"
+        )
     if len(steady) > 1 and interval(steady) > target:
-        result["notes"].append(f"the steady speed's 95% interval stayed at +-{interval(steady):.1%}, above "
-                               f"+-{target:.1%}, after {len(rates)} windows")
+        result["notes"].append(
+            f"the steady speed's 95% interval stayed at +-{interval(steady):.1%}, above "
+            f"+-{target:.1%}, after {len(rates)} windows"
+        )
     if watcher.limit_hits:
         result["status"] = Status.INFEASIBLE
         result["reason"] = "hit the recompile limit, so part of the model fell back to eager: " + watcher.limit_hits[0]
@@ -812,10 +832,16 @@ def _gather_ranks(result: dict) -> None:
         return
     keys = ("warmup_s", "steps_per_s", "items_per_s", "peak_mem_gb", "recompiles", "graph_breaks", "losses")
     result["ranks"] = every = _every_rank({k: result.get(k) for k in keys})
-    result.update(warmup_s=max(r["warmup_s"] for r in every), steps_per_s=min(r["steps_per_s"] for r in every),
-                  items_per_s=sum(r["items_per_s"] for r in every), peak_mem_gb=max(r["peak_mem_gb"] for r in every))
-    result["notes"].append(f"{len(every)} ranks: items/s summed over the ranks, steps/s and warm-up the slowest "
-                           "rank's, peak memory the largest rank's")
+    result.update(
+        warmup_s=max(r["warmup_s"] for r in every),
+        steps_per_s=min(r["steps_per_s"] for r in every),
+        items_per_s=sum(r["items_per_s"] for r in every),
+        peak_mem_gb=max(r["peak_mem_gb"] for r in every),
+    )
+    result["notes"].append(
+        f"{len(every)} ranks: items/s summed over the ranks, steps/s and warm-up the slowest "
+        "rank's, peak memory the largest rank's"
+    )
 
 
 def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo, snippet: str, sync) -> dict:
@@ -868,9 +894,14 @@ def _replay(torch, spec: dict, workload, options, batches: list, info: ModelInfo
         out["ranks"] = ranks
     left = "; the loss still depends on the random stream, drawn alike by both sides" if out["rng_dependent_after"] else ""
     group = f"; on each of {len(ranks)} ranks, both sides under {spec['parallel']} as in the trial" if ranks else ""
-    return {**out, "steps": REPLAY_STEPS, "seconds": time.perf_counter() - started, "version": REPLAY_VERSION,
-            "method": f"replay: eager and the configuration from fresh weights, the first batch, "
-                      f"{switched_off} dropout modules at p = 0, a seed per step, Inductor fallback_random{left}{group}"}
+    return {
+        **out,
+        "steps": REPLAY_STEPS,
+        "seconds": time.perf_counter() - started,
+        "version": REPLAY_VERSION,
+        "method": f"replay: eager and the configuration from fresh weights, the first batch, "
+        f"{switched_off} dropout modules at p = 0, a seed per step, Inductor fallback_random{left}{group}",
+    }
 
 
 def _eager_reference(config: dict, info: ModelInfo) -> str:
@@ -879,15 +910,22 @@ def _eager_reference(config: dict, info: ModelInfo) -> str:
     from autocompile.space import EAGER
 
     padded = config["padding"] != "pack"  # packed: eager on the padded batch, the tokens packing must train alike
-    return render_snippet({**EAGER, "padding": config["padding"] if padded else "longest",
-                           "pad_multiple": config["pad_multiple"] if padded else None,
-                           "reshard_after_forward": config.get("reshard_after_forward", True)}, info)
+    return render_snippet(
+        {
+            **EAGER,
+            "padding": config["padding"] if padded else "longest",
+            "pad_multiple": config["pad_multiple"] if padded else None,
+            "reshard_after_forward": config.get("reshard_after_forward", True),
+        },
+        info,
+    )
 
 
 def _as_measured(inductor_config, seen: dict):
     """A context for the replay's optimizer steps: Inductor's settings as in the measured run
     (fallback_random off), so a compiled step has the measured run's cache key and loads its code;
     `seen` gathers the compile caches' hits and misses during the steps."""
+
     @contextlib.contextmanager
     def context():
         before = _cache_counters()
@@ -896,6 +934,7 @@ def _as_measured(inductor_config, seen: dict):
         for key, n in _cache_counters().items():
             if n - before.get(key, 0):
                 seen[key] = seen.get(key, 0) + n - before.get(key, 0)
+
     return context
 
 

@@ -201,9 +201,7 @@ def get_workload(name: str) -> Workload:
             return _call_factory(_load_from_file(target, attr), name)
         return _call_factory(_load_from_module(target, attr), name)
     known = ", ".join(builtin_names() + sorted(plugins))
-    raise UserError(
-        f"unknown model {name!r}; known: {known} (or give package.module:factory or path/to/file.py:factory)"
-    )
+    raise UserError(f"unknown model {name!r}; known: {known} (or give package.module:factory or path/to/file.py:factory)")
 
 
 def list_workloads() -> list[tuple[str, str]]:

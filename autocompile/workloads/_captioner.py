@@ -25,8 +25,14 @@ def _make(name, description, vit, gpt2, vocab, image_size, batch_size, bins, poo
         from transformers import GPT2Config, ViTConfig, VisionEncoderDecoderConfig, VisionEncoderDecoderModel
 
         encoder = ViTConfig(image_size=image_size, **vit)
-        decoder = GPT2Config(vocab_size=vocab, n_positions=max(max_caption, 256), use_cache=False,
-                             bos_token_id=START_ID, eos_token_id=END_ID, **gpt2)
+        decoder = GPT2Config(
+            vocab_size=vocab,
+            n_positions=max(max_caption, 256),
+            use_cache=False,
+            bos_token_id=START_ID,
+            eos_token_id=END_ID,
+            **gpt2,
+        )
         if options.blocks:  # screening: both stacks of repeated blocks cut, built that way
             encoder.num_hidden_layers = min(options.blocks, encoder.num_hidden_layers)
             decoder.n_layer = min(options.blocks, decoder.n_layer)
@@ -50,12 +56,14 @@ def _make(name, description, vit, gpt2, vocab, image_size, batch_size, bins, poo
             for row, length in enumerate(lengths):
                 labels[row, length - 1] = END_ID
             images = torch.randn(size, 3, image_size, image_size, generator=generator)
-            out.append({
-                "pixel_values": images.to(options.device),
-                "decoder_input_ids": input_ids.to(options.device),
-                "labels": labels.to(options.device),
-                "decoder_attention_mask": (input_ids != PAD_ID).to(options.device),
-            })
+            out.append(
+                {
+                    "pixel_values": images.to(options.device),
+                    "decoder_input_ids": input_ids.to(options.device),
+                    "labels": labels.to(options.device),
+                    "decoder_attention_mask": (input_ids != PAD_ID).to(options.device),
+                }
+            )
         return out
 
     def forward(model, batch):

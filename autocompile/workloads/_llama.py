@@ -13,15 +13,31 @@ from autocompile.workloads._batching import causal_lm_loss, count_labels, sample
 LENGTH_BINS = [(1 / 16, 1 / 4, 0.50), (1 / 4, 1 / 2, 0.35), (1 / 2, 1.0, 0.15)]
 PAD_ID = 0
 # The Llama 3.1 8B architecture, and a toy of it for the CPU
-LLAMA_3_1_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                    num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, rms_norm_eps=1e-5,
-                    tie_word_embeddings=False)
-TINY_LLAMA = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, tie_word_embeddings=False)
+LLAMA_3_1_8B = dict(
+    vocab_size=128256,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    rope_theta=500000.0,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=False,
+)
+TINY_LLAMA = dict(
+    vocab_size=256,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    tie_word_embeddings=False,
+)
 
 
-def llama_model(config_kwargs: dict, options: WorkloadOptions, longest: int, dtype_on_cuda, dtype_on_cpu,
-                attention: str = "sdpa"):
+def llama_model(
+    config_kwargs: dict, options: WorkloadOptions, longest: int, dtype_on_cuda, dtype_on_cpu, attention: str = "sdpa"
+):
     """A LlamaForCausalLM of random weights built in place on the device (no download, no copy), in
     training mode, with no KV cache (it would also cost recompiles)."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -57,8 +73,9 @@ def text_batches(options: WorkloadOptions, n: int, size: int, longest: int, voca
     return out
 
 
-def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, dtype_on_cpu, pool, gpu_only=False,
-          attention="sdpa"):
+def _make(
+    name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, dtype_on_cpu, pool, gpu_only=False, attention="sdpa"
+):
     def max_len(options: WorkloadOptions) -> int:
         return options.seq_len or seq_len
 

@@ -19,8 +19,12 @@ from autocompile.workloads._batching import causal_lm_loss, count_labels
 from autocompile.workloads._llama import LLAMA_3_1_8B, PAD_ID, TINY_LLAMA, llama_model, text_batches
 
 # peft's LoRA on every projection of the attention and the MLP
-LORA = dict(r=16, lora_alpha=32, lora_dropout=0.05,
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+LORA = dict(
+    r=16,
+    lora_alpha=32,
+    lora_dropout=0.05,
+    target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+)
 
 
 def _peft():
@@ -56,19 +60,28 @@ def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, 
         return out
 
     def forward(model, batch):
-        return model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
-                     position_ids=batch.get("position_ids")).logits
+        return model(
+            input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"), position_ids=batch.get("position_ids")
+        ).logits
 
     def criterion(logits, batch):
         return causal_lm_loss(logits, batch["labels"])
 
     return Workload(
-        name=name, description=description, build=build, batches=batches, forward=forward, criterion=criterion,
-        schedule=warmup_cosine, count=count_labels, unit="tokens",
+        name=name,
+        description=description,
+        build=build,
+        batches=batches,
+        forward=forward,
+        criterion=criterion,
+        schedule=warmup_cosine,
+        count=count_labels,
+        unit="tokens",
         varying={"input_ids": (1, PAD_ID), "labels": (1, -100), "attention_mask": (1, 0)},
-        max_len=max_len, batch_pool=pool, gpu_only=gpu_only,
+        max_len=max_len,
+        batch_pool=pool,
+        gpu_only=gpu_only,
         layout=SequenceLayout(positions="position_ids", mask="attention_mask"),
-
     )
 
 
@@ -77,8 +90,14 @@ def lora_8b() -> Workload:
         "lora-8b",
         "LoRA r=16 fine-tune of the Llama 3.1 8B architecture (peft), random bf16 weights, Hugging Face activation "
         "checkpointing on, AdamW on the adapters, batch 4 x up to 2048 tokens with their attention mask (GPU)",
-        LLAMA_3_1_8B, batch_size=4, seq_len=2048, dtype_on_cuda=torch.bfloat16, dtype_on_cpu=torch.bfloat16,
-        pool=8, gpu_only=True)
+        LLAMA_3_1_8B,
+        batch_size=4,
+        seq_len=2048,
+        dtype_on_cuda=torch.bfloat16,
+        dtype_on_cpu=torch.bfloat16,
+        pool=8,
+        gpu_only=True,
+    )
 
 
 def tiny_lora() -> Workload:
@@ -86,4 +105,10 @@ def tiny_lora() -> Workload:
         "tiny-lora",
         "LoRA r=16 fine-tune of the Llama architecture at toy size (peft), Hugging Face activation checkpointing on, "
         "AdamW on the adapters, batch 4 x up to 64 tokens with their attention mask",
-        TINY_LLAMA, batch_size=4, seq_len=64, dtype_on_cuda=torch.bfloat16, dtype_on_cpu=torch.float32, pool=8)
+        TINY_LLAMA,
+        batch_size=4,
+        seq_len=64,
+        dtype_on_cuda=torch.bfloat16,
+        dtype_on_cpu=torch.float32,
+        pool=8,
+    )

@@ -83,17 +83,25 @@ def find(model, declared: Checkpointing | None = None) -> ModelCheckpointing | N
     if declared is not None:
         hooks = [h for h in (declared.off, declared.selective) if h is not None]
         return ModelCheckpointing(
-            DECLARED, "the workload's own checkpointing (Workload.checkpointing)", selective=declared.selective is not None,
-            hooks=tuple(textwrap.dedent(inspect.getsource(h)) for h in hooks), off_name=declared.off.__name__,
-            selective_name=declared.selective.__name__ if declared.selective else "")
+            DECLARED,
+            "the workload's own checkpointing (Workload.checkpointing)",
+            selective=declared.selective is not None,
+            hooks=tuple(textwrap.dedent(inspect.getsource(h)) for h in hooks),
+            off_name=declared.off.__name__,
+            selective_name=declared.selective.__name__ if declared.selective else "",
+        )
     if model is None:
         return None
     owner, flag = huggingface_model(model)
     if owner is None or not _on(owner, flag):
         return None
     wrapped = f" inside {type(model).__name__}" if owner is not model else ""
-    return ModelCheckpointing(HUGGING_FACE, f"Hugging Face activation checkpointing on {type(owner).__name__}{wrapped} "
-                                            f"({flag})", selective=True, in_forward=_in_forward(owner))
+    return ModelCheckpointing(
+        HUGGING_FACE,
+        f"Hugging Face activation checkpointing on {type(owner).__name__}{wrapped} ({flag})",
+        selective=True,
+        in_forward=_in_forward(owner),
+    )
 
 
 def _in_forward(model) -> bool:

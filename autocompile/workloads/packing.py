@@ -16,11 +16,15 @@ def refusal(workload) -> str | None:
     if not workload.varying:
         return "the workload has no varying dimension"
     if layout is None:
-        return ("the workload declares no SequenceLayout (Workload.layout): which key its forward passes as "
-                "position ids, and its mask, so that packed sequences attend only to themselves")
+        return (
+            "the workload declares no SequenceLayout (Workload.layout): which key its forward passes as "
+            "position ids, and its mask, so that packed sequences attend only to themselves"
+        )
     if layout.positions is None:
-        return ("the workload's forward passes no position ids (SequenceLayout.positions is None): packed "
-                "sequences would attend to each other")
+        return (
+            "the workload's forward passes no position ids (SequenceLayout.positions is None): packed "
+            "sequences would attend to each other"
+        )
     along = {key: dim for key, (dim, _) in workload.varying.items() if dim != 1}
     if along:
         return f"packing joins sequences along dimension 1, and {', '.join(f'{k} varies along {d}' for k, d in along.items())}"

@@ -12,11 +12,35 @@ What the rest of the package uses is here; a test that reaches one module's own 
 """
 
 from autocompile.engine.finalists.cold import cold_check
-from autocompile.engine.finalists.plan import (REACH, RERUN_LIMIT, cold_check_s, cold_pick, contenders,
-                                               finalist_reserve, rerun_limit_s, reserve_note, split)
+from autocompile.engine.finalists.plan import (
+    REACH,
+    RERUN_LIMIT,
+    cold_check_s,
+    cold_pick,
+    contenders,
+    finalist_reserve,
+    rerun_limit_s,
+    reserve_note,
+    split,
+)
 from autocompile.engine.finalists.round import rechoose, run_finalists
 from autocompile.engine.finalists.verdict import WINNER_RULE, choose_winner, gpu_footing, pooled
 
-__all__ = ["WINNER_RULE", "choose_winner", "gpu_footing", "pooled", "REACH", "RERUN_LIMIT", "cold_check_s", "cold_pick",
-           "contenders", "finalist_reserve", "rerun_limit_s", "reserve_note", "split", "cold_check", "rechoose",
-           "run_finalists"]
+__all__ = [
+    "WINNER_RULE",
+    "choose_winner",
+    "gpu_footing",
+    "pooled",
+    "REACH",
+    "RERUN_LIMIT",
+    "cold_check_s",
+    "cold_pick",
+    "contenders",
+    "finalist_reserve",
+    "rerun_limit_s",
+    "reserve_note",
+    "split",
+    "cold_check",
+    "rechoose",
+    "run_finalists",
+]

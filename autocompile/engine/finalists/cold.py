@@ -21,8 +21,12 @@ if TYPE_CHECKING:
 
 def cold_run_check(first, run: dict) -> dict:
     """A cold run of finalist `first` in the round, as `cold_check` lists it."""
-    check = {"trial": run["trial"], "of": first.number, "status": run["status"],
-             "reconstructed_warmup_s": first.user_attrs["warmup_s"]}
+    check = {
+        "trial": run["trial"],
+        "of": first.number,
+        "status": run["status"],
+        "reconstructed_warmup_s": first.user_attrs["warmup_s"],
+    }
     if run["status"] == Status.OK:
         check.update(cold_warmup_s=run["warmup_s"], agreement=first.user_attrs["warmup_s"] / run["warmup_s"] - 1)
     return check
@@ -38,9 +42,11 @@ def cold_check(runner: Runner, verdict: dict, checks: list | None = None) -> dic
     checks = list(checks or [])
     for check in checks:
         if check["status"] == Status.OK:
-            runner.progress.line(f"finalist round: trial {check['of']} warmed up in {check['cold_warmup_s']:.1f} s "
-                                 f"cold in the round, reconstructed {check['reconstructed_warmup_s']:.1f} s "
-                                 f"({check['agreement']:+.0%})")
+            runner.progress.line(
+                f"finalist round: trial {check['of']} warmed up in {check['cold_warmup_s']:.1f} s "
+                f"cold in the round, reconstructed {check['reconstructed_warmup_s']:.1f} s "
+                f"({check['agreement']:+.0%})"
+            )
     while (first := _reconstructed_winner(runner.study, verdict, checks)) is not None:
         verdict, check = _measure_cold(runner, verdict, first)
         checks.append(check)
@@ -73,12 +79,23 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
     if row.get("gpu") is not None:  # on its GPU in a round of several: its speed on that GPU's footing
         trial.set_user_attr("gpu", row["gpu"])
     limit = rerun_limit_s(cold_run_s(first, cold_scale(study)), runner.settings.trial_timeout_s)
-    record = runner.run(trial, dict(first.user_attrs["config"]), Role.FINALIST, prunable=False, limit_s=limit,
-                        keep_s=-limit, first=first, cold=True, measure=ROUND_MEASURE, gpus=row.get("gpu"))
+    record = runner.run(
+        trial,
+        dict(first.user_attrs["config"]),
+        Role.FINALIST,
+        prunable=False,
+        limit_s=limit,
+        keep_s=-limit,
+        first=first,
+        cold=True,
+        measure=ROUND_MEASURE,
+        gpus=row.get("gpu"),
+    )
     check = cold_run_check(first, {**record, "trial": trial.number})
     if record["status"] != Status.OK:
-        progress.line(f"finalist round: the cold run of trial {first.number} ended {record['status']}: "
-                      f"its warm-up stays reconstructed")
+        progress.line(
+            f"finalist round: the cold run of trial {first.number} ended {record['status']}: its warm-up stays reconstructed"
+        )
         return verdict, check
     return _chosen_again(runner, verdict, row, record, check), check
 
@@ -87,15 +104,32 @@ def _chosen_again(runner: Runner, verdict: dict, row: dict, record: dict, check:
     """The verdict with finalist `row`'s warm-up the one its cold run measured (`record`, listed as
     `check`), the reconstructed one kept beside, and the winner chosen again; its line says so."""
     study, horizon = runner.study, horizon_of(runner.settings)
-    cold_row = {**row, "warmup_s": record["warmup_s"], "reconstructed_warmup_s": row["warmup_s"],
-                "warmup_reconstructed": False, "reruns": [*row["reruns"], check["trial"]]}
+    cold_row = {
+        **row,
+        "warmup_s": record["warmup_s"],
+        "reconstructed_warmup_s": row["warmup_s"],
+        "warmup_reconstructed": False,
+        "reruns": [*row["reruns"], check["trial"]],
+    }
     view = StudyView(study)
     cold_row = pool_row(cold_row, measurements(view.trials, cold_row), verdict["eager_steps_per_s"], horizon)
     rows = [r if r is not row else cold_row for r in verdict["candidates"]]
     eager = view.baseline_trial(Role.EAGER)
-    again = {**verdict, "candidates": rows,
-             **choose_winner(rows, eager.number if eager else None, verdict["eager_score"], horizon, cold_scale(study),
-                             budget_horizon(study), verdict.get("footing"))}
-    runner.progress.line(f"finalist round: trial {check['of']} warmed up in {record['warmup_s']:.1f} s cold, "
-                         f"reconstructed {row['warmup_s']:.1f} s ({check['agreement']:+.0%}); " + again["why"])
+    again = {
+        **verdict,
+        "candidates": rows,
+        **choose_winner(
+            rows,
+            eager.number if eager else None,
+            verdict["eager_score"],
+            horizon,
+            cold_scale(study),
+            budget_horizon(study),
+            verdict.get("footing"),
+        ),
+    }
+    runner.progress.line(
+        f"finalist round: trial {check['of']} warmed up in {record['warmup_s']:.1f} s cold, "
+        f"reconstructed {row['warmup_s']:.1f} s ({check['agreement']:+.0%}); " + again["why"]
+    )
     return again

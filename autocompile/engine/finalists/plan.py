@@ -25,6 +25,7 @@ REACH = 0.3
 # run measures the machine, not the configuration, and must not take the other finalists' time.
 RERUN_LIMIT = 1.5
 
+
 def rerun_limit_s(first_wall_s: float, trial_timeout_s: float) -> float:
     """The time limit of a finalist's rerun (see RERUN_LIMIT)."""
     return min(trial_timeout_s, max(RERUN_LIMIT * first_wall_s, first_wall_s + 60))
@@ -48,8 +49,15 @@ def cold_pick(finalists: list, scale: float = 1.0):
 def _expected_cold_warmup(trial, scale: float) -> float:
     """A trial's warm-up as a cold run is expected to measure it (`expected_cold`, by `scale`)."""
     a = trial.user_attrs
-    return expected_cold({"warmup_s": a.get("warmup_s") or math.inf, "warmup_reconstructed": reconstructed(trial),
-                          "reconstruction_added_s": added_s(trial)}, None, scale)
+    return expected_cold(
+        {
+            "warmup_s": a.get("warmup_s") or math.inf,
+            "warmup_reconstructed": reconstructed(trial),
+            "reconstruction_added_s": added_s(trial),
+        },
+        None,
+        scale,
+    )
 
 
 def _spread(trial) -> float:
@@ -118,8 +126,10 @@ def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None =
         return None
     n = len(contenders(study, k, limit_s))
     fewer = f"; --finalists {n - 1} keeps {finalist_reserve(study, n - 1, limit_s, gpus):.0f} s" if n > 1 else ""
-    return (f"the finalist round keeps {reserve:.0f} s of the {timeout_s:.0f} s --timeout "
-            f"(its {n} finalists and eager, measured again){fewer}")
+    return (
+        f"the finalist round keeps {reserve:.0f} s of the {timeout_s:.0f} s --timeout "
+        f"(its {n} finalists and eager, measured again){fewer}"
+    )
 
 
 def say_left_out(runner: Runner, k: int, candidates: list) -> None:
@@ -132,9 +142,11 @@ def say_left_out(runner: Runner, k: int, candidates: list) -> None:
         if refusal:
             runner.progress.line(f"finalist round: trial {t.number} not measured again: {refusal.reason}")
         elif t.number not in chosen:
-            runner.progress.line(f"finalist round: trial {t.number} not measured again: its score {t.value:.3g} is "
-                                 f"{1 - t.value / top[0].value:.0%} behind the leader's, more than a rerun moves "
-                                 f"({REACH:.0%})")
+            runner.progress.line(
+                f"finalist round: trial {t.number} not measured again: its score {t.value:.3g} is "
+                f"{1 - t.value / top[0].value:.0%} behind the leader's, more than a rerun moves "
+                f"({REACH:.0%})"
+            )
 
 
 def plan_round(runner: Runner, eager, candidates: list, rounds: int, gpus: int = 1) -> tuple[list[list], float]:
@@ -147,17 +159,24 @@ def plan_round(runner: Runner, eager, candidates: list, rounds: int, gpus: int =
     lanes, left = [[] for _ in range(gpus)], [budget] * gpus
     for t, gpu in zip(candidates, split(candidates, gpus)):
         if budget is not None and rerun_estimate_s(t) > left[gpu]:
-            runner.progress.line(f"finalist round: no time left to measure trial {t.number} again "
-                                 f"(it took {t.user_attrs['wall_s']:.0f} s, a rerun is expected to take "
-                                 f"{rerun_estimate_s(t):.0f} s)")
+            runner.progress.line(
+                f"finalist round: no time left to measure trial {t.number} again "
+                f"(it took {t.user_attrs['wall_s']:.0f} s, a rerun is expected to take "
+                f"{rerun_estimate_s(t):.0f} s)"
+            )
             break
         lanes[gpu].append(t)
         left[gpu] = None if budget is None else left[gpu] - rerun_estimate_s(t)
     if not any(lanes):  # the round always runs: the best of them at least, past --timeout if need be
         lanes[0] = candidates[:1]
         limit = runner.settings.trial_timeout_s
-        overrun = (rerun_limit_s(lanes[0][0].user_attrs["wall_s"], limit)
-                   + (rerun_limit_s(eager_s, limit) if eager is not None else 0.0) - max(remaining, 0.0))
-        runner.progress.line(f"finalist round: trial {lanes[0][0].number} measured again even though it runs past "
-                             f"--timeout, by up to {overrun:.0f} s: the winner comes from the round")
+        overrun = (
+            rerun_limit_s(lanes[0][0].user_attrs["wall_s"], limit)
+            + (rerun_limit_s(eager_s, limit) if eager is not None else 0.0)
+            - max(remaining, 0.0)
+        )
+        runner.progress.line(
+            f"finalist round: trial {lanes[0][0].number} measured again even though it runs past "
+            f"--timeout, by up to {overrun:.0f} s: the winner comes from the round"
+        )
     return lanes, overrun

@@ -58,11 +58,16 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1, gpus: list[str] | Non
         # this round was run already for these finalists, under the current numerics guard
         return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, horizon_of(runner.settings), progress.line)
     pick = cold_pick(finalists, cold_scale(study))
-    cold = f"; trial {pick.number}, its warm-up reconstructed, from empty caches: its warm-up measured cold" \
-        if pick is not None else ""
-    progress.line(f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager; "
-                  f"each starts from the code its first run compiled, whose cold warm-up and numerics it carries{cold}"
-                  + _where(lanes, gpus))
+    cold = (
+        f"; trial {pick.number}, its warm-up reconstructed, from empty caches: its warm-up measured cold"
+        if pick is not None
+        else ""
+    )
+    progress.line(
+        f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager; "
+        f"each starts from the code its first run compiled, whose cold warm-up and numerics it carries{cold}"
+        + _where(lanes, gpus)
+    )
     on = None if gpus == [None] else {t.number: gpu for gpu, lane in zip(gpus, lanes) for t in lane}
     runs = _run_rounds(runner, eager, [(gpu, lane) for gpu, lane in zip(gpus, lanes) if lane], pick, overrun, rounds)
     verdict = _verdict(runner, eager, finalists, runs, rounds, on)
@@ -71,8 +76,9 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1, gpus: list[str] | Non
     if verdict["winner"] is not None:
         progress.line("finalists: " + verdict["why"])
         trials = StudyView(study).trials  # the round's runs among them
-        verdict = cold_check(runner, verdict, [cold_run_check(trials[n], x) for n, xs in runs.items()
-                                               for x in xs if x.get("cold")])
+        verdict = cold_check(
+            runner, verdict, [cold_run_check(trials[n], x) for n, xs in runs.items() for x in xs if x.get("cold")]
+        )
     study.set_user_attr("finalists", plain(verdict))
     return verdict
 
@@ -82,9 +88,9 @@ def _where(lanes: list[list], gpus: list) -> str:
     used = [(gpu, lane) for gpu, lane in zip(gpus, lanes) if lane]
     if len(used) < 2:
         return ""
-    return (f"; on {len(used)} GPUs at once, each finalist beside its own GPU's eager: "
-            + "; ".join(f"GPU {gpu} trial{'s' if len(lane) > 1 else ''} {', '.join(str(t.number) for t in lane)}"
-                        for gpu, lane in used))
+    return f"; on {len(used)} GPUs at once, each finalist beside its own GPU's eager: " + "; ".join(
+        f"GPU {gpu} trial{'s' if len(lane) > 1 else ''} {', '.join(str(t.number) for t in lane)}" for gpu, lane in used
+    )
 
 
 def _run_rounds(runner: Runner, eager, lanes: list[tuple], pick, overrun: float, rounds: int) -> dict[int, list[dict]]:
@@ -97,8 +103,13 @@ def _run_rounds(runner: Runner, eager, lanes: list[tuple], pick, overrun: float,
     reference = [eager] if eager is not None else []
     progress.total = progress.done + rounds * sum(len(lane) + len(reference) for _, lane in lanes)
     runs: dict[int, list[dict]] = {t.number: [] for t in [*reference, *(t for _, lane in lanes for t in lane)]}
-    drive(runner, [_lane(runner, reference, lane, _must(reference, lane, lanes[0][1][0], pick), pick, overrun,
-                         rounds, gpu, runs) for gpu, lane in lanes])
+    drive(
+        runner,
+        [
+            _lane(runner, reference, lane, _must(reference, lane, lanes[0][1][0], pick), pick, overrun, rounds, gpu, runs)
+            for gpu, lane in lanes
+        ],
+    )
     return runs
 
 
@@ -109,19 +120,30 @@ def _must(reference: list, lane: list, leader, pick) -> set[int]:
     return held | {x.number for x in reference} if held else held
 
 
-def _lane(runner: Runner, reference: list, finalists: list, must: set, pick, overrun: float, rounds: int,
-          gpu: str | None, runs: dict[int, list[dict]]) -> Lane:
+def _lane(
+    runner: Runner,
+    reference: list,
+    finalists: list,
+    must: set,
+    pick,
+    overrun: float,
+    rounds: int,
+    gpu: str | None,
+    runs: dict[int, list[dict]],
+) -> Lane:
     """One GPU's runs of the round (`_run_rounds`), as `lanes.drive` runs them: eager (`reference`) then
     its finalists; a run that no longer fits what is left is not made, unless `must` names it."""
     for r in range(rounds):
         for original in [*reference, *(finalists if r % 2 == 0 else finalists[::-1])]:
             remaining = runner.remaining()
-            if remaining is not None and not (r == 0 and original.number in must) \
-                    and remaining + overrun < rerun_estimate_s(original):
+            if (
+                remaining is not None
+                and not (r == 0 and original.number in must)
+                and remaining + overrun < rerun_estimate_s(original)
+            ):
                 runner.progress.line(f"finalist round: search timeout reached, trial {original.number} not measured again")
                 break
-            runs[original.number].extend((yield from _runs_of(runner, original, r, overrun, r == 0 and original is pick,
-                                                              gpu)))
+            runs[original.number].extend((yield from _runs_of(runner, original, r, overrun, r == 0 and original is pick, gpu)))
 
 
 def _runs_of(runner: Runner, original, r: int, overrun: float, cold: bool, gpu: str | None) -> Lane:
@@ -130,17 +152,21 @@ def _runs_of(runner: Runner, original, r: int, overrun: float, cold: bool, gpu: 
     record = yield from _rerun_in(runner, original, r, overrun, cold, gpu)
     if not cold or record["status"] == Status.OK:
         return [record]
-    runner.progress.line(f"finalist round: the cold run of trial {original.number} ended {record['status']}: "
-                         "measured again from its compiled code, its warm-up stays reconstructed")
+    runner.progress.line(
+        f"finalist round: the cold run of trial {original.number} ended {record['status']}: "
+        "measured again from its compiled code, its warm-up stays reconstructed"
+    )
     return [record, (yield from _rerun_in(runner, original, r, overrun, False, gpu))]
 
 
-def _verdict(runner: Runner, eager, finalists: list, runs: dict[int, list[dict]], rounds: int,
-             gpus: dict[int, str] | None = None) -> dict:
+def _verdict(
+    runner: Runner, eager, finalists: list, runs: dict[int, list[dict]], rounds: int, gpus: dict[int, str] | None = None
+) -> dict:
     """The round's verdict from its runs (`verdict.round_verdict`), at the search's horizon; on several
     GPUs (`gpus`, each finalist's), on one footing."""
-    return round_verdict(eager, finalists, runs, rounds, horizon_of(runner.settings), cold_scale(runner.study),
-                         budget_horizon(runner.study), gpus)
+    return round_verdict(
+        eager, finalists, runs, rounds, horizon_of(runner.settings), cold_scale(runner.study), budget_horizon(runner.study), gpus
+    )
 
 
 def far_apart(row: dict) -> bool:
@@ -148,8 +174,7 @@ def far_apart(row: dict) -> bool:
     return row["status"] == Status.OK and row["agreement"] > max(FAR_SPREADS * row["spread"], FAR_FLOOR)
 
 
-def _measure_again(runner: Runner, eager, finalists: list, runs: dict[int, list[dict]], rows: list[dict],
-                   rounds: int) -> bool:
+def _measure_again(runner: Runner, eager, finalists: list, runs: dict[int, list[dict]], rows: list[dict], rounds: int) -> bool:
     """Each finalist whose measurements disagree far beyond their noise (`far_apart`) measured once
     more, eager before it, where what is left of --timeout holds both reruns (no time is taken from
     the search for it); whether any ran. Its line says which, or why not. On a round of several GPUs,
@@ -162,8 +187,9 @@ def _measure_again(runner: Runner, eager, finalists: list, runs: dict[int, list[
     return bool(ran)
 
 
-def _again(runner: Runner, eager, finalists: list[tuple], runs: dict[int, list[dict]], rounds: int,
-           gpu: str | None, ran: list[int]) -> Lane:
+def _again(
+    runner: Runner, eager, finalists: list[tuple], runs: dict[int, list[dict]], rounds: int, gpu: str | None, ran: list[int]
+) -> Lane:
     """One GPU's part of `_measure_again` (`finalists`: its (trial, row) pairs), as `lanes.drive` runs it;
     the finalists it measured again are added to `ran`."""
     progress = runner.progress
@@ -172,11 +198,15 @@ def _again(runner: Runner, eager, finalists: list[tuple], runs: dict[int, list[d
             continue
         pair = [x for x in (eager, t) if x is not None]
         need, remaining = sum(rerun_estimate_s(x) for x in pair), runner.remaining()
-        ran_as = (f"finalist round: trial {t.number} ran {' then '.join(f'{p:.3g}' for p in row['paces'])} steps/s "
-                  f"({row['agreement']:.0%} apart, its windows within {row['spread']:.0%})")
+        ran_as = (
+            f"finalist round: trial {t.number} ran {' then '.join(f'{p:.3g}' for p in row['paces'])} steps/s "
+            f"({row['agreement']:.0%} apart, its windows within {row['spread']:.0%})"
+        )
         if remaining is not None and remaining < need:
-            progress.line(f"{ran_as}, not measured a third time: {max(remaining, 0):.0f} s left, a rerun of "
-                          f"it{' and eager' if eager else ''} takes about {need:.0f} s")
+            progress.line(
+                f"{ran_as}, not measured a third time: {max(remaining, 0):.0f} s left, a rerun of "
+                f"it{' and eager' if eager else ''} takes about {need:.0f} s"
+            )
             continue
         progress.line(f"{ran_as}: measured a third time{', eager beside it' if eager else ''}")
         progress.total += len(pair)
@@ -216,8 +246,9 @@ def _prepared(runner: Runner, original, r: int, overrun: float, cold: bool, gpu:
     limit = rerun_limit_s(first_s, runner.settings.trial_timeout_s)
     remaining = runner.remaining()
     keep = -overrun if remaining is None else min(-overrun, remaining - limit - STOP_S)  # its whole limit
-    return runner.prepare(trial, dict(original.user_attrs["config"]), Role.FINALIST, False, limit, keep, original, cold,
-                          ROUND_MEASURE, gpu)
+    return runner.prepare(
+        trial, dict(original.user_attrs["config"]), Role.FINALIST, False, limit, keep, original, cold, ROUND_MEASURE, gpu
+    )
 
 
 def _kept(record: dict, prepared: Prepared, gpu: str | None) -> dict:
@@ -234,7 +265,9 @@ def rechoose(study, horizon: int, say=print) -> dict | None:
         return verdict
     again = rechosen(verdict, eager, view.trials, horizon, cold_scale(study), budget_horizon(study))
     if again["winner"] != verdict.get("winner"):
-        say(f"finalist round of trials {', '.join(map(str, verdict['finalists']))} chosen again under the current "
-            f"rule: trial {again['winner']} wins (was trial {verdict.get('winner')}): {again['why']}")
+        say(
+            f"finalist round of trials {', '.join(map(str, verdict['finalists']))} chosen again under the current "
+            f"rule: trial {again['winner']} wins (was trial {verdict.get('winner')}): {again['why']}"
+        )
     study.set_user_attr("finalists", plain(again))
     return again

@@ -17,5 +17,20 @@ from autocompile.engine.knowledge.plain import PlainCompiles
 from autocompile.engine.knowledge.schema import Observer, device_name, store_path
 from autocompile.engine.knowledge.store import forget, learn, listing, study_key
 
-__all__ = ["ColdRuns", "CompileCuts", "Failures", "MoveGains", "Observer", "PlainCompiles", "device_name", "forget", "implicated",
-           "learn", "listing", "signature", "store_path", "study_key", "why"]
+__all__ = [
+    "ColdRuns",
+    "CompileCuts",
+    "Failures",
+    "MoveGains",
+    "Observer",
+    "PlainCompiles",
+    "device_name",
+    "forget",
+    "implicated",
+    "learn",
+    "listing",
+    "signature",
+    "store_path",
+    "study_key",
+    "why",
+]

@@ -39,13 +39,22 @@ def observed(cold: dict, first: dict) -> tuple[float, float] | None:
 
 
 def _scale(db: sqlite_utils.Database, key: dict) -> dict | None:
-    rows = list(db[TABLE].rows_where("torch = ? and device = ? and model = ?", [key["torch"], key["device"],
-                                     key["model"]], order_by="rowid desc", limit=LATEST))[::-1]
+    rows = list(
+        db[TABLE].rows_where(
+            "torch = ? and device = ? and model = ?",
+            [key["torch"], key["device"], key["model"]],
+            order_by="rowid desc",
+            limit=LATEST,
+        )
+    )[::-1]
     if not rows:
         return None
     ratios = [r["cold_added_s"] / r["added_s"] for r in rows]
-    return {"scale": round(statistics.median(ratios), 3), "runs": len(rows),
-            "from": [f"{r['study']} trial {r['trial']}" for r in rows]}
+    return {
+        "scale": round(statistics.median(ratios), 3),
+        "runs": len(rows),
+        "from": [f"{r['study']} trial {r['trial']}" for r in rows],
+    }
 
 
 class ColdRuns(Observer):
@@ -59,8 +68,7 @@ class ColdRuns(Observer):
     def remember(self, study: str, trial: int, of: int, seen: tuple[float, float]) -> None:
         where = "torch = ? and device = ? and model = ? and study = ? and trial = ?"
         self.db[TABLE].delete_where(where, [*self.key.values(), study, trial])  # stored again: now the latest
-        self.db[TABLE].insert({**self.key, "study": study, "trial": trial, "of": of, "added_s": seen[0],
-                               "cold_added_s": seen[1]})
+        self.db[TABLE].insert({**self.key, "study": study, "trial": trial, "of": of, "added_s": seen[0], "cold_added_s": seen[1]})
 
     def take(self, study, trial) -> bool:
         """Remember `trial` of `study` where it is a clean cold run of the round (`observed`); whether it was."""
@@ -90,5 +98,8 @@ class ColdRuns(Observer):
     def listing(db: sqlite_utils.Database) -> dict:
         """Per torch, device and model: their `scale`, from the latest cold runs stored."""
         keys = db.execute(f"select distinct torch, device, model from {TABLE} order by torch, device, model").fetchall()
-        return {"cold": [{"torch": t, "device": d, "model": m, **_scale(db, {"torch": t, "device": d, "model": m})}
-                         for t, d, m in keys]}
+        return {
+            "cold": [
+                {"torch": t, "device": d, "model": m, **_scale(db, {"torch": t, "device": d, "model": m})} for t, d, m in keys
+            ]
+        }

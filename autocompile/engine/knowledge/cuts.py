@@ -58,8 +58,7 @@ class CompileCuts(Observer):
     configurations are expected not to fit a limit. `heavy(config)` names the (dimension, value)
     pairs of a configuration the engine counts as compile-heavy."""
 
-    def __init__(self, path: str, torch: str, device: str, model: str,
-                 heavy: Callable[[dict], list[tuple[str, object]]]):
+    def __init__(self, path: str, torch: str, device: str, model: str, heavy: Callable[[dict], list[tuple[str, object]]]):
         self.db, self.heavy = open_file(path), heavy
         self.key = {"torch": torch, "device": device, "model": model}
 
@@ -71,16 +70,17 @@ class CompileCuts(Observer):
             return False
         heavy = {item(name, value) for name, value in self.heavy(config)}
         items = heavy | set(implicated) | (self._stored() & set(_all_items(config)))
-        rows = [{**self.key, "item": each, "study": study, "trial": trial, "outcome": seen[0], "seconds": seen[1]}
-                for each in sorted(items)]
+        rows = [
+            {**self.key, "item": each, "study": study, "trial": trial, "outcome": seen[0], "seconds": seen[1]}
+            for each in sorted(items)
+        ]
         if rows:
             self.db[TABLE].insert_all(rows, replace=True)
         return bool(rows)
 
     def _stored(self) -> set[str]:
         where = "torch = ? and device = ? and model = ?"
-        return {r["item"] for r in self.db.query(f"select distinct item from {TABLE} where {where}",
-                                                 list(self.key.values()))}
+        return {r["item"] for r in self.db.query(f"select distinct item from {TABLE} where {where}", list(self.key.values()))}
 
     def take(self, study, trial) -> bool:
         """Store `trial` of `study` (a first run: a finalist's rerun says nothing new); where it implicates a
@@ -92,8 +92,13 @@ class CompileCuts(Observer):
         moved = implicated(attrs, parent)
         for t in trials if moved else ():
             a = t.user_attrs
-            if t.number != trial.number and a.get("config") and "remeasure_of" not in a and \
-                    (outcome(a) or ("",))[0] == "warmed" and set(moved) & set(_all_items(a["config"])):
+            if (
+                t.number != trial.number
+                and a.get("config")
+                and "remeasure_of" not in a
+                and (outcome(a) or ("",))[0] == "warmed"
+                and set(moved) & set(_all_items(a["config"]))
+            ):
                 self.remember(a, a["config"], study.study_name, t.number)
         return self.remember(attrs, attrs["config"], study.study_name, trial.number, moved)
 
@@ -114,9 +119,11 @@ class CompileCuts(Observer):
             return None
         _, each, cut = min(found, key=lambda x: x[0])
         shown = ", ".join(f"study {r['study']} trial {r['trial']}" for r in cut[:4])
-        return (f"expected not to fit the {limit_s:.0f} s trial limit: {each} ran out of its limit while "
-                f"compiling {len(cut)} times here on {self.key['model']} ({shown}), and never warmed up "
-                f"within {limit_s:.0f} s")
+        return (
+            f"expected not to fit the {limit_s:.0f} s trial limit: {each} ran out of its limit while "
+            f"compiling {len(cut)} times here on {self.key['model']} ({shown}), and never warmed up "
+            f"within {limit_s:.0f} s"
+        )
 
     @staticmethod
     def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
@@ -130,9 +137,13 @@ class CompileCuts(Observer):
     def listing(db: sqlite_utils.Database) -> dict:
         """The values that ran out of their limit while compiling at least TIMES times, per torch,
         device and model, with the seconds each such run had and the longest warm-up that finished."""
-        return {"cuts": list(db.query(f"""
+        return {
+            "cuts": list(
+                db.query(f"""
             select torch, device, model, item, sum(outcome = 'cut') as cuts,
                    group_concat(case when outcome = 'cut' then cast(round(seconds) as int) end, ', ') as cut_after_s,
                    max(case when outcome = 'warmed' then seconds end) as warmed_in_s
             from {TABLE} group by torch, device, model, item having cuts >= {TIMES}
-            order by torch, device, model, item"""))}
+            order by torch, device, model, item""")
+            )
+        }

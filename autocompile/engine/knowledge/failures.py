@@ -32,8 +32,12 @@ def signature(record: dict) -> str | None:
     if status not in FAILURES:  # remembered: a failure (and a recompile-limit hit)
         return None
     kind = re.match(r"([A-Za-z_][\w.]*): ", record.get("reason") or "")
-    parts = [status, kind and kind.group(1), record.get("failing_layer") and f"in {record['failing_layer']}",
-             record.get("torch_frame") and f"at {record['torch_frame']}"]
+    parts = [
+        status,
+        kind and kind.group(1),
+        record.get("failing_layer") and f"in {record['failing_layer']}",
+        record.get("torch_frame") and f"at {record['torch_frame']}",
+    ]
     return " ".join(p for p in parts if p)
 
 
@@ -52,17 +56,19 @@ def left_out(db: sqlite_utils.Database, torch: str | None = None, device: str | 
     """Values and pairs that failed with one signature in TIMES trials and never ran cleanly, for
     one torch and device (or all): a pair only where neither of its values is left out itself."""
     where = "" if torch is None else "and f.torch = :torch and f.device = :device"
-    rows = db.query(f"""
+    rows = db.query(
+        f"""
         select f.torch, f.device, f.item, f.dims, f.signature, count(*) as count,
                json_group_array(json_array(f.study, f.trial)) as trials
         from failures f left join ran r on r.torch = f.torch and r.device = f.device and r.item = f.item
         where r.item is null {where}
         group by f.torch, f.device, f.item, f.signature having count(*) >= {TIMES}
-        order by f.torch, f.device, f.item""", {"torch": torch, "device": device})
+        order by f.torch, f.device, f.item""",
+        {"torch": torch, "device": device},
+    )
     out = [{**row, "dims": json.loads(row["dims"]), "trials": sorted(json.loads(row["trials"]))} for row in rows]
     singles = {(r["torch"], r["device"], r["item"]) for r in out if len(r["dims"]) == 1}
-    return [r for r in out if len(r["dims"]) == 1
-            or not any((r["torch"], r["device"], _item([d])) in singles for d in r["dims"])]
+    return [r for r in out if len(r["dims"]) == 1 or not any((r["torch"], r["device"], _item([d])) in singles for d in r["dims"])]
 
 
 def why(entry: dict) -> str:
@@ -108,8 +114,19 @@ class Failures(Observer):
             self.db["ran"].insert_all(({**key, "item": each} for each in found), ignore=True)
         elif (sig := signature(record)) is not None:
             self.db["failures"].insert_all(
-                ({**key, "item": each, "dims": json.dumps(dims), "signature": sig, "storage": self.storage,
-                  "status": record["status"]} for each, dims in found.items()), replace=True)
+                (
+                    {
+                        **key,
+                        "item": each,
+                        "dims": json.dumps(dims),
+                        "signature": sig,
+                        "storage": self.storage,
+                        "status": record["status"],
+                    }
+                    for each, dims in found.items()
+                ),
+                replace=True,
+            )
         self._left = None
 
     def take(self, study, trial) -> bool:
@@ -129,8 +146,11 @@ class Failures(Observer):
             db["ran"].delete_where()
             return count
         name, dumped = value
-        ids = [r["rowid"] for r in db.query("select rowid, dims from failures")
-               if any(d[0] == name and json.dumps(d[1]) == dumped for d in json.loads(r["dims"]))]
+        ids = [
+            r["rowid"]
+            for r in db.query("select rowid, dims from failures")
+            if any(d[0] == name and json.dumps(d[1]) == dumped for d in json.loads(r["dims"]))
+        ]
         if ids:
             db.execute(f"delete from failures where rowid in ({','.join('?' * len(ids))})", ids)
             db.conn.commit()
@@ -139,6 +159,7 @@ class Failures(Observer):
     @staticmethod
     def listing(db: sqlite_utils.Database) -> dict:
         """The left-out values and pairs of every torch and device, and how many failed trials are stored."""
-        trials = next(db.query("select count(*) as n from (select distinct torch, device, storage, study, trial "
-                               "from failures)"))["n"]
+        trials = next(db.query("select count(*) as n from (select distinct torch, device, storage, study, trial from failures)"))[
+            "n"
+        ]
         return {"left_out": left_out(db), "failed_trials": trials}

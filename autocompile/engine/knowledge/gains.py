@@ -34,23 +34,37 @@ class MoveGains(Observer):
         parent = study.get_trials(deepcopy=False)[a["parent"]].user_attrs
         if parent.get("status") != Status.OK or not parent.get("steps_per_s"):
             return False
-        self.db[TABLE].upsert({**self.key, "study": study.study_name, "trial": trial.number,
-                               "parent": a["parent"], "moved": ",".join(a.get("changed") or []),
-                               "parent_steps_per_s": parent["steps_per_s"], "steps_per_s": a["steps_per_s"]},
-                              pk=("torch", "device", "model", "study", "trial"))
+        self.db[TABLE].upsert(
+            {
+                **self.key,
+                "study": study.study_name,
+                "trial": trial.number,
+                "parent": a["parent"],
+                "moved": ",".join(a.get("changed") or []),
+                "parent_steps_per_s": parent["steps_per_s"],
+                "steps_per_s": a["steps_per_s"],
+            },
+            pk=("torch", "device", "model", "study", "trial"),
+        )
         return True
 
     def ceiling(self, moved: list[str]) -> dict | None:
         """The largest steady speed a stored neighbour of the same move (the dimensions `moved`) on this model
         reached over its parent's (`ratio`), with the one that did (`by`) and how many were stored (`of`); None
         where fewer than TIMES are."""
-        rows = list(self.db[TABLE].rows_where("torch = ? and device = ? and model = ? and moved = ?",
-                                              [*self.key.values(), ",".join(moved)]))
+        rows = list(
+            self.db[TABLE].rows_where(
+                "torch = ? and device = ? and model = ? and moved = ?", [*self.key.values(), ",".join(moved)]
+            )
+        )
         if len(rows) < TIMES:
             return None
         best = max(rows, key=lambda r: r["steps_per_s"] / r["parent_steps_per_s"])
-        return {"ratio": best["steps_per_s"] / best["parent_steps_per_s"], "of": len(rows),
-                "by": f"{best['study']} trial {best['trial']} ({best['moved']})"}
+        return {
+            "ratio": best["steps_per_s"] / best["parent_steps_per_s"],
+            "of": len(rows),
+            "by": f"{best['study']} trial {best['trial']} ({best['moved']})",
+        }
 
     @staticmethod
     def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
@@ -63,6 +77,10 @@ class MoveGains(Observer):
 
     @staticmethod
     def listing(db: sqlite_utils.Database) -> dict:
-        rows = list(db.query(f"select torch, device, model, count(*) as moves, max(steps_per_s / parent_steps_per_s) "
-                             f"as ratio from {TABLE} group by torch, device, model"))
+        rows = list(
+            db.query(
+                f"select torch, device, model, count(*) as moves, max(steps_per_s / parent_steps_per_s) "
+                f"as ratio from {TABLE} group by torch, device, model"
+            )
+        )
         return {"gains": rows}

@@ -34,9 +34,16 @@ class PlainCompiles(Observer):
         if not cut and not (a["status"] == Status.OK and a.get("warmup_s")):
             return False
         seconds = (a.get("wall_s") or 0.0) if cut else a["warmup_s"]
-        self.db[TABLE].upsert({**self.key, "study": study.study_name, "trial": trial.number,
-                               "outcome": "cut" if cut else "warmed", "seconds": seconds},
-                              pk=("torch", "device", "model", "study", "trial"))
+        self.db[TABLE].upsert(
+            {
+                **self.key,
+                "study": study.study_name,
+                "trial": trial.number,
+                "outcome": "cut" if cut else "warmed",
+                "seconds": seconds,
+            },
+            pk=("torch", "device", "model", "study", "trial"),
+        )
         return True
 
     def expected(self) -> dict | None:

@@ -21,18 +21,56 @@ TIMES = 2  # what happened this many times here is known: a value left out, a li
 
 # table: (columns, primary key)
 TABLES = {
-    "failures": ({"torch": str, "device": str, "item": str, "dims": str, "signature": str, "storage": str,
-                  "study": str, "trial": int, "status": str},
-                 ("torch", "device", "item", "signature", "storage", "study", "trial")),
+    "failures": (
+        {
+            "torch": str,
+            "device": str,
+            "item": str,
+            "dims": str,
+            "signature": str,
+            "storage": str,
+            "study": str,
+            "trial": int,
+            "status": str,
+        },
+        ("torch", "device", "item", "signature", "storage", "study", "trial"),
+    ),
     "ran": ({"torch": str, "device": str, "item": str, "study": str, "trial": int}, ("torch", "device", "item")),
-    "compile_cuts": ({"torch": str, "device": str, "model": str, "item": str, "study": str, "trial": int,
-                      "outcome": str, "seconds": float}, ("torch", "device", "model", "item", "study", "trial")),
-    "cold_runs": ({"torch": str, "device": str, "model": str, "study": str, "trial": int, "of": int,
-                   "added_s": float, "cold_added_s": float}, ("torch", "device", "model", "study", "trial")),
-    "gains": ({"torch": str, "device": str, "model": str, "study": str, "trial": int, "parent": int, "moved": str,
-               "parent_steps_per_s": float, "steps_per_s": float}, ("torch", "device", "model", "study", "trial")),
-    "plain_compiles": ({"torch": str, "device": str, "model": str, "study": str, "trial": int, "outcome": str,
-                        "seconds": float}, ("torch", "device", "model", "study", "trial")),
+    "compile_cuts": (
+        {"torch": str, "device": str, "model": str, "item": str, "study": str, "trial": int, "outcome": str, "seconds": float},
+        ("torch", "device", "model", "item", "study", "trial"),
+    ),
+    "cold_runs": (
+        {
+            "torch": str,
+            "device": str,
+            "model": str,
+            "study": str,
+            "trial": int,
+            "of": int,
+            "added_s": float,
+            "cold_added_s": float,
+        },
+        ("torch", "device", "model", "study", "trial"),
+    ),
+    "gains": (
+        {
+            "torch": str,
+            "device": str,
+            "model": str,
+            "study": str,
+            "trial": int,
+            "parent": int,
+            "moved": str,
+            "parent_steps_per_s": float,
+            "steps_per_s": float,
+        },
+        ("torch", "device", "model", "study", "trial"),
+    ),
+    "plain_compiles": (
+        {"torch": str, "device": str, "model": str, "study": str, "trial": int, "outcome": str, "seconds": float},
+        ("torch", "device", "model", "study", "trial"),
+    ),
 }
 
 
@@ -41,7 +79,8 @@ def store_path(override: str | None = None) -> str:
     if override:
         return override
     folder = os.environ.get("AUTOCOMPILE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autocompile")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autocompile"
+    )
     return os.path.join(folder, FILE_NAME)
 
 
@@ -74,7 +113,7 @@ def item(name: str, value) -> str:
 
 
 def parse(text: str) -> tuple[str, str]:
-    """"dim=value" -> (dim, the value as JSON): the value read as JSON, else as a plain string."""
+    """ "dim=value" -> (dim, the value as JSON): the value read as JSON, else as a plain string."""
     if "=" not in text:
         raise UserError(f"--forget takes DIM=VALUE (e.g. fullgraph=true), got {text!r}")
     name, raw = (part.strip() for part in text.split("=", 1))

@@ -39,8 +39,9 @@ def listing(path: str) -> dict:
 def study_key(study) -> tuple[str, str, str]:
     """(torch, device, model) of a finished study: its model, and the torch and device its trials recorded."""
     model = (study.user_attrs.get("settings") or {}).get("model")
-    measured = [t.user_attrs for t in study.get_trials(deepcopy=False)
-                if t.user_attrs.get("torch") and t.user_attrs.get("device_name")]
+    measured = [
+        t.user_attrs for t in study.get_trials(deepcopy=False) if t.user_attrs.get("torch") and t.user_attrs.get("device_name")
+    ]
     if not model or not measured:
         raise UserError(f"study {study.study_name!r} names no model or has no trial that recorded its torch and device")
     return measured[0]["torch"], measured[0]["device_name"], model

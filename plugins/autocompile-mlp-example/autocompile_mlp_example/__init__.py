@@ -20,8 +20,7 @@ class ResidualMLP(torch.nn.Module):
         super().__init__()
         self.stem = torch.nn.Linear(FEATURES, WIDTH)
         self.blocks = torch.nn.ModuleList(
-            torch.nn.Sequential(torch.nn.LayerNorm(WIDTH), torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU())
-            for _ in range(DEPTH)
+            torch.nn.Sequential(torch.nn.LayerNorm(WIDTH), torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU()) for _ in range(DEPTH)
         )
         self.head = torch.nn.Linear(WIDTH, CLASSES)
 
@@ -41,8 +40,13 @@ def mlp_example() -> Workload:
     def batches(options: WorkloadOptions, n: int):
         generator = torch.Generator().manual_seed(options.seed)
         size = options.batch_size or 32
-        return [{"x": torch.randn(size, FEATURES, generator=generator).to(options.device),
-                 "y": torch.randint(0, CLASSES, (size,), generator=generator).to(options.device)} for _ in range(n)]
+        return [
+            {
+                "x": torch.randn(size, FEATURES, generator=generator).to(options.device),
+                "y": torch.randint(0, CLASSES, (size,), generator=generator).to(options.device),
+            }
+            for _ in range(n)
+        ]
 
     def loss(model, batch):
         return torch.nn.functional.cross_entropy(model(batch["x"]), batch["y"])
@@ -50,6 +54,10 @@ def mlp_example() -> Workload:
     return Workload(
         name="mlp-example",
         description="example plugin: residual MLP classifier on random features, SGD",
-        build=build, batches=batches, loss=loss, count=lambda batch: batch["x"].shape[0], unit="samples",
+        build=build,
+        batches=batches,
+        loss=loss,
+        count=lambda batch: batch["x"].shape[0],
+        unit="samples",
         batch_pool=4,
     )

@@ -29,8 +29,16 @@ def test_entry_point_names_the_factory():
 
 
 def test_a_compiled_trial_of_the_plugin_runs():
-    out = autocompile("trial", "--model", "autocompile_mlp_example:mlp_example", "--device", "cpu",
-                      "--config", '{"scope": "regional"}', "--json")
+    out = autocompile(
+        "trial",
+        "--model",
+        "autocompile_mlp_example:mlp_example",
+        "--device",
+        "cpu",
+        "--config",
+        '{"scope": "regional"}',
+        "--json",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     record = json.loads(out.stdout)
     assert record["status"] == "ok" and record["steps_per_s"] > 0
