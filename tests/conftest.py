@@ -31,6 +31,14 @@ def toy(name: str = "toy") -> str:
 # CI (4.5 steps/s against 200), which turned the tests' speed relations upside down.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Inductor compiles in each compiled trial's own process, as test_parallel.py's ranks already did:
+# otherwise every compiled trial starts a pool of compile workers (a process importing torch, and
+# its forks) and waits for it before its warm-up, 5-7 s of a toy trial on 2 loaded cores
+# (compile_pool_s, 2026-11-27), where the other xdist worker keeps the second core busy anyway.
+# What the tests check does not depend on where Inductor compiles; the trials still wait for the
+# pool as before (compile_pool_s, 0 without one).
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 # Inductor checks that the CPU's vector instructions work (a dry compile, then a dlopen in a child
 # process, per instruction set) in every compiled trial's process, cached compile or not: 6.3 s of
 # a compiled trial's preparation against 3.3 s without it (test_trial.py's 11, 2 loaded cores,
