@@ -31,6 +31,14 @@ def toy(name: str = "toy") -> str:
 # CI (4.5 steps/s against 200), which turned the tests' speed relations upside down.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Inductor compiles in each compiled trial's own process, as test_parallel.py's ranks already did:
+# otherwise every compiled trial starts a pool of compile workers (a process importing torch, and
+# its forks) and waits for it before its warm-up, 5-7 s of a toy trial on 2 loaded cores
+# (compile_pool_s, 2026-11-27), where the other xdist worker keeps the second core busy anyway.
+# What the tests check does not depend on where Inductor compiles; the trials still wait for the
+# pool as before (compile_pool_s, 0 without one).
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 # Inductor checks that the CPU's vector instructions work (a dry compile, then a dlopen in a child
 # process, per instruction set) in every compiled trial's process, cached compile or not: 6.3 s of
 # a compiled trial's preparation against 3.3 s without it (test_trial.py's 11, 2 loaded cores,
@@ -47,12 +55,44 @@ os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="au
 # start first, and the short ones fill in beside them at the end. xdist's own order (most tests
 # first) puts test_shared_cache.py, test_repro.py and test_numerics_*.py, 50-270 s each but of few
 # tests, near the end, where one of them can leave a worker running alone. A file not listed keeps
-# its place after these.
-SLOWEST_FIRST = ["test_study.py", "test_trial.py", "test_checkpointing.py", "test_parallel.py", "test_shared_cache.py",
+# its place after these. A name with "::" is a work unit split off its file (SPLIT), placed apart.
+SLOWEST_FIRST = ["test_study.py", "test_study.py::own searches", "test_trial.py", "test_checkpointing.py",
+                 "test_checkpointing.py::own searches", "test_parallel.py", "test_parallel.py::ddp",
+                 "test_parallel.py::fsdp2", "test_shared_cache.py", "test_shared_cache.py::own searches",
                  "test_repro.py", "test_packing.py",
                  "test_strategy.py", "test_scale.py", "test_numerics_dropout.py", "test_dashboard.py", "test_memory.py",
                  "test_numerics_scaled.py", "test_screening.py", "test_activation_budget.py", "test_divergence.py",
                  "test_workloads.py", "test_optimizer_step.py"]
+
+# --dist loadfile keeps a file on one worker, and xdist hands each worker two files ahead: the
+# longest files (4-10 minutes each on 2 loaded cores, 2026-11-27) made the run end on one worker
+# alone. Their tests that share no module fixture with the rest (a search or a trial of their own)
+# are a work unit of their own, and a parametrised module fixture's tests one unit per parameter
+# (each worker sets up only the fixtures of the units it runs).
+SPLIT = {
+    "test_study.py": {"test_a_search_whose_trials_all_crash_keeps_every_record",
+                      "test_a_compiled_result_that_differs_from_eager_is_infeasible",
+                      "test_the_search_timeout_bounds_the_search", "test_a_trial_that_cannot_win_is_pruned",
+                      "test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_ratios_are_against"},
+    "test_checkpointing.py": {"test_a_configuration_with_the_checkpointing_off_runs_through_trial",
+                              "test_a_search_turns_the_checkpointing_off_and_best_picks_under_a_memory_limit"},
+    "test_shared_cache.py": {"test_a_move_of_the_optimizer_step_loads_the_model_graphs_and_reconstructs_the_cold_warm_up",
+                             "test_a_configuration_predicted_to_lose_is_pruned_before_launch_and_plain_compile_is_bounded"},
+}
+PER_PARAMETER = {"test_parallel.py": ("ddp", "fsdp2")}  # the `searched` fixture's parameters
+
+
+def work_unit(nodeid: str) -> str:
+    """The work unit of a test: its file, or a unit split off its file ("tests/test_study.py::own searches")."""
+    path, _, test = nodeid.partition("::")
+    name = os.path.basename(path)
+    function, _, parameters = test.partition("[")
+    if function in SPLIT.get(name, ()):
+        return path + "::own searches"
+    for parameter in PER_PARAMETER.get(name, ()):
+        if parameter in parameters.rstrip("]").split("-"):
+            return f"{path}::{parameter}"
+    return path
 
 
 def pytest_configure(config):
@@ -60,9 +100,24 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile with the work units of `work_unit`."""
+    if getattr(config.option, "dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SplitFiles(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return SplitFiles(config, log)
+
+
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
+    # stable: a unit's tests keep their order
+    items.sort(key=lambda item: rank.get(os.path.basename(work_unit(item.nodeid)), len(rank)))
 
 
 @pytest.fixture(scope="module", autouse=True)

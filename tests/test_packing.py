@@ -102,7 +102,9 @@ def test_packed_shapes_repeat_within_the_row_count_rule():
 def test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard(tmp_path):
     """A forward that drops the position ids its layout declares: packed, its sequences attend to each
     other. The trial's packing check (eager, before the compile) finds it and makes the trial infeasible,
-    saying why; a model that passes them (tiny-llama) is found exact."""
+    saying why; a model that passes them (tiny-llama) is found exact. That trial is also the reference
+    family's, for real (test_trial.py's trial of tiny-llama padded to a multiple of 32, merged here):
+    transformers' Llama, each decoder layer compiled alone, trains without a graph break."""
     from autocompile.trial import TrialRequest, run_trial
 
     measure = {"min_window_s": 0.05, "min_windows": 2, "max_windows": 2}
@@ -116,6 +118,9 @@ def test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard(tmp_path):
                                     timeout_s=300, measure=measure))
     assert record["status"] == "ok" and record["packing_check"]["max_rel_diff"] < 1e-5
     assert 0 < record["padding_share"] < 0.5  # rows of the longest: the rows' tails
+    assert record["regions"] == ["model.layers"]
+    assert record["graph_breaks"] == 0 and record["steps_per_s"] > 0
+    assert "pad" in record["snippet"] and "model.layers" in record["snippet"]
 
 
 def test_space_lists_pack_with_its_conditions_and_says_why_a_workload_cannot_pack():

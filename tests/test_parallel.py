@@ -89,6 +89,26 @@ def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
     assert group["pid"] and _pgid_members(group["pid"]) == []  # every rank and the launcher are gone
 
 
+def test_the_group_s_failure_is_the_rank_that_failed_first(tmp_path):
+    """torch's launcher names the first failed rank among those that had exited when it woke: on a
+    loaded host that may be rank 0, failed in a collective after rank 1 ran out of memory and left
+    (toy_rank1_oom read `failed` then, not `oom`). The cause is the record written first, and a rank
+    that ended without one (a crash) comes before a peer that wrote one; a rank the launcher stopped
+    (SIGTERM) is no cause."""
+    import signal
+
+    from autocompile.trial.ranks import _first_failure
+
+    spec = {"result": str(tmp_path / "result.json")}
+    for path, status, at in ((tmp_path / "result-rank1.json", "oom", 1), (tmp_path / "result.json", "failed", 2)):
+        path.write_text(json.dumps({"status": status, "reason": ""}))
+        os.utime(path, ns=(at * 10**9, at * 10**9))
+    assert _first_failure(spec, [1, 1], 0) == 1 and _first_failure(spec, [1, 1], 1) == 1
+    assert _first_failure(spec, [1, -signal.SIGTERM], 0) == 0  # rank 1 still running: the launcher stopped it
+    os.remove(tmp_path / "result-rank1.json")
+    assert _first_failure(spec, [1, -signal.SIGSEGV], 0) == 1  # rank 1 died without a record
+
+
 def test_the_numerics_guard_replays_on_every_rank(tmp_path):
     """A loss that depends on dropout is judged by the replay on each rank, eager wrapped as the
     configuration is (the models' collectives need every rank): plain torch.compile of

@@ -61,7 +61,13 @@ def shared_search(tmp_path_factory):
     settings = SearchSettings(model=toy(), device="cpu", study="shared", directory=directory, trials=5,
                               trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=2, prune=False,
                               shared_cache=True, prestart=True)
-    return settings, run_search(settings)
+    from autocompile.engine.finalists import round as finalists
+
+    # the round's runs and its cold check, never a third run of a finalist with eager beside it (FAST's
+    # windows disagree far on a loaded host: up to three trials more); the third has a test of its own
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(finalists, "FAR_FLOOR", float("inf"))
+        return settings, run_search(settings)
 
 
 def test_trials_after_the_baselines_share_one_cache_and_carry_a_reconstructed_warm_up(shared_search):

@@ -628,11 +628,17 @@ def test_a_trial_that_cannot_win_is_pruned(tmp_path):
     assert summary["best"]["number"] == 0  # eager wins so short a run
 
 
-def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_ratios_are_against(tmp_path):
+def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_ratios_are_against(tmp_path,
+                                                                                              monkeypatch):
     """Eager training runs out of memory (as llama-8b's eager AdamW does on an 80 GB card); compiled
     it fits. The search goes on: the compiled configurations are measured and ranked, the finalist
     round measures them again among themselves, and the winner's line says that eager did not fit
     and that the ratios are against plain torch.compile."""
+    from autocompile.engine.finalists import round as finalists
+
+    # one rerun of the finalist, never a third (FAST's windows disagree far on a loaded host): the
+    # third has a test of its own
+    monkeypatch.setattr(finalists, "FAR_FLOOR", float("inf"))
     settings = SearchSettings(model=toy("toy_eager_oom"), device="cpu", study="no-eager", directory=str(tmp_path),
                               trials=3, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1, prune=False)
     summary = run_search(settings)
@@ -649,7 +655,7 @@ def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_rat
     assert judged["method"] == "first loss" and not judged["differs"] and judged["max_rel_diff"] < 1e-3
     # No eager baseline: each compiled trial runs the randomness check itself, for its eager first loss
     compiled = [full_record(t, settings.study_dir) for t in study.trials if t.user_attrs.get("status") == "ok"]
-    # three at least: a finalist whose two runs disagree far beyond their windows is measured a third time
+    # the two compiled trials and the finalist's rerun
     assert len(compiled) >= 3 and all(a["rng_dependent"] is False and "rng_dependent_from" not in a
                                       and a["eager_first_loss"] for a in compiled)
     text = format_summary(summary)

@@ -226,15 +226,6 @@ def test_a_broken_model_name_fails_cleanly(tmp_path, toolchain_dir):
     assert os.path.exists(record["log"])
 
 
-def test_tiny_llama_trains_compiled_per_decoder_layer(tmp_path, toolchain_dir):
-    """The reference family, for real: transformers' Llama, each decoder layer compiled alone."""
-    record, _ = trial(tmp_path, toolchain_dir, "tiny-llama", {"scope": "regional", "padding": "multiple", "pad_multiple": 32})
-    assert record["status"] == "ok", record["reason"]
-    assert record["regions"] == ["model.layers"]
-    assert record["graph_breaks"] == 0 and record["steps_per_s"] > 0
-    assert "pad" in record["snippet"] and "model.layers" in record["snippet"]
-
-
 def test_a_compile_stack_cut_at_100_frames_names_its_compile_stage(tmp_path):
     """faulthandler writes 100 frames at most, innermost first: a deep compile's stack ends before
     the worker's frames. The thread that took the signal is the main one, and where it was is named by

@@ -75,8 +75,38 @@ def launch(spec_path: str) -> int:
         lines = [line for line in str(exc).strip().splitlines() if line.strip()]
         failed = (exc.error_index, 1, lines[-1] if lines else "")
     if failed is not None:
+        first = _first_failure(spec, [process.exitcode for process in context.processes], failed[0])
+        if first != failed[0]:
+            failed = (first, context.processes[first].exitcode, "")
         _group_failure(spec, nproc, *failed)
     return 0
+
+
+def _first_failure(spec: dict, codes: list, seen: int) -> int:
+    """The rank whose failure ended the group. torch's launcher names the first failed rank it
+    finds among those that had exited when it woke: under load that may be a rank that failed only
+    after, in a collective whose peer had gone (rank 1 ran out of memory, rank 0's all_reduce then
+    lost its peer, and the trial read `failed` from rank 0). Among the ranks that ended on their own
+    (not stopped by the launcher's SIGTERM), one that ended without a failure record (killed by a
+    signal, or raising outside the worker) comes first: a peer left behind raises in the worker, and
+    writes one. Then the record written earliest."""
+    import signal
+
+    ended = [r for r, code in enumerate(codes) if code not in (None, 0, -signal.SIGTERM)]
+    if seen not in ended:
+        ended.append(seen)
+    failed = {r: _read(rank_result_path(spec, r)) for r in ended}
+    failed = {r: record for r, record in failed.items() if record and record.get("status") not in (None, Status.OK)}
+    died = [r for r in ended if r not in failed]
+    if died:
+        return seen if seen in died else died[0]
+    written = {}
+    for r in failed:
+        try:
+            written[r] = os.stat(rank_result_path(spec, r)).st_mtime_ns
+        except OSError:
+            pass
+    return min(written, key=lambda r: (written[r], r)) if written else seen
 
 
 def _group_failure(spec: dict, nproc: int, first: int, code: int | None, raised: str = "") -> None:
