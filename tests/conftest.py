@@ -16,10 +16,19 @@ FAST = {"min_window_s": 0.05, "min_windows": 2, "max_windows": 3}
 
 # What shapes the model's graphs, pinned at plain torch.compile's values (a search's `fixed`): a
 # test searches only the dimensions it leaves free.
-PLAIN_GRAPHS = {"scope": "full", "mode": "default", "dynamic": None, "fullgraph": False, "padding": "longest",
-                "mark_dynamic": "off", "inductor.shape_padding": True, "inductor.epilogue_fusion": True,
-                "inductor.aggressive_fusion": False, "compiled_autograd": False,
-                "foreach_map_optimizer": False}
+PLAIN_GRAPHS = {
+    "scope": "full",
+    "mode": "default",
+    "dynamic": None,
+    "fullgraph": False,
+    "padding": "longest",
+    "mark_dynamic": "off",
+    "inductor.shape_padding": True,
+    "inductor.epilogue_fusion": True,
+    "inductor.aggressive_fusion": False,
+    "compiled_autograd": False,
+    "foreach_map_optimizer": False,
+}
 
 
 def toy(name: str = "toy") -> str:
@@ -56,13 +65,31 @@ os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="au
 # first) puts test_shared_cache.py, test_repro.py and test_numerics_*.py, 50-270 s each but of few
 # tests, near the end, where one of them can leave a worker running alone. A file not listed keeps
 # its place after these. A name with "::" is a work unit split off its file (SPLIT), placed apart.
-SLOWEST_FIRST = ["test_study.py", "test_study.py::own searches", "test_trial.py", "test_checkpointing.py",
-                 "test_checkpointing.py::own searches", "test_parallel.py", "test_parallel.py::ddp",
-                 "test_parallel.py::fsdp2", "test_shared_cache.py", "test_shared_cache.py::own searches",
-                 "test_repro.py", "test_packing.py",
-                 "test_strategy.py", "test_scale.py", "test_numerics_dropout.py", "test_dashboard.py", "test_memory.py",
-                 "test_numerics_scaled.py", "test_screening.py", "test_activation_budget.py", "test_divergence.py",
-                 "test_workloads.py", "test_optimizer_step.py"]
+SLOWEST_FIRST = [
+    "test_study.py",
+    "test_study.py::own searches",
+    "test_trial.py",
+    "test_checkpointing.py",
+    "test_checkpointing.py::own searches",
+    "test_parallel.py",
+    "test_parallel.py::ddp",
+    "test_parallel.py::fsdp2",
+    "test_shared_cache.py",
+    "test_shared_cache.py::own searches",
+    "test_repro.py",
+    "test_packing.py",
+    "test_strategy.py",
+    "test_scale.py",
+    "test_numerics_dropout.py",
+    "test_dashboard.py",
+    "test_memory.py",
+    "test_numerics_scaled.py",
+    "test_screening.py",
+    "test_activation_budget.py",
+    "test_divergence.py",
+    "test_workloads.py",
+    "test_optimizer_step.py",
+]
 
 # --dist loadfile keeps a file on one worker, and xdist hands each worker two files ahead: the
 # longest files (4-10 minutes each on 2 loaded cores, 2026-11-27) made the run end on one worker
@@ -70,14 +97,21 @@ SLOWEST_FIRST = ["test_study.py", "test_study.py::own searches", "test_trial.py"
 # are a work unit of their own, and a parametrised module fixture's tests one unit per parameter
 # (each worker sets up only the fixtures of the units it runs).
 SPLIT = {
-    "test_study.py": {"test_a_search_whose_trials_all_crash_keeps_every_record",
-                      "test_a_compiled_result_that_differs_from_eager_is_infeasible",
-                      "test_the_search_timeout_bounds_the_search", "test_a_trial_that_cannot_win_is_pruned",
-                      "test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_ratios_are_against"},
-    "test_checkpointing.py": {"test_a_configuration_with_the_checkpointing_off_runs_through_trial",
-                              "test_a_search_turns_the_checkpointing_off_and_best_picks_under_a_memory_limit"},
-    "test_shared_cache.py": {"test_a_move_of_the_optimizer_step_loads_the_model_graphs_and_reconstructs_the_cold_warm_up",
-                             "test_a_configuration_predicted_to_lose_is_pruned_before_launch_and_plain_compile_is_bounded"},
+    "test_study.py": {
+        "test_a_search_whose_trials_all_crash_keeps_every_record",
+        "test_a_compiled_result_that_differs_from_eager_is_infeasible",
+        "test_the_search_timeout_bounds_the_search",
+        "test_a_trial_that_cannot_win_is_pruned",
+        "test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_ratios_are_against",
+    },
+    "test_checkpointing.py": {
+        "test_a_configuration_with_the_checkpointing_off_runs_through_trial",
+        "test_a_search_turns_the_checkpointing_off_and_best_picks_under_a_memory_limit",
+    },
+    "test_shared_cache.py": {
+        "test_a_move_of_the_optimizer_step_loads_the_model_graphs_and_reconstructs_the_cold_warm_up",
+        "test_a_configuration_predicted_to_lose_is_pruned_before_launch_and_plain_compile_is_bounded",
+    },
 }
 PER_PARAMETER = {"test_parallel.py": ("ddp", "fsdp2")}  # the `searched` fixture's parameters
 
@@ -113,7 +147,82 @@ def pytest_xdist_make_scheduler(config, log):
     return SplitFiles(config, log)
 
 
+# The quick subset (`-m "not slow"`, at most 5 minutes on 2 cores) leaves out the tests that took 15 s or
+# more (setup included) in a whole run of the suite on 2 loaded cores, and every test of a module fixture
+# that runs a search or a round: the whole suite runs them all.
+SLOW_FIXTURES = {
+    "from_python",
+    "searched",
+    "neighbours",
+    "shared_search",
+    "screened_study",
+    "round_on_two",
+    "with_a_round",
+    "searches",
+    "study",
+    "exported",
+    "postgres",
+    "llama_copy",
+}
+SLOW = {
+    "test_activation_budget.py::test_a_configuration_over_the_memory_limit_is_measured_again_with_a_lower_budget",
+    "test_checkpointing.py::test_a_configuration_with_the_checkpointing_off_runs_through_trial",
+    "test_checkpointing.py::test_a_search_turns_the_checkpointing_off_and_best_picks_under_a_memory_limit",
+    "test_checkpointing.py::test_the_snippet_switches_the_model_s_checkpointing_and_trains_like_eager_as_built",
+    "test_claims.py::test_on_a_model_of_many_blocks_plain_torch_compile_runs_last_with_what_is_left",
+    "test_dashboard.py::test_each_trials_files_are_uploaded_once",
+    "test_dashboard.py::test_the_exported_cache_is_loaded_by_a_fresh_trial",
+    "test_divergence.py::test_the_first_module_whose_output_departs_is_named_in_the_record_and_its_reason",
+    "test_golden.py::test_every_committed_study_prints_what_it_printed",
+    "test_horizon.py::test_without_horizon_steps_the_horizon_is_what_eager_runs_in_ten_budgets",
+    "test_memory.py::test_a_value_that_failed_twice_the_same_way_is_not_offered_in_the_next_study",
+    "test_numerics_dropout.py::test_a_correct_compile_of_a_model_with_dropout_passes_under_every_seed",
+    "test_numerics_dropout.py::test_the_replay_loads_the_optimizer_step_the_measured_run_compiled",
+    "test_numerics_scaled.py::test_a_compile_three_percent_off_is_infeasible_under_every_seed",
+    "test_packing.py::test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard",
+    "test_packing.py::test_packed_batches_train_like_the_padded_batch",
+    "test_packing.py::test_packed_shapes_repeat_within_the_row_count_rule",
+    "test_parallel.py::test_a_failing_rank_ends_the_whole_trial",
+    "test_parallel.py::test_a_search_under_ddp_or_fsdp2_ends_with_a_winner",
+    "test_parallel.py::test_the_numerics_guard_replays_on_every_rank",
+    "test_parallel.py::test_the_winners_snippet_trains_under_torchrun_as_the_trial_did",
+    "test_repro.py::test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone",
+    "test_repro.py::test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_from_a_study_that_lost_its_folder",
+    "test_repro.py::test_an_accuracy_repro_compiles_the_module_where_the_numerics_part_alone",
+    "test_scale.py::test_a_worker_killed_mid_trial_leaves_a_stale_trial_no_orphan_and_the_study_completes",
+    "test_scale.py::test_the_finalist_round_splits_its_finalists_over_the_workers",
+    "test_scale.py::test_two_workers_on_one_host_share_a_study",
+    "test_scale.py::test_two_workers_share_a_study_on_postgresql",
+    "test_screening.py::test_a_screened_search_promotes_through_the_pruner",
+    "test_shared_cache.py::test_a_configuration_predicted_to_lose_is_pruned_before_launch_and_plain_compile_is_bounded",
+    "test_shared_cache.py::test_a_leader_with_a_reconstructed_warm_up_is_measured_cold_by_its_round_run",
+    "test_shared_cache.py::test_a_move_of_the_optimizer_step_loads_the_model_graphs_and_reconstructs_the_cold_warm_up",
+    "test_shared_cache.py::test_trials_after_the_baselines_share_one_cache_and_carry_a_reconstructed_warm_up",
+    "test_strategy.py::test_neighbours_change_one_dimension_of_the_incumbent_and_record_their_parent",
+    "test_strategy.py::test_the_finalist_round_runs_under_a_tight_timeout",
+    "test_study.py::test_a_compiled_result_that_differs_from_eager_is_infeasible",
+    "test_study.py::test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_ratios_are_against",
+    "test_study.py::test_a_trial_that_cannot_win_is_pruned",
+    "test_study.py::test_search_measures_baselines_then_recipes",
+    "test_study.py::test_the_search_timeout_bounds_the_search",
+    "test_trial.py::test_a_hang_is_killed_at_the_time_limit",
+    "test_trial.py::test_a_hard_mark_the_model_refuses_falls_back_to_maybe_and_the_study_does_not_try_it_again",
+    "test_trial.py::test_eager_and_compiled_trials_measure_and_keep_their_files",
+    "test_trial.py::test_graph_breaks_are_counted_with_their_reason",
+    "test_trial.py::test_recompiles_on_every_length_hit_the_limit",
+    "test_trial.py::test_triage_names_inductor_when_only_inductor_fails",
+}
+
+
+def _slow(item) -> bool:
+    path, _, test = item.nodeid.partition("::")
+    return f"{os.path.basename(path)}::{test.partition('[')[0]}" in SLOW or bool(SLOW_FIXTURES & set(item.fixturenames))
+
+
 def pytest_collection_modifyitems(items):
+    for item in items:
+        if _slow(item):
+            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
 
     # stable: a unit's tests keep their order
@@ -150,8 +259,12 @@ def copy_study(directory, name: str, into, new_name: str) -> None:
 
     source, target = os.path.join(str(directory), name), os.path.join(str(into), new_name)
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("study.db", "study.db-*", "results.db"))
-    optuna.copy_study(from_study_name=name, from_storage="sqlite:///" + os.path.join(source, "study.db"),
-                      to_storage="sqlite:///" + os.path.join(target, "study.db"), to_study_name=new_name)
+    optuna.copy_study(
+        from_study_name=name,
+        from_storage="sqlite:///" + os.path.join(source, "study.db"),
+        to_storage="sqlite:///" + os.path.join(target, "study.db"),
+        to_study_name=new_name,
+    )
 
 
 def numerics_of_plain_compile(tmp_path, workload: str, seed: int, triage: bool = False) -> dict:
@@ -162,8 +275,18 @@ def numerics_of_plain_compile(tmp_path, workload: str, seed: int, triage: bool =
     `triage` (--no-triage), a numerics failure is not compared with eager module by module (diverges_at)."""
     import autocompile
 
-    autocompile.search(toy(workload), trials=2, device="cpu", study="s", directory=str(tmp_path), verbosity=0,
-                       finalists=0, seed=seed, triage=triage, measure=FAST)
+    autocompile.search(
+        toy(workload),
+        trials=2,
+        device="cpu",
+        study="s",
+        directory=str(tmp_path),
+        verbosity=0,
+        finalists=0,
+        seed=seed,
+        triage=triage,
+        measure=FAST,
+    )
     record = plain_compile_record(tmp_path)
     assert record["study_trials"] == 2
     return record

@@ -15,8 +15,13 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 GOLDEN = os.path.join(HERE, "data", "golden")
-SPACES = ["tiny-llama", "tiny-captioner", "tiny-lora", os.path.join(HERE, "toy_workloads.py") + ":toy",
-          os.path.join(HERE, "toy_workloads.py") + ":toy_checkpointed"]
+SPACES = [
+    "tiny-llama",
+    "tiny-captioner",
+    "tiny-lora",
+    os.path.join(HERE, "toy_workloads.py") + ":toy",
+    os.path.join(HERE, "toy_workloads.py") + ":toy_checkpointed",
+]
 
 
 def committed_studies() -> list[tuple[str, str]]:
@@ -46,8 +51,11 @@ def outputs() -> dict[str, str]:
         for name, extra in (("best", []), ("best-json", ["--json"]), ("best-pareto", ["--pareto"])):
             found[f"{label}.{name}.txt"] = _run(["best", "--study", study, "--dir", directory, *extra])
         with tempfile.TemporaryDirectory() as scratch:
-            shutil.copytree(os.path.join(directory, study), os.path.join(scratch, study),
-                            ignore=shutil.ignore_patterns("report", "results.db", "artifacts"))
+            shutil.copytree(
+                os.path.join(directory, study),
+                os.path.join(scratch, study),
+                ignore=shutil.ignore_patterns("report", "results.db", "artifacts"),
+            )
             _run(["report", "--study", study, "--dir", scratch])
             for written in ("trials.txt", "apply_compilation.py", os.path.join("report", "report.md")):
                 path = os.path.join(scratch, study, written)

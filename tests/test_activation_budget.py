@@ -11,8 +11,14 @@ from conftest import FAST, PLAIN_GRAPHS, toy
 # Everything but the budget pinned: the model's graphs as plain torch.compile's, each block apart,
 # and the optimizer step as one compiled foreach_map function (the search runs it too, in the recipe
 # and the neighbour).
-ONLY_THE_BUDGET = {**PLAIN_GRAPHS, "scope": "regional", "compile_optimizer": False, "fused_optimizer": False,
-                   "compile_loss": False, "foreach_map_optimizer": True}
+ONLY_THE_BUDGET = {
+    **PLAIN_GRAPHS,
+    "scope": "regional",
+    "compile_optimizer": False,
+    "fused_optimizer": False,
+    "compile_loss": False,
+    "foreach_map_optimizer": True,
+}
 
 
 def test_the_budget_is_offered_only_where_memory_is_the_constraint():
@@ -29,9 +35,20 @@ def test_a_configuration_over_the_memory_limit_is_measured_again_with_a_lower_bu
     """Every configuration needs more than the limit (llama-8b-60gb's recipes ran at 64-75 GB, H200,
     2026-11-26): with no incumbent to move from, the fastest one over the limit comes back with the
     lowest budget, a neighbour of it; it runs, and its snippet sets the budget before compiling."""
-    settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="over", directory=str(tmp_path / "studies"), trials=4,
-                              trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=0, prune=False,
-                              max_memory_gb=0.001, fixed=ONLY_THE_BUDGET)
+    settings = SearchSettings(
+        model=toy("toy_fixed"),
+        device="cpu",
+        study="over",
+        directory=str(tmp_path / "studies"),
+        trials=4,
+        trial_timeout_s=300,
+        measure=FAST,
+        horizon=100_000,
+        finalists=0,
+        prune=False,
+        max_memory_gb=0.001,
+        fixed=ONLY_THE_BUDGET,
+    )
     run_search(settings)
     study = load_study("over", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     over = {t.number for t in study.trials if t.user_attrs.get("over_memory_gb")}
@@ -51,8 +68,10 @@ def test_a_configuration_over_the_memory_limit_is_measured_again_with_a_lower_bu
     from autocompile.outputs.table import format_effects
 
     [effect] = [e for e in effects(study) if e["trial"] == t.number]
-    assert effect["over_limit"] and effect["peak_mem_gb"] == (study.trials[effect["parent"]].user_attrs["peak_mem_gb"],
-                                                             t.user_attrs["peak_mem_gb"])
+    assert effect["over_limit"] and effect["peak_mem_gb"] == (
+        study.trials[effect["parent"]].user_attrs["peak_mem_gb"],
+        t.user_attrs["peak_mem_gb"],
+    )
     # (its parent: the recipe, or plain torch.compile where that ran faster on this machine)
     assert "activation_memory_budget null -> 0.8" in format_effects([effect])
     assert ": still over the memory limit, peak " in format_effects([effect])

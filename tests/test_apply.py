@@ -20,8 +20,13 @@ def config(**changes):
 
 def info(workload=WORKLOAD, model=None, device_type="cpu"):
     model = model or workload.build(OPTIONS)[0]
-    return ModelInfo(regions=find_repeated_blocks(model), parts=workload.parts, varying=dict(workload.varying),
-                     max_len=workload.max_len(OPTIONS), device_type=device_type)
+    return ModelInfo(
+        regions=find_repeated_blocks(model),
+        parts=workload.parts,
+        varying=dict(workload.varying),
+        max_len=workload.max_len(OPTIONS),
+        device_type=device_type,
+    )
 
 
 def applied(cfg, workload=WORKLOAD):
@@ -93,12 +98,15 @@ def test_fused_optimizer_switches_the_implementation():
     assert all(g["fused"] and not g["foreach"] for g in optimizer.param_groups)
 
 
-@pytest.mark.parametrize("padding, extra, check", [
-    ("longest", {}, lambda n, original: n == original),
-    ("multiple", {"pad_multiple": 32}, lambda n, original: n % 32 == 0 and n >= original),
-    ("buckets", {}, lambda n, original: n in bucket_lengths(48) and n >= original),
-    ("max", {}, lambda n, original: n == 48),
-])
+@pytest.mark.parametrize(
+    "padding, extra, check",
+    [
+        ("longest", {}, lambda n, original: n == original),
+        ("multiple", {"pad_multiple": 32}, lambda n, original: n % 32 == 0 and n >= original),
+        ("buckets", {}, lambda n, original: n in bucket_lengths(48) and n >= original),
+        ("max", {}, lambda n, original: n == 48),
+    ],
+)
 def test_padding_produces_the_lengths_asked_for(padding, extra, check):
     _, _, prepare = applied(config(compile=False, padding=padding, **extra))
     for batch in WORKLOAD.batches(OPTIONS, 4):

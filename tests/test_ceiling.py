@@ -72,8 +72,15 @@ def test_replayed_on_every_committed_study_the_ceiling_cuts_no_winner():
             if not known:
                 continue  # a move the other studies never made: no ceiling
             started = t.datetime_start
-            before = [u.value for u in study.trials if u.value and u.user_attrs.get("status") == "ok"
-                      and u.datetime_complete and started and u.datetime_complete < started]
+            before = [
+                u.value
+                for u in study.trials
+                if u.value
+                and u.user_attrs.get("status") == "ok"
+                and u.datetime_complete
+                and started
+                and u.datetime_complete < started
+            ]
             if not before:
                 continue
             ceiling = study.trials[a["parent"]].user_attrs["steps_per_s"] * known["ratio"]

@@ -29,11 +29,14 @@ def dims(space) -> dict:
     return {d.name: d for d in space.dimensions}
 
 
-@pytest.mark.parametrize("model, found", [
-    ("tiny-lora", "Hugging Face activation checkpointing on LlamaForCausalLM inside PeftModelForCausalLM"),
-    (toy("gpt2_checkpointed"), "Hugging Face activation checkpointing on GPT2LMHeadModel"),
-    (toy("toy_checkpointed"), "the workload's own checkpointing (Workload.checkpointing)"),
-])
+@pytest.mark.parametrize(
+    "model, found",
+    [
+        ("tiny-lora", "Hugging Face activation checkpointing on LlamaForCausalLM inside PeftModelForCausalLM"),
+        (toy("gpt2_checkpointed"), "Hugging Face activation checkpointing on GPT2LMHeadModel"),
+        (toy("toy_checkpointed"), "the workload's own checkpointing (Workload.checkpointing)"),
+    ],
+)
 def test_the_dimension_is_offered_where_the_model_checkpoints(model, found):
     """A Hugging Face model found through its own flag (GPT-2 declares nothing; the LoRA model through
     peft's wrapper), a model of one's own through its declared hooks: as built, off, selective; the
@@ -88,8 +91,13 @@ def test_cuda_graphs_under_the_model_s_checkpointing_are_refused_with_the_upstre
 
 
 def _info(workload, model):
-    return ModelInfo(regions=find_repeated_blocks(model), parts=workload.parts, varying=dict(workload.varying),
-                     max_len=workload.max_len(OPTIONS), checkpointing=checkpointing.find(model, workload.checkpointing))
+    return ModelInfo(
+        regions=find_repeated_blocks(model),
+        parts=workload.parts,
+        varying=dict(workload.varying),
+        max_len=workload.max_len(OPTIONS),
+        checkpointing=checkpointing.find(model, workload.checkpointing),
+    )
 
 
 def _losses(workload, config, batches):
@@ -113,12 +121,15 @@ def _losses(workload, config, batches):
     return losses, model
 
 
-@pytest.mark.parametrize("model, config", [
-    ("tiny-lora", {"scope": "regional", "activation_checkpointing": "off", "activation_memory_budget": 0.5}),
-    ("tiny-lora", {"scope": "full", "activation_checkpointing": "selective"}),
-    (toy("toy_checkpointed"), {"scope": "full", "activation_checkpointing": "off", "activation_memory_budget": 0.05}),
-    (toy("toy_checkpointed"), {"scope": "full", "activation_checkpointing": "selective"}),
-])
+@pytest.mark.parametrize(
+    "model, config",
+    [
+        ("tiny-lora", {"scope": "regional", "activation_checkpointing": "off", "activation_memory_budget": 0.5}),
+        ("tiny-lora", {"scope": "full", "activation_checkpointing": "selective"}),
+        (toy("toy_checkpointed"), {"scope": "full", "activation_checkpointing": "off", "activation_memory_budget": 0.05}),
+        (toy("toy_checkpointed"), {"scope": "full", "activation_checkpointing": "selective"}),
+    ],
+)
 def test_the_snippet_switches_the_model_s_checkpointing_and_trains_like_eager_as_built(model, config):
     """Pasted into a plain loop over a model built with its checkpointing on, the snippet turns it off
     (or selective) itself, says so in its docstring, and trains with eager-as-built's losses within the
@@ -149,8 +160,18 @@ def test_the_snippet_switches_the_model_s_checkpointing_and_trains_like_eager_as
 
 
 def test_a_configuration_with_the_checkpointing_off_runs_through_trial(tmp_path):
-    out = cli("trial", "--model", "tiny-lora", "--device", "cpu", "--dir", str(tmp_path), "--json", "--config",
-              json.dumps({"scope": "regional", "activation_checkpointing": "off", "activation_memory_budget": 0.5}))
+    out = cli(
+        "trial",
+        "--model",
+        "tiny-lora",
+        "--device",
+        "cpu",
+        "--dir",
+        str(tmp_path),
+        "--json",
+        "--config",
+        json.dumps({"scope": "regional", "activation_checkpointing": "off", "activation_memory_budget": 0.5}),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     record = json.loads(out.stdout)
     assert record["status"] == "ok" and record["peak_mem_gb"] > 0
@@ -169,9 +190,20 @@ def test_a_search_turns_the_checkpointing_off_and_best_picks_under_a_memory_limi
     from autocompile.engine.study import SearchSettings, load_study
 
     directory = str(tmp_path / "studies")
-    settings = SearchSettings(model=toy("toy_checkpointed"), device="cpu", study="ckpt", directory=directory, trials=3,
-                              trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=0, prune=False,
-                              fixed={"padding": "longest", "mark_dynamic": "off", "dynamic": None}, max_memory_gb="eager")
+    settings = SearchSettings(
+        model=toy("toy_checkpointed"),
+        device="cpu",
+        study="ckpt",
+        directory=directory,
+        trials=3,
+        trial_timeout_s=300,
+        measure=FAST,
+        horizon=100_000,
+        finalists=0,
+        prune=False,
+        fixed={"padding": "longest", "mark_dynamic": "off", "dynamic": None},
+        max_memory_gb="eager",
+    )
     run_search(settings)
     study = load_study("ckpt", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     [eager] = [t.user_attrs for t in study.trials if t.user_attrs.get("role") == "eager"]
@@ -184,9 +216,13 @@ def test_a_search_turns_the_checkpointing_off_and_best_picks_under_a_memory_limi
         assert a["reason"] == f"peak memory {a['peak_mem_gb']:.2f} GB is above --max-memory-gb {eager['peak_mem_gb']:g}"
     else:
         assert a["status"] == "ok", a.get("reason")
-    measured = {t.number: t.user_attrs for t in study.trials if t.user_attrs.get("steps_per_s")
-                and not (t.user_attrs.get("numerics") or {}).get("differs")
-                and t.user_attrs.get("status") in ("ok", "infeasible")}
+    measured = {
+        t.number: t.user_attrs
+        for t in study.trials
+        if t.user_attrs.get("steps_per_s")
+        and not (t.user_attrs.get("numerics") or {}).get("differs")
+        and t.user_attrs.get("status") in ("ok", "infeasible")
+    }
     limit = max(r["peak_mem_gb"] for r in measured.values())  # every configuration that ran fits
     out = cli("best", "--study", "ckpt", "--dir", directory, "--max-memory-gb", str(limit), "--json")
     assert out.returncode == 0, out.stderr

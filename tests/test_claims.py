@@ -20,9 +20,20 @@ FIXED = {key: value for key, value in PLAIN_GRAPHS.items() if key != "scope"}  #
 def test_on_a_model_of_many_blocks_plain_torch_compile_runs_last_with_what_is_left(tmp_path):
     """Under --timeout, a model of MANY_BLOCKS repeated blocks or more is explored first: eager, then the
     recipes, and plain torch.compile last, with what is left before the finalist round."""
-    settings = SearchSettings(model=toy("toy_many_blocks"), device="cpu", study="deep", directory=str(tmp_path),
-                              trials=3, timeout_s=600, trial_timeout_s=240, measure=FAST, horizon=100_000,
-                              finalists=0, prune=False, fixed=FIXED)
+    settings = SearchSettings(
+        model=toy("toy_many_blocks"),
+        device="cpu",
+        study="deep",
+        directory=str(tmp_path),
+        trials=3,
+        timeout_s=600,
+        trial_timeout_s=240,
+        measure=FAST,
+        horizon=100_000,
+        finalists=0,
+        prune=False,
+        fixed=FIXED,
+    )
     assert build_space(settings.model, "cpu").traits.blocks == 8 >= MANY_BLOCKS
     run_search(settings)
     study = load_study("deep", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
@@ -45,8 +56,9 @@ def test_plain_torch_compile_seen_cut_on_this_model_runs_last():
         study = optuna.create_study()
         settings = SimpleNamespace(timeout_s=timeout_s, baseline_limit_s=300.0)
         space = SimpleNamespace(traits=SimpleNamespace(blocks=blocks))
-        return SimpleNamespace(study=study, settings=settings, plain=store, space=space,
-                               progress=SimpleNamespace(line=lambda text: None))
+        return SimpleNamespace(
+            study=study, settings=settings, plain=store, space=space, progress=SimpleNamespace(line=lambda text: None)
+        )
 
     why = plain_compile_last(runner(1500, plain))
     assert why.startswith("its whole-model compile was cut while compiling after 30") and "captioner-fresh-12 trial 1" in why
@@ -58,10 +70,13 @@ def test_a_trial_cut_while_compiling_says_how_far_the_compile_got(tmp_path):
     """The compiles a trial had finished when its limit cut it while compiling: from the worker's events."""
     from autocompile.trial.process import _how_far
 
-    assert _how_far([{"phase": "compiling"}, {"phase": "compiling", "compiled": 1},
-                     {"phase": "compiling", "compiled": 2}]) == ", 2 compiles finished by then"
+    assert (
+        _how_far([{"phase": "compiling"}, {"phase": "compiling", "compiled": 1}, {"phase": "compiling", "compiled": 2}])
+        == ", 2 compiles finished by then"
+    )
     assert _how_far([{"phase": "compiling"}]) == ", no compile finished by then"
-    record = run_trial(TrialRequest(model=toy(), config={**EAGER, "compile": True}, device="cpu",
-                                    trial_dir=str(tmp_path), timeout_s=6))
+    record = run_trial(
+        TrialRequest(model=toy(), config={**EAGER, "compile": True}, device="cpu", trial_dir=str(tmp_path), timeout_s=6)
+    )
     assert record["status"] == "timeout"
     assert ("finished by then" in record["reason"]) == (record["failed_phase"] == "compiling"), record["reason"]

@@ -72,28 +72,45 @@ def test_a_search_records_the_prior_and_its_round_s_cold_runs_feed_the_memory(tm
     import torch
 
     model, path = toy("toy"), str(tmp_path / "failures.db")
-    settings = SearchSettings(model=model, device="cpu", study="s", directory=str(tmp_path), trials=1,
-                              trial_timeout_s=60, memory_path=path)
+    settings = SearchSettings(
+        model=model, device="cpu", study="s", directory=str(tmp_path), trials=1, trial_timeout_s=60, memory_path=path
+    )
     memory = ColdMemory(path, torch.__version__, "cpu", model)
     memory.remember("a", 9, 4, (10.0, 14.0))
     memory.remember("b", 7, 3, (20.0, 36.0))
     runner = open_search(settings)
     assert runner.study.user_attrs["cold_scale"] == {"scale": 1.6, "runs": 2, "from": ["a trial 9", "b trial 7"]}
-    assert "plans a cold run at 1.60x the seconds a reconstructed warm-up adds: what 2 earlier cold runs" \
-        in capsys.readouterr().err
+    assert (
+        "plans a cold run at 1.60x the seconds a reconstructed warm-up adds: what 2 earlier cold runs" in capsys.readouterr().err
+    )
     stored = [c for c in runner.callbacks if isinstance(c, ColdMemory)]
     assert len(stored) == 1
 
     study = runner.study  # a reconstructed trial, then its cold run in the round, as the search tells them
-    first = optuna.trial.create_trial(value=1.0, params={}, distributions={}, user_attrs={
-        "status": "ok", "warmup_kind": "reconstructed", "warmup_s": 8.0,
-        "reconstruction": {"measured_s": 3.0, "added_s": 5.0}})
+    first = optuna.trial.create_trial(
+        value=1.0,
+        params={},
+        distributions={},
+        user_attrs={
+            "status": "ok",
+            "warmup_kind": "reconstructed",
+            "warmup_s": 8.0,
+            "reconstruction": {"measured_s": 3.0, "added_s": 5.0},
+        },
+    )
     study.add_trial(first)
-    cold = optuna.trial.create_trial(value=1.0, params={}, distributions={}, user_attrs={
-        "status": "ok", "warmup_kind": "cold", "warmup_s": 12.0, "cold_check": True, "remeasure_of": 0})
+    cold = optuna.trial.create_trial(
+        value=1.0,
+        params={},
+        distributions={},
+        user_attrs={"status": "ok", "warmup_kind": "cold", "warmup_s": 12.0, "cold_check": True, "remeasure_of": 0},
+    )
     study.add_trial(cold)
     stored[0](study, study.trials[1])
     assert ColdMemory(path, torch.__version__, "cpu", model).scale() == {
-        "scale": 1.8, "runs": 3, "from": ["a trial 9", "b trial 7", "s trial 1"]}  # 1.4, 1.8 and (12 - 3) / 5
+        "scale": 1.8,
+        "runs": 3,
+        "from": ["a trial 9", "b trial 7", "s trial 1"],
+    }  # 1.4, 1.8 and (12 - 3) / 5
     stored[0](study, study.trials[0])  # not a cold run of the round: nothing stored
     assert ColdMemory(path, torch.__version__, "cpu", model).scale()["runs"] == 3

@@ -15,8 +15,10 @@ def _learned(tmp_path, capsys) -> str:
     path = str(tmp_path / "failures.db")
     for name in ("captioner-fresh-5", "captioner-fresh-6"):
         assert main(["failures", "--failure-memory", path, "--learn", name, "--dir", HISTORY]) == 0
-    assert ("learned from study 'captioner-fresh-6': 4 trials with compile-heavy, whole-model or implicated values remembered"
-            in capsys.readouterr().out)
+    assert (
+        "learned from study 'captioner-fresh-6': 4 trials with compile-heavy, whole-model or implicated values remembered"
+        in capsys.readouterr().out
+    )
     return path
 
 
@@ -27,9 +29,11 @@ def test_a_compile_heavy_value_cut_twice_at_the_limit_is_refused_in_the_next_stu
     assert config["compiled_autograd"] and autograd.user_attrs["status"] == "timeout"
     memory = CompileMemory(path, *H200, "captioner")
     why = memory.reason(config, 240)
-    assert why == ("expected not to fit the 240 s trial limit: compiled_autograd=true ran out of its limit while "
-                   "compiling 2 times here on captioner (study captioner-fresh-5 trial 11, study captioner-fresh-6 "
-                   "trial 11), and never warmed up within 240 s"), why
+    assert why == (
+        "expected not to fit the 240 s trial limit: compiled_autograd=true ran out of its limit while "
+        "compiling 2 times here on captioner (study captioner-fresh-5 trial 11, study captioner-fresh-6 "
+        "trial 11), and never warmed up within 240 s"
+    ), why
     assert memory.reason(config, 500) is None  # cut at 241 s: nothing said of a longer limit
     assert memory.reason({**config, "compiled_autograd": False}, 240) is None
     assert CompileMemory(path, *H200, "llama-8b").reason(config, 240) is None  # another model
@@ -56,9 +60,11 @@ def test_a_value_a_neighbour_was_cut_compiling_twice_is_refused_in_the_next_stud
     assert memory.reason(skip["config"], 240) is None  # once: not yet
     assert main(["failures", "--failure-memory", path, "--learn", "captioner-fresh-8", "--dir", HISTORY]) == 0
     why = memory.reason(skip["config"], 240)
-    assert why == ("expected not to fit the 240 s trial limit: inductor.triton.cudagraph_skip_dynamic_graphs=true ran "
-                   "out of its limit while compiling 2 times here on captioner (study captioner-fresh-7 trial 22, study "
-                   "captioner-fresh-8 trial 24), and never warmed up within 240 s"), why
+    assert why == (
+        "expected not to fit the 240 s trial limit: inductor.triton.cudagraph_skip_dynamic_graphs=true ran "
+        "out of its limit while compiling 2 times here on captioner (study captioner-fresh-7 trial 22, study "
+        "captioner-fresh-8 trial 24), and never warmed up within 240 s"
+    ), why
     assert memory.reason(parent["config"], 240) is None
     # from now on a trial that warms up with it is stored too, and clears it
     later = _Study("later", [{"config": skip["config"], "status": "ok", "warmup_s": 60.0}])
@@ -73,6 +79,7 @@ class _Trial:
 
 class _Study:
     """A study of finished first runs, as the memory reads one."""
+
     def __init__(self, name, attrs):
         self.study_name, self.trials = name, [_Trial(i, a) for i, a in enumerate(attrs)]
 
@@ -83,8 +90,10 @@ class _Study:
 def test_failures_lists_the_cuts_and_forgets_them(tmp_path, capsys):
     path = _learned(tmp_path, capsys)
     assert main(["failures", "--failure-memory", path]) == 0
-    assert "compiled_autograd=true  [torch 2.11.0+cu130, NVIDIA H200, captioner]  cut 2 times, after 241, 241 s" \
+    assert (
+        "compiled_autograd=true  [torch 2.11.0+cu130, NVIDIA H200, captioner]  cut 2 times, after 241, 241 s"
         in capsys.readouterr().out
+    )
     assert main(["failures", "--failure-memory", path, "--forget", "compiled_autograd=true"]) == 0
     assert "forgot 2 remembered outcomes" in capsys.readouterr().out
     config = {"compile": True, "scope": "regional", "mode": "reduce-overhead", "compiled_autograd": True}
@@ -100,13 +109,15 @@ def test_a_search_refuses_before_launch_what_the_memory_says_will_not_fit(tmp_pa
     import torch
 
     model, path = toy("toy"), str(tmp_path / "failures.db")
-    settings = SearchSettings(model=model, device="cpu", study="s", directory=str(tmp_path), trials=1,
-                              trial_timeout_s=60, memory_path=path)
+    settings = SearchSettings(
+        model=model, device="cpu", study="s", directory=str(tmp_path), trials=1, trial_timeout_s=60, memory_path=path
+    )
     memory = CompileMemory(path, torch.__version__, "cpu", model)
     config = {"compile": True, "scope": "regional", "mode": "default", "compiled_autograd": True}
     for study in ("a", "b"):
-        memory.remember({"status": "timeout", "reason": "no result within the 60 s limit (while compiling)",
-                         "wall_s": 60.4}, config, study, 2)
+        memory.remember(
+            {"status": "timeout", "reason": "no result within the 60 s limit (while compiling)", "wall_s": 60.4}, config, study, 2
+        )
     runner = open_search(settings)
     assert "compiled_autograd=true ran out of its limit while compiling 2 times here on" in runner.refusal(config)
     assert runner.refusal({**config, "compiled_autograd": False}) is None

@@ -17,8 +17,14 @@ import urllib.request
 import pytest
 
 from autocompile.apply import load_snippet
-from autocompile.outputs.dashboard import (ArtifactUploader, artifact_store, trial_dir, tlparse_command, upload_study_files,
-                                           uploaded)
+from autocompile.outputs.dashboard import (
+    ArtifactUploader,
+    artifact_store,
+    trial_dir,
+    tlparse_command,
+    upload_study_files,
+    uploaded,
+)
 from autocompile.engine.records import full_record
 from autocompile.outputs.export import check_warm_start, export
 from autocompile.api import run_search
@@ -33,8 +39,18 @@ def study(tmp_path_factory):
     """Eager and plain torch.compile on the toy (whose lengths vary: the compiled one recompiles),
     each trial writing a trace as a search does when tlparse is installed."""
     directory = str(tmp_path_factory.mktemp("studies"))
-    settings = SearchSettings(model=toy(), device="cpu", study="toy", directory=directory, trials=2,
-                              trial_timeout_s=300, measure=FAST, finalists=0, prune=False, trace=True)
+    settings = SearchSettings(
+        model=toy(),
+        device="cpu",
+        study="toy",
+        directory=directory,
+        trials=2,
+        trial_timeout_s=300,
+        measure=FAST,
+        finalists=0,
+        prune=False,
+        trace=True,
+    )
     run_search(settings)
     return load_study("toy", storage_url(None, directory, "toy")), settings.study_dir
 
@@ -80,8 +96,12 @@ def _free_port() -> int:
 
 def _dom(url: str) -> str:
     """The page after its scripts ran: optuna-dashboard is a single-page app that fetches the study."""
-    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
-                          "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return out.stdout
 
 
@@ -90,9 +110,13 @@ def _dashboard(study_name: str, directory: str):
     """`autocompile dashboard` on a free port, as a user starts it; its base URL once it answers."""
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    server = subprocess.Popen([sys.executable, "-m", "autocompile", "dashboard", "--study", study_name, "--dir",
-                               directory, "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "autocompile", "dashboard", "--study", study_name, "--dir", directory, "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         for _ in range(240):
@@ -182,6 +206,10 @@ def test_export_refuses_what_it_cannot_export_in_one_line(exported):
     directory = exported[0]
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for args, expected in ((["--trial", "0"], "is eager: nothing is compiled"), (["--trial", "9"], "has no trial 9")):
-        out = subprocess.run([sys.executable, "-m", "autocompile", "export", "--study", "toy", "--dir", directory, *args],
-                             capture_output=True, text=True, env=env)
+        out = subprocess.run(
+            [sys.executable, "-m", "autocompile", "export", "--study", "toy", "--dir", directory, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         assert out.returncode == 2 and expected in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

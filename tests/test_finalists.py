@@ -13,14 +13,29 @@ from autocompile.engine.finalists.verdict import round_verdict, scaled
 
 
 def _trial(number: int, steps_per_s: float, wall_s: float = 10.0, warmup_s: float = 2.0, value: float | None = None):
-    attrs = {"status": "ok", "steps_per_s": steps_per_s, "wall_s": wall_s, "warmup_s": warmup_s, "warmup_steps": 5,
-             "cv": 0.01, "config": {"compile": bool(number), "n": number}}
+    attrs = {
+        "status": "ok",
+        "steps_per_s": steps_per_s,
+        "wall_s": wall_s,
+        "warmup_s": warmup_s,
+        "warmup_steps": 5,
+        "cv": 0.01,
+        "config": {"compile": bool(number), "n": number},
+    }
     return SimpleNamespace(number=number, user_attrs=attrs, value=value or steps_per_s)
 
 
 def _run(trial: int, steps_per_s: float, gpu: str, warmup_s: float = 2.0) -> dict:
-    return {"status": "ok", "trial": trial, "steps_per_s": steps_per_s, "warmup_s": warmup_s, "warmup_steps": 5,
-            "cv": 0.01, "cold": False, "gpu": gpu}
+    return {
+        "status": "ok",
+        "trial": trial,
+        "steps_per_s": steps_per_s,
+        "warmup_s": warmup_s,
+        "warmup_steps": 5,
+        "cv": 0.01,
+        "cold": False,
+        "gpu": gpu,
+    }
 
 
 def test_the_finalists_are_split_over_the_gpus_the_leader_on_the_first():
@@ -49,8 +64,7 @@ def test_the_verdict_compares_finalists_of_several_gpus_on_the_first_gpus_footin
     assert "the round ran on 2 GPUs at once, GPU 0: trial 1; GPU 1: trial 2" in verdict["why"]
     assert "times GPU 0's eager" in verdict["why"] and "GPU 1's 8 steps/s" in verdict["why"]
     # as measured, without the footing, the slower GPU's finalist would have lost
-    as_measured = round_verdict(eager, [a, b], {**runs, 2: [{**runs[2][0], "gpu": "0"}]}, 1, 100_000, 1.0,
-                                gpus={1: "0", 2: "0"})
+    as_measured = round_verdict(eager, [a, b], {**runs, 2: [{**runs[2][0], "gpu": "0"}]}, 1, 100_000, 1.0, gpus={1: "0", 2: "0"})
     assert as_measured["winner"] == 1 and "footing" not in as_measured and "GPUs" not in as_measured["why"]
     assert scaled(runs[2][0], 1.0) is runs[2][0]
 

@@ -1,7 +1,7 @@
 """The package's layers and the docs hold: `lint-imports` keeps the contracts of pyproject.toml (a layer
 imports only the layers below it, no import circles), `ruff check` finds nothing under the rules of
-pyproject.toml, `mkdocs build --strict` builds docs/ (a broken link or a page missing from the nav
-fails), and README stays a page read in minutes."""
+pyproject.toml and `ruff format --check` nothing to change, `mkdocs build --strict` builds docs/ (a
+broken link or a page missing from the nav fails), and README stays a page read in minutes."""
 
 import os
 import subprocess
@@ -21,14 +21,29 @@ def test_the_import_contracts_are_kept():
 
 
 def test_ruff_finds_nothing():
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "autocompile", "tests", "plugins", "scripts"],
-                          cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "autocompile", "tests", "plugins", "scripts"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+
+
+def test_the_code_is_as_ruff_formats_it():
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "autocompile", "tests", "plugins", "scripts"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
 
 
 def test_the_docs_build_strictly(tmp_path):
-    done = subprocess.run([_tool("mkdocs"), "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=ROOT,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [_tool("mkdocs"), "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "site" / "architecture" / "index.html").exists()
 

@@ -16,16 +16,39 @@ from conftest import FAST, copy_study, toy
 MODEL = toy("toy_graph_break")  # a real Dynamo graph break: fullgraph=True fails to compile
 # Every dimension pinned but fullgraph: plain torch.compile is the incumbent, and its one neighbour
 # is fullgraph=True.
-PINS = {"scope": "full", "mode": "default", "dynamic": None, "compile_optimizer": False, "fused_optimizer": False,
-        "compile_loss": False, "padding": "longest", "mark_dynamic": "off", "inductor.shape_padding": True,
-        "inductor.epilogue_fusion": True, "inductor.aggressive_fusion": False, "compiled_autograd": False,
-        "foreach_map_optimizer": False}
+PINS = {
+    "scope": "full",
+    "mode": "default",
+    "dynamic": None,
+    "compile_optimizer": False,
+    "fused_optimizer": False,
+    "compile_loss": False,
+    "padding": "longest",
+    "mark_dynamic": "off",
+    "inductor.shape_padding": True,
+    "inductor.epilogue_fusion": True,
+    "inductor.aggressive_fusion": False,
+    "compiled_autograd": False,
+    "foreach_map_optimizer": False,
+}
 
 
 def _search(directory, name: str, memory: str, trials: int) -> None:
-    settings = SearchSettings(model=MODEL, device="cpu", study=name, directory=str(directory), trials=trials,
-                              trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=0, prune=False,
-                              triage=False, fixed=PINS, memory_path=memory)
+    settings = SearchSettings(
+        model=MODEL,
+        device="cpu",
+        study=name,
+        directory=str(directory),
+        trials=trials,
+        trial_timeout_s=300,
+        measure=FAST,
+        horizon=100_000,
+        finalists=0,
+        prune=False,
+        triage=False,
+        fixed=PINS,
+        memory_path=memory,
+    )
     run_search(settings)
 
 
@@ -57,8 +80,9 @@ def test_a_value_that_failed_twice_the_same_way_is_not_offered_in_the_next_study
     # TPE proposes it (its first proposal under seed 0): refused before launch, with the trials that showed it
     refused = [t.user_attrs for t in trials if _fullgraph(t)]
     assert [a["status"] for a in refused] == ["infeasible"] and refused[0]["wall_s"] == 0
-    assert refused[0]["reason"].startswith("rejected before launch: left out: fullgraph=true failed twice here with "
-                                           "compile_error Unsupported at torch/"), refused[0]["reason"]
+    assert refused[0]["reason"].startswith(
+        "rejected before launch: left out: fullgraph=true failed twice here with compile_error Unsupported at torch/"
+    ), refused[0]["reason"]
     assert refused[0]["reason"].endswith("(study a trial 2, study b trial 2)")
 
 

@@ -36,8 +36,9 @@ def with_a_round(tmp_path_factory):
     # far on a loaded host); the third has a test of its own (test_study.py)
     with contextlib.redirect_stderr(progress), pytest.MonkeyPatch.context() as patch:
         patch.setattr(finalists, "FAR_FLOOR", float("inf"))
-        autocompile.search(toy("toy_dropout"), trials=2, device="cpu", study="s", directory=str(folder),
-                           finalists=1, seed=0, measure=FAST)
+        autocompile.search(
+            toy("toy_dropout"), trials=2, device="cpu", study="s", directory=str(folder), finalists=1, seed=0, measure=FAST
+        )
     return folder, progress.getvalue()
 
 
@@ -106,9 +107,17 @@ def test_the_replay_loads_the_optimizer_step_the_measured_run_compiled(tmp_path)
     config = copy.deepcopy(DEFAULTS)
     config["compile_optimizer"] = True
     events = []
-    record = run_trial(TrialRequest(model=toy("toy_dropout"), config=config, device="cpu", trial_dir=str(tmp_path / "t"),
-                                    timeout_s=300, measure={**FAST, "rng_dependent": {"value": True, "from": 7}}),
-                       on_event=events.append)
+    record = run_trial(
+        TrialRequest(
+            model=toy("toy_dropout"),
+            config=config,
+            device="cpu",
+            trial_dir=str(tmp_path / "t"),
+            timeout_s=300,
+            measure={**FAST, "rng_dependent": {"value": True, "from": 7}},
+        ),
+        on_event=events.append,
+    )
     assert record["status"] == "ok" and record["rng_dependent"] and record["rng_dependent_from"] == 7, record["reason"]
     assert "checking randomness" not in [e.get("phase") for e in events] and "eager_first_loss" not in record
     replay = record["replay"]

@@ -42,8 +42,10 @@ def test_the_space_lists_both_with_their_conditions_and_what_is_left_out(capsys)
     assert not step.active(config(fused_optimizer=True))
     # what an optimizer or a torch lacks is left out, with the reason
     param = [torch.nn.Parameter(torch.zeros(2))]
-    for optimizer, why in ((torch.optim.SGD(param, lr=0.1), "the optimizer is SGD"),
-                           (torch.optim.Adam(param, amsgrad=True), "amsgrad=True")):
+    for optimizer, why in (
+        (torch.optim.SGD(param, lr=0.1), "the optimizer is SGD"),
+        (torch.optim.Adam(param, amsgrad=True), "amsgrad=True"),
+    ):
         refused = SearchSpace(Capabilities.detect("cpu"), WorkloadTraits(foreach_map_refusal=foreach_map_refusal(optimizer)))
         assert why in dict(refused.left_out)["foreach_map_optimizer"]
     caps = Capabilities.detect("cuda")
@@ -89,8 +91,13 @@ def _train(cfg, cls, **hyper):
     return losses, model, optimizer, graphs
 
 
-@pytest.mark.parametrize("cls, hyper", [(torch.optim.AdamW, {"weight_decay": 0.05}),  # decoupled weight decay
-                                        (torch.optim.Adam, {"weight_decay": 0.1})])  # added to the gradient
+@pytest.mark.parametrize(
+    "cls, hyper",
+    [
+        (torch.optim.AdamW, {"weight_decay": 0.05}),  # decoupled weight decay
+        (torch.optim.Adam, {"weight_decay": 0.1}),
+    ],
+)  # added to the gradient
 def test_the_foreach_map_step_trains_like_torchs_and_keeps_its_state(cls, hyper):
     """The snippet's step replaces torch's Adam/AdamW step: eager's losses (the guard's tolerance) and
     weights, one compiled graph for every step under a changing LR, its state in optimizer.state under
@@ -108,8 +115,12 @@ def test_the_foreach_map_step_trains_like_torchs_and_keeps_its_state(cls, hyper)
     assert set(optimizer.state[param]) == {"step", "exp_avg", "exp_avg_sq"} and float(optimizer.state[param]["step"]) == 6
     reloaded = cls(_groups(model), lr=5e-2, **hyper)  # a checkpoint of the step, into torch's optimizer
     reloaded.load_state_dict(optimizer.state_dict())
-    torch.testing.assert_close(reloaded.state[param]["exp_avg_sq"], eager_optimizer.state[next(eager_model.parameters())]
-                               ["exp_avg_sq"], rtol=1e-4, atol=1e-8)
+    torch.testing.assert_close(
+        reloaded.state[param]["exp_avg_sq"],
+        eager_optimizer.state[next(eager_model.parameters())]["exp_avg_sq"],
+        rtol=1e-4,
+        atol=1e-8,
+    )
     model[0].weight.grad = torch.ones_like(model[0].weight)
     reloaded.step()  # torch's own step goes on from it
     with pytest.raises(ValueError, match="foreach_map_step: the optimizer is SGD"):
@@ -159,8 +170,14 @@ def test_the_search_proposes_the_foreach_map_step_as_a_neighbour():
     space = build_space(toy(), "cpu", fixed=fixed)
     study = optuna.create_study(direction="maximize")
     trial = study.ask()
-    for key, value in {"status": "ok", "config": DEFAULTS, "role": "compile-defaults", "steps_per_s": 10.0,
-                       "warmup_s": 5.0, "wall_s": 20.0}.items():
+    for key, value in {
+        "status": "ok",
+        "config": DEFAULTS,
+        "role": "compile-defaults",
+        "steps_per_s": 10.0,
+        "warmup_s": 5.0,
+        "wall_s": 20.0,
+    }.items():
         trial.set_user_attr(key, value)
     study.tell(trial, 9.0)
     move = next_neighbour(space, study, lambda config, params: False)

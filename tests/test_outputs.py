@@ -44,8 +44,12 @@ def test_best_of_a_search_stopped_before_its_finalist_round_says_so():
 
 
 def test_import_autocompile_stays_light():
-    out = subprocess.run([sys.executable, "-c", "import sys, autocompile; print(sorted({'torch', 'optuna'} & set(sys.modules)))"],
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, autocompile; print(sorted({'torch', 'optuna'} & set(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
@@ -81,8 +85,9 @@ def test_a_neighbour_s_move_is_drawn_with_the_dimensions_it_conditions(tmp_path)
     assert move["changes"] == [("compile_optimizer", True, False), ("fused_optimizer", False, True)]
     assert 1.1 < move["score"] < 1.25 and 0.97 < move["steady"] < 1.03
     # configurations two columns apart with no recorded parent between them are no single change
-    assert all(len(p["changes"]) == 1 or committed.trials[p["trials"][1]].user_attrs.get("parent") == p["trials"][0]
-               for p in pairs)
+    assert all(
+        len(p["changes"]) == 1 or committed.trials[p["trials"][1]].user_attrs.get("parent") == p["trials"][0] for p in pairs
+    )
     drawn = plots.plot_effects(committed, str(tmp_path / "effects.png"))
     assert drawn["pairs"] == pairs and drawn_image(str(tmp_path / "effects.png"))[1] > 20
 
@@ -106,8 +111,11 @@ def test_importances_that_explain_nothing_are_not_drawn(tmp_path):
 def llama_copy(tmp_path_factory):
     """The committed GPU study of llama-8b (real measurements), copied so nothing writes to it."""
     directory = str(tmp_path_factory.mktemp("gpu"))
-    shutil.copytree(os.path.join(STUDIES, "history", "llama-8b"), os.path.join(directory, "llama-8b"),
-                    ignore=shutil.ignore_patterns("trials", "report"))
+    shutil.copytree(
+        os.path.join(STUDIES, "history", "llama-8b"),
+        os.path.join(directory, "llama-8b"),
+        ignore=shutil.ignore_patterns("trials", "report"),
+    )
     return directory
 
 

@@ -27,8 +27,13 @@ def cli(*args):
 
 
 def _info(workload, model):
-    return ModelInfo(regions=find_repeated_blocks(model), parts=workload.parts, varying=dict(workload.varying),
-                     max_len=workload.max_len(OPTIONS), layout=workload.layout)
+    return ModelInfo(
+        regions=find_repeated_blocks(model),
+        parts=workload.parts,
+        varying=dict(workload.varying),
+        max_len=workload.max_len(OPTIONS),
+        layout=workload.layout,
+    )
 
 
 def _train(workload, config, batches):
@@ -48,12 +53,15 @@ def _train(workload, config, batches):
     return losses, seen
 
 
-@pytest.mark.parametrize("model, config", [
-    ("tiny-llama", {"scope": "regional", "padding": "pack"}),
-    ("tiny-llama", {"scope": "full", "padding": "pack", "pack_length": "batch", "pad_multiple": 8}),
-    (ENCODER, {"scope": "full", "padding": "pack"}),
-    (ENCODER, {"scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 32}),
-])
+@pytest.mark.parametrize(
+    "model, config",
+    [
+        ("tiny-llama", {"scope": "regional", "padding": "pack"}),
+        ("tiny-llama", {"scope": "full", "padding": "pack", "pack_length": "batch", "pad_multiple": 8}),
+        (ENCODER, {"scope": "full", "padding": "pack"}),
+        (ENCODER, {"scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 32}),
+    ],
+)
 def test_packed_batches_train_like_the_padded_batch(model, config):
     """Pasted into a plain loop, the snippet's prepare_batch packs each batch's sequences into rows with
     position ids restarting per sequence (an encoder: its block-diagonal mask), so the compiled model trains
@@ -109,13 +117,24 @@ def test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard(tmp_path):
 
     measure = {"min_window_s": 0.05, "min_windows": 2, "max_windows": 2}
     packed = {**DEFAULTS, "scope": "regional", "padding": "pack"}
-    record = run_trial(TrialRequest(model=toy("llama_positions_dropped"), config=packed, device="cpu",
-                                    trial_dir=str(tmp_path / "dropped"), timeout_s=300, measure=measure))
+    record = run_trial(
+        TrialRequest(
+            model=toy("llama_positions_dropped"),
+            config=packed,
+            device="cpu",
+            trial_dir=str(tmp_path / "dropped"),
+            timeout_s=300,
+            measure=measure,
+        )
+    )
     assert record["status"] == "infeasible" and record["reason"].startswith("numerics (packing check)")
     assert "the sequences of a packed row see each other" in record["reason"]
     assert record["packing_check"]["max_rel_diff"] > 0.1 and "warmup_s" not in record  # refused before compiling
-    record = run_trial(TrialRequest(model="tiny-llama", config=packed, device="cpu", trial_dir=str(tmp_path / "kept"),
-                                    timeout_s=300, measure=measure))
+    record = run_trial(
+        TrialRequest(
+            model="tiny-llama", config=packed, device="cpu", trial_dir=str(tmp_path / "kept"), timeout_s=300, measure=measure
+        )
+    )
     assert record["status"] == "ok" and record["packing_check"]["max_rel_diff"] < 1e-5
     assert 0 < record["padding_share"] < 0.5  # rows of the longest: the rows' tails
     assert record["regions"] == ["model.layers"]
@@ -143,6 +162,9 @@ def test_a_packed_snippet_names_nothing_it_does_not_define(model, tmp_path):
     built, _ = workload.build(OPTIONS)
     path = tmp_path / "apply_compilation.py"
     path.write_text(render_snippet({**DEFAULTS, "scope": "regional", "padding": "pack"}, _info(workload, built)))
-    found = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F821,F841",
-                            str(path)], capture_output=True, text=True)
+    found = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F821,F841", str(path)],
+        capture_output=True,
+        text=True,
+    )
     assert found.returncode == 0, found.stdout

@@ -15,10 +15,21 @@ from autocompile.space import EAGER
 from conftest import FAST, ROOT, toy
 
 # The dimensions a test leaves free are the strategy's own; the rest at plain torch.compile's values.
-PINNED = {"mode": "default", "dynamic": None, "fullgraph": False, "padding": "longest", "mark_dynamic": "off",
-          "inductor.shape_padding": True, "inductor.epilogue_fusion": True, "inductor.aggressive_fusion": False,
-          "compiled_autograd": False, "compile_optimizer": False, "fused_optimizer": False, "compile_loss": False,
-          "foreach_map_optimizer": False}
+PINNED = {
+    "mode": "default",
+    "dynamic": None,
+    "fullgraph": False,
+    "padding": "longest",
+    "mark_dynamic": "off",
+    "inductor.shape_padding": True,
+    "inductor.epilogue_fusion": True,
+    "inductor.aggressive_fusion": False,
+    "compiled_autograd": False,
+    "compile_optimizer": False,
+    "fused_optimizer": False,
+    "compile_loss": False,
+    "foreach_map_optimizer": False,
+}
 
 
 # Under DDP, an Inductor option is left free too: with scope regional winning, optimize_ddp does not
@@ -70,9 +81,10 @@ def _pgid_members(pgid: int) -> list[int]:
     return members
 
 
-@pytest.mark.parametrize("name, status, timeout_s", [("toy_rank1_crash", "crashed", 120),
-                                                      ("toy_rank1_oom", "oom", 120),
-                                                      ("toy_rank1_hang", "timeout", 15)])
+@pytest.mark.parametrize(
+    "name, status, timeout_s",
+    [("toy_rank1_crash", "crashed", 120), ("toy_rank1_oom", "oom", 120), ("toy_rank1_hang", "timeout", 15)],
+)
 def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
     group = {}
 
@@ -81,8 +93,19 @@ def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
             with open(tmp_path / "t" / "process.json") as f:
                 group["pid"] = json.load(f)["pid"]
 
-    record = run_trial(TrialRequest(model=toy(name), config=dict(EAGER), device="cpu", trial_dir=str(tmp_path / "t"),
-                                    nproc=2, parallel="ddp", timeout_s=timeout_s, measure=FAST), on_event=note_group)
+    record = run_trial(
+        TrialRequest(
+            model=toy(name),
+            config=dict(EAGER),
+            device="cpu",
+            trial_dir=str(tmp_path / "t"),
+            nproc=2,
+            parallel="ddp",
+            timeout_s=timeout_s,
+            measure=FAST,
+        ),
+        on_event=note_group,
+    )
     assert record["status"] == status, record["reason"]
     if status != "timeout":
         assert record["reason"].startswith("rank 1 of 2: ") and record["failed_rank"] == 1
@@ -120,12 +143,30 @@ def test_the_numerics_guard_replays_on_every_rank(tmp_path):
     from autocompile.trial.divergence import locate
 
     def judged(name: str, parallel: str, config: dict, measure: dict) -> dict:
-        record = run_trial(TrialRequest(model=toy(name), config=config, device="cpu", trial_dir=str(tmp_path / name),
-                                        nproc=2, parallel=parallel, timeout_s=300, measure=measure))
+        record = run_trial(
+            TrialRequest(
+                model=toy(name),
+                config=config,
+                device="cpu",
+                trial_dir=str(tmp_path / name),
+                nproc=2,
+                parallel=parallel,
+                timeout_s=300,
+                measure=measure,
+            )
+        )
         return judge(record, None, "cpu", None)  # the engine's verdict (runner._tell), from rank 0's record
 
-    request = TrialRequest(model=toy("toy_dropout_block_scaled"), config=dict(DEFAULTS), device="cpu",
-                           trial_dir=str(tmp_path / "scaled"), nproc=2, parallel="ddp", timeout_s=300, measure=FAST)
+    request = TrialRequest(
+        model=toy("toy_dropout_block_scaled"),
+        config=dict(DEFAULTS),
+        device="cpu",
+        trial_dir=str(tmp_path / "scaled"),
+        nproc=2,
+        parallel="ddp",
+        timeout_s=300,
+        measure=FAST,
+    )
     scaled = judge(run_trial(request), None, "cpu", None)  # measured, then replayed; the engine's verdict
     assert scaled["status"] == "infeasible" and scaled["rng_dependent"], scaled["reason"]
     assert scaled["reason"].startswith("numerics (replay): the loss of step")
@@ -151,9 +192,20 @@ def searched(request, tmp_path_factory):
     from autocompile.engine.settings import SearchSettings
 
     directory = tmp_path_factory.mktemp(request.param)
-    settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="s", directory=str(directory), trials=4,
-                              trial_timeout_s=300, measure=FAST, finalists=0, fixed=FREE[request.param], nproc=2, horizon=100_000,
-                              parallel=request.param)
+    settings = SearchSettings(
+        model=toy("toy_fixed"),
+        device="cpu",
+        study="s",
+        directory=str(directory),
+        trials=4,
+        trial_timeout_s=300,
+        measure=FAST,
+        finalists=0,
+        fixed=FREE[request.param],
+        nproc=2,
+        horizon=100_000,
+        parallel=request.param,
+    )
     return request.param, settings, run_search(settings)
 
 
@@ -168,7 +220,8 @@ def test_a_search_under_ddp_or_fsdp2_ends_with_a_winner(searched):
     ok = [t for t in trials if t.user_attrs.get("status") == "ok"]
     # measured, stopped once it could no longer win, or refused by a rule before launch: none failed
     assert len(ok) >= 2 and all(t.user_attrs.get("status") in ("ok", "pruned", "infeasible") for t in trials), [
-        (t.user_attrs.get("status"), t.user_attrs.get("reason")) for t in trials]
+        (t.user_attrs.get("status"), t.user_attrs.get("reason")) for t in trials
+    ]
     records = {}
     for t in ok:  # every measured trial ran as a group of two, rank 0 speaking for both
         with open(os.path.join(trial_folder(settings.study_dir, t.number), "result.json")) as f:
@@ -183,11 +236,27 @@ def test_a_search_under_ddp_or_fsdp2_ends_with_a_winner(searched):
     best = summary["best"]
     assert best is not None and f"apply_{parallel}(model" in best["snippet"]
     # resumed without --parallel: one clear line
-    assert main(["search", "--model", toy("toy_fixed"), "--device", "cpu", "--study", "s", "--dir",
-                 settings.directory, "--trials", "0"]) == 2
+    assert (
+        main(
+            [
+                "search",
+                "--model",
+                toy("toy_fixed"),
+                "--device",
+                "cpu",
+                "--study",
+                "s",
+                "--dir",
+                settings.directory,
+                "--trials",
+                "0",
+            ]
+        )
+        == 2
+    )
 
 
-SCRIPT = '''
+SCRIPT = """
 import json, sys, torch, torch.distributed as dist
 sys.path.insert(0, {tests!r})
 import toy_workloads
@@ -211,7 +280,7 @@ for step in range(5):
 if dist.get_rank() == 0:
     print("LOSSES", json.dumps(losses))
 dist.destroy_process_group()
-'''
+"""
 
 
 def _compiled_winner(settings, summary) -> int:
@@ -240,8 +309,13 @@ def test_the_winners_snippet_trains_under_torchrun_as_the_trial_did(searched, tm
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(tests=os.path.join(ROOT, "tests"), snippet=str(snippet)))
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-port", str(free_port()), str(script)], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()), str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     losses = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("LOSSES"))[7:])
     with open(os.path.join(folder, "result.json")) as f:

@@ -24,8 +24,18 @@ def _search(tmp_path, workload: str) -> None:
     a command of its own; what is under test is `repro` of its failed trial)."""
     import autocompile
 
-    autocompile.search(toy(workload), trials=2, device="cpu", study="s", directory=str(tmp_path), verbosity=0,
-                       finalists=0, trace=False, triage=False, measure=FAST)
+    autocompile.search(
+        toy(workload),
+        trials=2,
+        device="cpu",
+        study="s",
+        directory=str(tmp_path),
+        verbosity=0,
+        finalists=0,
+        trace=False,
+        triage=False,
+        measure=FAST,
+    )
 
 
 def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
@@ -39,13 +49,19 @@ def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
     best = _run("-m", "autocompile", "best", "--study", "s", "--dir", str(tmp_path))  # lists the failure, and how to minify it
     assert "failed configurations:\n  trial 1 " in best.stderr, best.stderr
     assert "; to reproduce it: autocompile repro --study s --trial 1\n" in best.stderr
-    for trial, error in (("0", "trial 0 is 'ok', not a failed compile: nothing to reproduce"),
-                         ("7", "study 's' has no trial 7 (it has 0 to 1)")):
+    for trial, error in (
+        ("0", "trial 0 is 'ok', not a failed compile: nothing to reproduce"),
+        ("7", "study 's' has no trial 7 (it has 0 to 1)"),
+    ):
         done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", trial, "--dir", str(tmp_path))
         assert (done.returncode, done.stderr) == (2, f"autocompile: error: {error}\n")
-    for args, error in ((["--trial-dir", str(tmp_path)], f"{tmp_path} holds no trial record (result.json): run "
-                                                         f"`autocompile trial --dir {tmp_path}` first"),
-                        ([], "say which trial: --study NAME --trial N, or --trial-dir DIR")):
+    for args, error in (
+        (
+            ["--trial-dir", str(tmp_path)],
+            f"{tmp_path} holds no trial record (result.json): run `autocompile trial --dir {tmp_path}` first",
+        ),
+        ([], "say which trial: --study NAME --trial N, or --trial-dir DIR"),
+    ):
         done = _run("-m", "autocompile", "repro", *args)
         assert (done.returncode, done.stderr) == (2, f"autocompile: error: {error}\n")
     # A minifier stopped at once: the unreduced graph is kept, and the line says so. The trial named
@@ -82,8 +98,13 @@ def _fails_alone(alone, folder, record, error="CppCompileError") -> None:
     """repro.py, alone in a folder of its own and run with plain python, fails as the trial did."""
     alone.mkdir()
     (alone / "repro.py").write_text((folder / "repro.py").read_text())
-    ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone,
-                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    ran = subprocess.run(
+        [sys.executable, "repro.py"],
+        capture_output=True,
+        text=True,
+        cwd=alone,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert ran.returncode != 0 and error in ran.stderr and error in record["reason"], ran.stderr[-2000:]
 
 
@@ -96,8 +117,21 @@ def test_an_accuracy_repro_compiles_the_module_where_the_numerics_part_alone(tmp
     # here the graph the rerun left is the point (a 1-s minifier keeps it, or a checkpoint of it).
     here = tmp_path / "here"
     here.mkdir()
-    done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--accuracy",
-                "--timeout", "1", cwd=here)
+    done = _run(
+        "-m",
+        "autocompile",
+        "repro",
+        "--study",
+        "s",
+        "--trial",
+        "1",
+        "--dir",
+        str(tmp_path),
+        "--accuracy",
+        "--timeout",
+        "1",
+        cwd=here,
+    )
     assert not list(here.iterdir())  # torch's copy of the failing graph went to the trial's folder, not the user's
     folder = tmp_path / "s" / "trials" / "0001" / "repro"
     assert done.returncode == 0, done.stdout + done.stderr
@@ -120,8 +154,12 @@ def _study(tmp_path):
 def test_the_minifier_is_set_for_the_layer_triage_found():
     from autocompile.outputs.repro import minifier_setting
 
-    layers = {"Dynamo (graph capture)": None, "AOTAutograd (forward and backward graphs)": "dynamo",
-              "decompositions and the partitioner": "dynamo", "Inductor (code generation)": "aot"}
+    layers = {
+        "Dynamo (graph capture)": None,
+        "AOTAutograd (forward and backward graphs)": "dynamo",
+        "decompositions and the partitioner": "dynamo",
+        "Inductor (code generation)": "aot",
+    }
     for layer, after in layers.items():
         assert minifier_setting({"status": "compile_error", "failing_layer": layer}, False)[:2] == (after, 2)
     assert minifier_setting({"status": "compile_error"}, False)[:2] == ("aot", 2)  # no triage: Inductor's, taken
@@ -137,8 +175,7 @@ def test_a_module_compiled_alone_gets_the_settings_the_snippet_gives_it():
     from autocompile.space import DEFAULTS
 
     info = ModelInfo(regions=["blocks"], parts=("encoder", "decoder"), parallel="ddp")
-    modular = {**DEFAULTS, "scope": "modular", "mode": "default",
-               "part_modes": {"encoder": "max-autotune-no-cudagraphs"}}
+    modular = {**DEFAULTS, "scope": "modular", "mode": "default", "part_modes": {"encoder": "max-autotune-no-cudagraphs"}}
     config, alone_info = alone(modular, info, "encoder.layers.1")
     assert (config["scope"], config["mode"]) == ("full", "max-autotune-no-cudagraphs")
     assert (alone_info.parallel, alone_info.regions, alone_info.parts) == ("none", [], ())
@@ -166,17 +203,26 @@ def test_a_checkpoint_cut_while_it_was_written_is_passed_over(tmp_path):
 def test_a_rerun_that_does_not_fail_as_the_trial_did_gets_no_repro_and_a_line_that_says_so(tmp_path):
     from autocompile.outputs.repro import _unminified, recurred
 
-    trial = {"status": "failed", "reason": "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been "
-                                           "overwritten by a subsequent run. Stack trace: File a.py"}
-    assert recurred(trial, {**trial, "reason": "RuntimeError: Error: accessing ... Stack trace: File b.py"}) == \
-        "the same exception type (RuntimeError)"
+    trial = {
+        "status": "failed",
+        "reason": "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been "
+        "overwritten by a subsequent run. Stack trace: File a.py",
+    }
+    assert (
+        recurred(trial, {**trial, "reason": "RuntimeError: Error: accessing ... Stack trace: File b.py"})
+        == "the same exception type (RuntimeError)"
+    )
     assert recurred(trial, {"status": "compile_error", "reason": trial["reason"]}) is None
-    did_not_fail = ("no repro: the rerun did not fail (ok): the failure did not recur, so it is flaky or depends on "
-                    "the machine or its load")
-    otherwise = ("no repro: the rerun failed otherwise (failed: AssertionError: x), not as the trial did, and left no "
-                 "minifier launcher")
-    for rerun, line in (({"status": "ok", "reason": ""}, did_not_fail),
-                        ({"status": "failed", "reason": "AssertionError: x"}, otherwise)):
+    did_not_fail = (
+        "no repro: the rerun did not fail (ok): the failure did not recur, so it is flaky or depends on the machine or its load"
+    )
+    otherwise = (
+        "no repro: the rerun failed otherwise (failed: AssertionError: x), not as the trial did, and left no minifier launcher"
+    )
+    for rerun, line in (
+        ({"status": "ok", "reason": ""}, did_not_fail),
+        ({"status": "failed", "reason": "AssertionError: x"}, otherwise),
+    ):
         summary = _unminified(str(tmp_path), str(tmp_path), {"rerun": {**rerun, "wall_s": 1.0}}, trial)
         assert summary["line"] == line and "repro" not in summary
         assert not (tmp_path / "repro.py").exists()
@@ -221,18 +267,20 @@ def test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_fro
     assert (repro / "minifier_launcher_does_not_fail.py").exists() and not (repro / "minifier_launcher.py").exists()
     assert done.stdout == (
         f"unreduced repro: {repro / 'repro.py'}: the minifier's graph did not fail alone (\"Input graph did not fail the "
-        f"tester\", after {summary['minifier_s']:.0f} s; its launcher kept as minifier_launcher_does_not_fail.py; the "
+        f'tester", after {summary["minifier_s"]:.0f} s; its launcher kept as minifier_launcher_does_not_fail.py; the '
         f"rerun that wrote it took {summary['rerun']['wall_s']:.0f} s): the failure needs the run around the graph "
         f"(what earlier steps left); the rerun failed with {summary['recurred']}; repro.py reruns the configuration "
         f"on the workload: {summary['script_lines']} lines; run it with python to see the failure (the trial's spec "
-        "rebuilt from the study: its folder was gone)\n")
+        "rebuilt from the study: its folder was gone)\n"
+    )
     script = (repro / "repro.py").read_text()
     assert "(study 's', trial 1), found by autocompile." in script  # the snippet the rerun rendered, the trial's header
     alone = tmp_path / "alone"
     alone.mkdir()
     (alone / "repro.py").write_text(script)
-    ran = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone,
-                         env={**os.environ, "PYTHONPATH": ROOT})
+    ran = subprocess.run(
+        [sys.executable, "repro.py"], capture_output=True, text=True, cwd=alone, env={**os.environ, "PYTHONPATH": ROOT}
+    )
     assert ran.returncode == 1 and "step 1 done\n" in ran.stdout, ran.stdout + ran.stderr[-2000:]
     assert "failed, as the trial did: RuntimeError: " in ran.stderr and "index out of bounds" in ran.stderr
     # A failure raised outside every compiled graph (CUDA graphs' "accessing tensor output of CUDAGraphs
@@ -241,10 +289,12 @@ def test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_fro
     from autocompile.outputs.repro import _unminified
 
     line = _unminified(str(folder), str(repro), {"rerun": summary["rerun"]}, record)["line"]
-    assert line == (f"unreduced repro: {repro / 'repro.py'}: the failure happens at run time, outside what the "
-                    f"minifier watches (it left no launcher; the rerun failed with {summary['recurred']}); repro.py "
-                    f"reruns the configuration on the workload: {summary['script_lines']} lines; run it with python "
-                    "to see the failure")
+    assert line == (
+        f"unreduced repro: {repro / 'repro.py'}: the failure happens at run time, outside what the "
+        f"minifier watches (it left no launcher; the rerun failed with {summary['recurred']}); repro.py "
+        f"reruns the configuration on the workload: {summary['script_lines']} lines; run it with python "
+        "to see the failure"
+    )
     assert (repro / "repro.py").read_text() == script
 
 

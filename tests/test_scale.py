@@ -68,8 +68,9 @@ def test_two_workers_on_one_host_share_a_study(tmp_path):
     rows = {row["number"]: row for row in sqlite_utils.Database(tmp_path / "two" / "results.db")["trials"].rows}
     finished = {t.number: t for t in study.trials if t.state.is_finished()}
     assert set(rows) == set(finished)
-    assert all(rows[n]["status"] == t.user_attrs.get("status") and rows[n]["role"] == t.user_attrs["role"]
-               for n, t in finished.items())
+    assert all(
+        rows[n]["status"] == t.user_attrs.get("status") and rows[n]["role"] == t.user_attrs["role"] for n, t in finished.items()
+    )
 
 
 def _free_port() -> int:
@@ -93,11 +94,22 @@ def postgres():
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres", "postgres")
     data, port = os.path.join(folder, "data"), _free_port()
-    subprocess.run(_as_postgres(f"{PG_BIN}/initdb", "-D", data, "-A", "trust", "-U", "postgres"), check=True,
-                   capture_output=True)
-    subprocess.run(_as_postgres(f"{PG_BIN}/pg_ctl", "-D", data, "-l", os.path.join(folder, "log"), "-w", "-o",
-                                f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start"),
-                   check=True, capture_output=True)
+    subprocess.run(_as_postgres(f"{PG_BIN}/initdb", "-D", data, "-A", "trust", "-U", "postgres"), check=True, capture_output=True)
+    subprocess.run(
+        _as_postgres(
+            f"{PG_BIN}/pg_ctl",
+            "-D",
+            data,
+            "-l",
+            os.path.join(folder, "log"),
+            "-w",
+            "-o",
+            f"-p {port} -k {folder} -c listen_addresses=127.0.0.1",
+            "start",
+        ),
+        check=True,
+        capture_output=True,
+    )
     yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
     subprocess.run(_as_postgres(f"{PG_BIN}/pg_ctl", "-D", data, "-m", "immediate", "stop"), capture_output=True)
     shutil.rmtree(folder, ignore_errors=True)
@@ -132,9 +144,12 @@ def _running_trial(study_dir: str, url: str, role: str, name: str = "kill"):
 def test_a_worker_killed_mid_trial_leaves_a_stale_trial_no_orphan_and_the_study_completes(tmp_path):
     url = JOURNAL + str(tmp_path / "kill" / "journal.log")
     search = {**SEARCH, "model": toy(), "measure": FAST}
-    parent = subprocess.Popen([sys.executable, "-c", PARENT.format(here=HERE, directory=str(tmp_path), storage=url,
-                                                                   search=search)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT.format(here=HERE, directory=str(tmp_path), storage=url, search=search)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     found, deadline = None, time.time() + 300
     while found is None and time.time() < deadline and parent.poll() is None:
         time.sleep(0.3)
@@ -180,9 +195,11 @@ def test_a_dead_workers_trial_is_failed_as_stale_and_its_configuration_queued_ag
     from autocompile.engine.storage import create_or_load, fail_stale, open_storage
 
     monkeypatch.setenv("AUTOCOMPILE_HEARTBEAT_S", "1")
-    url = {"sqlite": lambda: "sqlite:///" + str(tmp_path / "study.db"),
-           "journal": lambda: JOURNAL + str(tmp_path / "journal.log"),
-           "postgres": lambda: request.getfixturevalue("postgres")}[kind]()
+    url = {
+        "sqlite": lambda: "sqlite:///" + str(tmp_path / "study.db"),
+        "journal": lambda: JOURNAL + str(tmp_path / "journal.log"),
+        "postgres": lambda: request.getfixturevalue("postgres"),
+    }[kind]()
     storage = open_storage(url)
     study = create_or_load("stale", storage, direction="maximize")
     if kind != "journal":
@@ -193,7 +210,7 @@ def test_a_dead_workers_trial_is_failed_as_stale_and_its_configuration_queued_ag
         trial = _claimed_trial(study, {"host": socket.gethostname(), "pid": _dead_pid()})
     assert fail_stale(study) == 1
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
-    waiting, = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    (waiting,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert waiting.user_attrs["config"] == {"x": trial.params["x"]} and waiting.params == trial.params
     assert fail_stale(study) == 0
 
@@ -201,8 +218,9 @@ def test_a_dead_workers_trial_is_failed_as_stale_and_its_configuration_queued_ag
 def test_a_trial_process_whose_worker_died_is_reaped(tmp_path):
     from autocompile.trial import reap_orphans
 
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "autocompile.trial.worker"],
-                              start_new_session=True)
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "autocompile.trial.worker"], start_new_session=True
+    )
     folder = tmp_path / "s" / "trials" / "0003"
     folder.mkdir(parents=True)
     (folder / "process.json").write_text(json.dumps({"pid": orphan.pid, "worker": _dead_pid(), "host": socket.gethostname()}))
@@ -219,7 +237,9 @@ signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 signal.signal(signal.SIGINT, signal.default_int_handler)
 """
 
-INTERRUPTED = SIGINT_AS_A_TERMINAL + """
+INTERRUPTED = (
+    SIGINT_AS_A_TERMINAL
+    + """
 import sys
 sys.path.insert(0, {here!r})
 from autocompile.api import run_search
@@ -229,13 +249,18 @@ try:
 except KeyboardInterrupt:
     sys.exit(130)
 """
+)
 
 
 def test_ctrl_c_kills_the_running_trial_marks_it_interrupted_and_keeps_the_finished_ones(tmp_path):
     # eager has the time it needs on a loaded machine (it is asserted ok); trial 1 is interrupted anyway
     search = {**SEARCH, "trials": 3, "baseline_timeout_s": 120}
-    parent = subprocess.Popen([sys.executable, "-c", INTERRUPTED.format(here=HERE, directory=str(tmp_path), search=search)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED.format(here=HERE, directory=str(tmp_path), search=search)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     process_file, deadline = tmp_path / "c" / "trials" / "0001" / "process.json", time.time() + 300
     while not process_file.exists() and time.time() < deadline and parent.poll() is None:
         time.sleep(0.2)
@@ -278,7 +303,9 @@ def test_a_worker_refuses_a_study_no_search_started(tmp_path, capsys):
     assert main(["search", "--model", "tiny-llama", "--device", "cpu", "--gpus", "two"]) == 2
 
 
-PARALLEL_INTERRUPTED = SIGINT_AS_A_TERMINAL + """
+PARALLEL_INTERRUPTED = (
+    SIGINT_AS_A_TERMINAL
+    + """
 import sys
 sys.path.insert(0, {here!r})
 from autocompile.engine.study import SearchSettings
@@ -288,6 +315,7 @@ try:
 except KeyboardInterrupt:
     sys.exit(130)
 """
+)
 
 
 def test_ctrl_c_stops_every_worker_and_keeps_the_finished_trials(tmp_path):
@@ -330,12 +358,18 @@ def test_gpus_count_within_the_gpus_the_job_was_given():
     assert _worker_env("GPU-11aa", "cuda")["CUDA_VISIBLE_DEVICES"] == "GPU-11aa"
 
 
-
 # A search of eager, plain torch.compile and one recipe, then its round of both compiled ones (REACH opened:
 # the toy's compiled runs may lie further apart than a rerun moves), on both workers. Measured ranks and
 # noise are not what is tested; the limits leave a loaded 2-core host the time its compiles take.
-ROUND = {**SEARCH, "trials": 3, "trial_timeout_s": 300, "baseline_timeout_s": 300, "finalists": 2,
-         "horizon": 100_000, "prune": False}
+ROUND = {
+    **SEARCH,
+    "trials": 3,
+    "trial_timeout_s": 300,
+    "baseline_timeout_s": 300,
+    "finalists": 2,
+    "horizon": 100_000,
+    "prune": False,
+}
 SLACK_S = 15.0  # what the search takes between its last worker's stop and its round: the journal, a loaded host
 
 
@@ -385,14 +419,17 @@ def test_the_finalist_round_splits_its_finalists_over_the_workers(round_on_two):
 def test_the_round_starts_when_the_last_worker_stops(round_on_two):
     """No trial of the workers runs into the round, which starts once the last of them stops (within SLACK_S)."""
     study, said, _ = round_on_two
-    searched = [t for t in study.trials if "remeasure_of" not in t.user_attrs and t.datetime_complete
-                and t.user_attrs.get("wall_s")]
+    searched = [
+        t for t in study.trials if "remeasure_of" not in t.user_attrs and t.datetime_complete and t.user_attrs.get("wall_s")
+    ]
     round_start = min(t.datetime_start for t in study.trials if "remeasure_of" in t.user_attrs)
     last_end = max(t.datetime_complete for t in searched)
     assert last_end <= round_start and (round_start - last_end).total_seconds() < SLACK_S, said
 
 
-ROUND_INTERRUPTED = SIGINT_AS_A_TERMINAL + """
+ROUND_INTERRUPTED = (
+    SIGINT_AS_A_TERMINAL
+    + """
 import sys
 sys.path.insert(0, {here!r})
 from autocompile.engine.finalists import plan, run_finalists
@@ -405,6 +442,7 @@ try:
 except KeyboardInterrupt:
     sys.exit(130)
 """
+)
 
 
 def _pid_of(process_file) -> int | None:
@@ -427,8 +465,9 @@ def test_ctrl_c_stops_the_round_on_every_gpu(round_on_two, tmp_path):
     while len(pids) < 2 and time.time() < deadline and parent.poll() is None:
         time.sleep(0.3)
         running = load_study("round", url).get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        files = [tmp_path / "studies" / "round" / "trials" / f"{t.number:04d}" / "process.json" for t in running
-                 if t.number >= before]
+        files = [
+            tmp_path / "studies" / "round" / "trials" / f"{t.number:04d}" / "process.json" for t in running if t.number >= before
+        ]
         pids = [pid for pid in map(_pid_of, files) if pid]
     assert len(pids) == 2, "the round's two GPUs were never seen running at once"
     parent.send_signal(signal.SIGINT)

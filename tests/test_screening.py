@@ -97,8 +97,11 @@ def test_a_screen_below_the_top_half_is_told_pruned(tmp_path, monkeypatch):
 
     study.set_user_attr("screened_eager", {str(K): {"steps_per_s": 100.0, "boot": this_boot()}})  # this machine's
     speeds = iter([150.0, 50.0])
-    monkeypatch.setattr(screening, "run_trial", lambda request, **kw: {
-        "status": "ok", "steps_per_s": next(speeds), "wall_s": 1.0, "config": request.config})
+    monkeypatch.setattr(
+        screening,
+        "run_trial",
+        lambda request, **kw: {"status": "ok", "steps_per_s": next(speeds), "wall_s": 1.0, "config": request.config},
+    )
     settings = SearchSettings(model=DEEP, device="cpu", study="p", directory=str(tmp_path), screen=K)
     told = []
     runner = Runner(study, storage, "memory", settings, Progress(2), None, callbacks=[lambda s, t: told.append(t)])
@@ -129,8 +132,19 @@ def screened_study(tmp_path_factory):
     recipe screened first. Under --no-prune, a full trial is not pruned (compiled, this toy is often
     slower than eager on a CPU), so the study has three configurations for a check."""
     folder = tmp_path_factory.mktemp("screen")
-    settings = SearchSettings(model=DEEP, device="cpu", study="s", directory=str(folder), trials=3, finalists=0,
-                              trial_timeout_s=120, baseline_timeout_s=600, measure=FAST, screen=K, prune=False)
+    settings = SearchSettings(
+        model=DEEP,
+        device="cpu",
+        study="s",
+        directory=str(folder),
+        trials=3,
+        finalists=0,
+        trial_timeout_s=120,
+        baseline_timeout_s=600,
+        measure=FAST,
+        screen=K,
+        prune=False,
+    )
     run_search(settings)
     return folder, load_study("s", "sqlite:///" + str(folder / "s" / "study.db"))
 
@@ -196,7 +210,8 @@ def test_screen_check_uses_an_earlier_checks_screens_and_joins_studies_of_the_sa
     again = check_screening(study, str(folder), K, trial_timeout_s=120, measure=FAST, command="(test)", say=lines.append)
     plain = {row["role"]: row for row in again["rows"]}["compile-defaults"]
     assert plain["screen_from"] == "check" and plain["screened"] == pytest.approx(
-        {row["role"]: row for row in first["rows"]}["compile-defaults"]["screened"])
+        {row["role"]: row for row in first["rows"]}["compile-defaults"]["screened"]
+    )
     assert not os.path.exists(folder / "s" / "screens" / f"check-{K}-blocks")  # nothing measured again
     assert any("used again" in line for line in lines)
     # Another study of the same workload joins; a configuration both hold counts once, from the first.
@@ -232,8 +247,12 @@ def test_screen_check_needs_three_configurations(tmp_path, capsys):
     assert len(err) == 1 and "0 distinct configurations" in err[0] and "at least 3" in err[0]
     # Three compiled configurations but no eager baseline: nothing to compare their full scores with.
     for number, scope in enumerate(("full", "regional", "modular")):
-        study.add_trial(optuna.trial.create_trial(value=10.0 + number, user_attrs={
-            "config": {"compile": True, "scope": scope}, "status": "ok", "role": "recipe", "steps_per_s": 11.0}))
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=10.0 + number,
+                user_attrs={"config": {"compile": True, "scope": scope}, "status": "ok", "role": "recipe", "steps_per_s": 11.0},
+            )
+        )
     assert cli.main(["screen-check", "--study", "s", "--dir", str(tmp_path), "--blocks", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no eager baseline" in err[0]

@@ -36,8 +36,7 @@ def test_a_move_of_the_optimizer_step_loads_the_model_graphs_and_reconstructs_th
     near the bound)."""
     RECONSTRUCTED = 0.2
     space = build_space(toy(), "cpu")
-    state = check_cache(space, toy(), "cpu", str(tmp_path), groups=1, per_group=2, trial_timeout_s=300,
-                        say=lambda line: None)
+    state = check_cache(space, toy(), "cpu", str(tmp_path), groups=1, per_group=2, trial_timeout_s=300, say=lambda line: None)
     first, second = state["runs"]
     assert not first["config"]["compile_optimizer"] and second["config"]["compile_optimizer"]
     assert first["shared"]["warmup_kind"] == "cold"  # the first compiles every graph: nothing to reconstruct
@@ -58,9 +57,20 @@ def test_a_move_of_the_optimizer_step_loads_the_model_graphs_and_reconstructs_th
 @pytest.fixture(scope="module")
 def shared_search(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("studies"))
-    settings = SearchSettings(model=toy(), device="cpu", study="shared", directory=directory, trials=5,
-                              trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=2, prune=False,
-                              shared_cache=True, prestart=True)
+    settings = SearchSettings(
+        model=toy(),
+        device="cpu",
+        study="shared",
+        directory=directory,
+        trials=5,
+        trial_timeout_s=300,
+        measure=FAST,
+        horizon=100_000,
+        finalists=2,
+        prune=False,
+        shared_cache=True,
+        prestart=True,
+    )
     from autocompile.engine.finalists import round as finalists
 
     # the round's runs and its cold check, never a third run of a finalist with eager beside it (FAST's
@@ -73,15 +83,17 @@ def shared_search(tmp_path_factory):
 def test_trials_after_the_baselines_share_one_cache_and_carry_a_reconstructed_warm_up(shared_search):
     settings, summary = shared_search
     study = _study(settings)
-    searched = [t for t in study.trials if t.user_attrs.get("role") in ("recipe", "neighbour", "search")
-                and t.user_attrs.get("wall_s")]  # ran (not refused before launch)
+    searched = [
+        t for t in study.trials if t.user_attrs.get("role") in ("recipe", "neighbour", "search") and t.user_attrs.get("wall_s")
+    ]  # ran (not refused before launch)
     assert searched and all(t.user_attrs.get("compile_cache") == "shared" for t in searched)
     baselines = [t for t in study.trials if t.user_attrs.get("role") in ("eager", "compile-defaults")]
     assert all("compile_cache" not in t.user_attrs for t in baselines)  # measured cold, the comparison users read
     # under the shared cache Triton's autotuning starts from nothing (graphs.cold_autotune);
     # plain torch.compile's is as torch has it
-    assert [t.user_attrs["autotune_local_cache"] for t in searched if t.user_attrs["status"] == "ok"] \
-        == [False] * len([t for t in searched if t.user_attrs["status"] == "ok"])
+    assert [t.user_attrs["autotune_local_cache"] for t in searched if t.user_attrs["status"] == "ok"] == [False] * len(
+        [t for t in searched if t.user_attrs["status"] == "ok"]
+    )
     assert [t.user_attrs.get("autotune_local_cache") for t in baselines if t.user_attrs["role"] == "compile-defaults"] == [True]
     rebuilt = [t for t in searched if t.user_attrs.get("warmup_kind") == "reconstructed"]
     assert rebuilt, [(t.number, t.user_attrs.get("warmup_kind")) for t in searched]
@@ -132,8 +144,11 @@ def test_the_winner_whose_warm_up_was_reconstructed_is_measured_cold(shared_sear
     assert row["warmup_s"] == pytest.approx(cold.user_attrs["warmup_s"])
     if leader.number == verdict["finalists"][0]:  # the round's leader: its round run was the cold one, no warm rerun
         assert cold.number in row["reruns"] and cold.user_attrs["finalist_round"] == 0
-        assert [t.number for t in study.trials if t.user_attrs.get("remeasure_of") == leader.number
-                and t.user_attrs.get("finalist_round") == 0] == [cold.number]  # a third run, if any, is round 1
+        assert [
+            t.number
+            for t in study.trials
+            if t.user_attrs.get("remeasure_of") == leader.number and t.user_attrs.get("finalist_round") == 0
+        ] == [cold.number]  # a third run, if any, is round 1
     assert row["reconstructed_warmup_s"] == pytest.approx(check["reconstructed_warmup_s"])
     if winner.number != leader.number:  # its cold warm-up put another finalist ahead, one measured cold
         assert winner.user_attrs.get("warmup_kind") != "reconstructed"
@@ -145,8 +160,11 @@ def test_the_winner_whose_warm_up_was_reconstructed_is_measured_cold(shared_sear
 def test_the_round_reruns_start_from_the_shared_cache(shared_search):
     settings, _ = shared_search
     study = _study(settings)
-    reruns = [t for t in study.trials if t.user_attrs.get("role") == "finalist" and "remeasure_of" in t.user_attrs
-              and t.user_attrs["config"].get("compile")]
+    reruns = [
+        t
+        for t in study.trials
+        if t.user_attrs.get("role") == "finalist" and "remeasure_of" in t.user_attrs and t.user_attrs["config"].get("compile")
+    ]
     assert reruns
     for t in reruns:
         first = study.trials[t.user_attrs["remeasure_of"]]
@@ -173,8 +191,13 @@ def test_a_leader_with_a_reconstructed_warm_up_is_measured_cold_by_its_round_run
 
     settings, _ = shared_search
     study = _study(settings)
-    first = next(t for t in study.trials if t.user_attrs.get("warmup_kind") == "reconstructed"
-                 and t.user_attrs.get("status") == "ok" and "remeasure_of" not in t.user_attrs)
+    first = next(
+        t
+        for t in study.trials
+        if t.user_attrs.get("warmup_kind") == "reconstructed"
+        and t.user_attrs.get("status") == "ok"
+        and "remeasure_of" not in t.user_attrs
+    )
     runner = Runner(study, study._storage, "", settings, Progress(1), deadline=None)
     record = _rerun(runner, first, 0, 0.0, cold=True)
     assert record["status"] == "ok", record.get("reason")
@@ -202,9 +225,20 @@ def test_a_configuration_predicted_to_lose_is_pruned_before_launch_and_plain_com
     below eager's: each proposal is pruned before launch, at no process cost, with the prediction in
     its reason. Under --timeout, plain torch.compile gets at most half of what is left before the
     finalist round (the line says how much), not its whole --baseline-timeout."""
-    settings = SearchSettings(model=toy(), device="cpu", study="predicted", directory=str(tmp_path / "studies"),
-                              trials=5, timeout_s=600, trial_timeout_s=60, baseline_timeout_s=900, measure=FAST,
-                              horizon=50, finalists=0, fixed=PLAIN_GRAPHS)
+    settings = SearchSettings(
+        model=toy(),
+        device="cpu",
+        study="predicted",
+        directory=str(tmp_path / "studies"),
+        trials=5,
+        timeout_s=600,
+        trial_timeout_s=60,
+        baseline_timeout_s=900,
+        measure=FAST,
+        horizon=50,
+        finalists=0,
+        fixed=PLAIN_GRAPHS,
+    )
     lines = []
     from autocompile.engine.runner import Progress
 
@@ -284,12 +318,13 @@ def test_a_trial_of_the_shared_cache_compiles_its_triton_kernels_into_a_folder_o
 
     shared, trial_dir = caches.shared(str(tmp_path / "study")), str(tmp_path / "study" / "trials" / "0004")
     config = {"compile": True, "scope": "full", "mode": "default"}
-    env = _child_env(TrialRequest(model=toy(), config=config, device="cpu", trial_dir=trial_dir, cache_dir=shared,
-                                  ledger=True))
+    env = _child_env(TrialRequest(model=toy(), config=config, device="cpu", trial_dir=trial_dir, cache_dir=shared, ledger=True))
     assert env["TORCHINDUCTOR_CACHE_DIR"] == os.path.join(shared, "inductor")
     assert env["TRITON_CACHE_DIR"] == os.path.join(caches.own(trial_dir), "triton")
     for given in (None, str(tmp_path / "kept")):  # its own caches, or a finalist's kept ones
         env = _child_env(TrialRequest(model=toy(), config=config, device="cpu", trial_dir=trial_dir, cache_dir=given))
         root = given or caches.own(trial_dir)
-        assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]) == (os.path.join(root, "inductor"),
-                                                                          os.path.join(root, "triton"))
+        assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]) == (
+            os.path.join(root, "inductor"),
+            os.path.join(root, "triton"),
+        )

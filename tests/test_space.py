@@ -31,12 +31,29 @@ def test_cuda_space_of_the_captioner_lists_every_dimension():
     """Listing a CUDA space needs no GPU: it is derived from the installed torch."""
     space = build_space("captioner", "cuda")
     dims = names(space)
-    for expected in ["scope", "mode", "mode.encoder", "mode.decoder", "dynamic", "fullgraph", "compile_optimizer",
-                     "fused_optimizer", "padding", "pad_multiple", "mark_dynamic", "inductor.shape_padding",
-                     "inductor.coordinate_descent_tuning", "inductor.triton.cudagraph_trees"]:
+    for expected in [
+        "scope",
+        "mode",
+        "mode.encoder",
+        "mode.decoder",
+        "dynamic",
+        "fullgraph",
+        "compile_optimizer",
+        "fused_optimizer",
+        "padding",
+        "pad_multiple",
+        "mark_dynamic",
+        "inductor.shape_padding",
+        "inductor.coordinate_descent_tuning",
+        "inductor.triton.cudagraph_trees",
+    ]:
         assert expected in dims
     assert dict((d.name, d.choices) for d in space.dimensions)["mode"] == (
-        "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+        "default",
+        "reduce-overhead",
+        "max-autotune",
+        "max-autotune-no-cudagraphs",
+    )
     assert space.traits.regions == ["encoder.layers", "decoder.transformer.h"]
 
 
@@ -67,7 +84,7 @@ def test_suggest_is_conditional():
 
 def test_validate_rejects_bad_values_with_the_choices():
     space = build_space(toy(), "cpu")
-    with pytest.raises(UserError, match="invalid value \"fast\" for mode"):
+    with pytest.raises(UserError, match='invalid value "fast" for mode'):
         space.validate({"mode": "fast"})
     assert "need a CUDA device" in space.rejection(space.validate({"mode": "reduce-overhead"}))  # valid, not possible here
     with pytest.raises(UserError, match="invalid value 1 for fullgraph"):
@@ -110,12 +127,14 @@ def test_an_option_missing_from_the_installed_torch_is_left_out():
     caps.inductor_defaults.pop("coordinate_descent_tuning")
     space = SearchSpace(caps, WorkloadTraits())
     assert "inductor.coordinate_descent_tuning" not in names(space)
-    assert any("has no such Inductor option" in why for name, why in space.left_out
-               if name == "inductor.coordinate_descent_tuning")
+    assert any(
+        "has no such Inductor option" in why for name, why in space.left_out if name == "inductor.coordinate_descent_tuning"
+    )
     json.dumps(space.describe())
 
 
 # -- loss, LR schedule and CUDA-graph options --------------------------------------------------
+
 
 def test_compile_loss_and_lr_tensor_are_offered_only_where_they_mean_something():
     plain = build_space(toy(), "cpu")  # forward + criterion, a constant LR
@@ -145,11 +164,14 @@ def test_compile_loss_and_lr_tensor_are_offered_only_where_they_mean_something()
 
 def test_cuda_graph_options_apply_only_with_cuda_graph_modes():
     cuda = build_space(toy(), "cuda")
-    extra = ["inductor.triton.cudagraph_skip_dynamic_graphs", "inductor.triton.cudagraph_unexpected_rerecord_limit",
-             "inductor.graph_partition"]
+    extra = [
+        "inductor.triton.cudagraph_skip_dynamic_graphs",
+        "inductor.triton.cudagraph_unexpected_rerecord_limit",
+        "inductor.graph_partition",
+    ]
     for name in extra + ["inductor.triton.cudagraph_trees"]:
         dim = cuda.dimension(name)
-        assert dim.choices[0] == cuda.caps.inductor_defaults[name[len("inductor."):]]  # the installed default first
+        assert dim.choices[0] == cuda.caps.inductor_defaults[name[len("inductor.") :]]  # the installed default first
         assert dim.active({**DEFAULTS, "mode": "reduce-overhead"}) and not dim.active(DEFAULTS)
     assert cuda.dimension("inductor.triton.cudagraph_unexpected_rerecord_limit").choices == (128, 16)
     left_out = dict(build_space(toy(), "cpu").left_out)
@@ -158,6 +180,7 @@ def test_cuda_graph_options_apply_only_with_cuda_graph_modes():
 
 # -- space files ----------------------------------------------------------------------------------
 
+
 def space_file(tmp_path, text, name="narrow.toml"):
     path = tmp_path / name
     path.write_text(text)
@@ -165,13 +188,16 @@ def space_file(tmp_path, text, name="narrow.toml"):
 
 
 def test_a_space_file_excludes_values_from_what_suggest_samples(tmp_path):
-    path = space_file(tmp_path, """
+    path = space_file(
+        tmp_path,
+        """
 [exclude]
 padding = ["max", "buckets"]
 dynamic = ["none"]          # TOML has no null
 mode = ["max-autotune-no-cudagraphs", "reduce-overhead"]   # the second is CUDA-only: ignored here
 inductor.shape_padding = [false]
-""")
+""",
+    )
     space = build_space(toy(), "cpu", space_file=path)
     assert space.dimension("padding").choices == ("longest", "multiple")
     assert space.dimension("mode").choices == ("default",)
@@ -183,7 +209,7 @@ inductor.shape_padding = [false]
         assert config["padding"] in ("longest", "multiple") and config["dynamic"] is not None
         assert config["mode"] == "default" and "shape_padding" not in config["inductor"]
     left_out = {item["name"]: item["why"] for item in space.describe()["left_out"]}
-    assert left_out["padding=\"max\""] == "excluded by narrow.toml"
+    assert left_out['padding="max"'] == "excluded by narrow.toml"
     assert left_out["dynamic=null"] == "excluded by narrow.toml"
     assert space.rejection(DEFAULTS) is None  # the baseline (dynamic=None) is measured all the same
     assert space.rejection({**DEFAULTS, "dynamic": True, "padding": "max"}) == 'padding="max" is excluded by narrow.toml'
@@ -193,13 +219,13 @@ def test_a_space_file_pins_values_and_set_overrides_it(tmp_path):
     path = space_file(tmp_path, '{"fix": {"scope": "regional", "fullgraph": true}}', name="pins.json")
     space = build_space(toy(), "cpu", fixed={"fullgraph": False}, space_file=path)
     assert space.fixed == {"scope": "regional", "fullgraph": False}
-    assert "pinned to \"regional\" (pins.json)" in space.rejection({**DEFAULTS, "scope": "full", "dynamic": True})
+    assert 'pinned to "regional" (pins.json)' in space.rejection({**DEFAULTS, "scope": "full", "dynamic": True})
 
 
 def test_an_extra_inductor_option_is_sampled_and_reaches_the_snippet(tmp_path):
     from autocompile.apply import ModelInfo, load_snippet, render_snippet
 
-    path = space_file(tmp_path, "[inductor]\nmax_fusion_size = [16]\n\"triton.unique_kernel_names\" = [true]\n")
+    path = space_file(tmp_path, '[inductor]\nmax_fusion_size = [16]\n"triton.unique_kernel_names" = [true]\n')
     space = build_space(toy(), "cpu", space_file=path)
     assert space.dimension("inductor.max_fusion_size").choices == (64, 16)  # the installed default first
     sampled = set()
@@ -215,20 +241,23 @@ def test_an_extra_inductor_option_is_sampled_and_reaches_the_snippet(tmp_path):
     assert kwargs["options"]["max_fusion_size"] == 16
 
 
-@pytest.mark.parametrize("text, error", [
-    ("[fix\nscope = 1", "not a valid space file"),
-    ("[colours]\nred = 1", "unknown section"),
-    ("[exclude]\nflavour = [\"x\"]", "no such dimension"),
-    ("[exclude]\nscope = [\"everything\"]", "\"everything\" is not one of its values"),
-    ("[exclude]\nscope = [\"full\", \"regional\"]", "leaves the dimension with no value"),
-    ("[exclude]\nscope = []", "lists no value"),
-    ("[fix]\nscope = \"modular\"", "[fix] scope=\"modular\" is not offered here"),
-    ("[exclude]\nrecompile_limit = [8]", "nothing to exclude"),
-    ("[fix]\npadding = \"max\"\n[exclude]\npadding = [\"max\"]", "excluded by"),
-    ("[inductor]\nno_such_option = [true]", "has no such Inductor option"),
-    ("[inductor]\nmax_fusion_size = [true]", "does not fit the installed option (a int"),
-    ("[inductor]\ntriton = [true]", "not an option a configuration can set"),
-])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("[fix\nscope = 1", "not a valid space file"),
+        ("[colours]\nred = 1", "unknown section"),
+        ('[exclude]\nflavour = ["x"]', "no such dimension"),
+        ('[exclude]\nscope = ["everything"]', '"everything" is not one of its values'),
+        ('[exclude]\nscope = ["full", "regional"]', "leaves the dimension with no value"),
+        ("[exclude]\nscope = []", "lists no value"),
+        ('[fix]\nscope = "modular"', '[fix] scope="modular" is not offered here'),
+        ("[exclude]\nrecompile_limit = [8]", "nothing to exclude"),
+        ('[fix]\npadding = "max"\n[exclude]\npadding = ["max"]', "excluded by"),
+        ("[inductor]\nno_such_option = [true]", "has no such Inductor option"),
+        ("[inductor]\nmax_fusion_size = [true]", "does not fit the installed option (a int"),
+        ("[inductor]\ntriton = [true]", "not an option a configuration can set"),
+    ],
+)
 def test_a_bad_space_file_is_one_clear_error(tmp_path, text, error):
     with pytest.raises(UserError, match=re.escape(error)):
         build_space(toy(), "cpu", space_file=space_file(tmp_path, text))
@@ -262,35 +291,49 @@ def test_a_study_resumed_with_other_values_says_so():
 
 # -- rejection ------------------------------------------------------------------------------------
 
-CPU_TOY = dict(varying={"input_ids": (1, 0)}, regions=["blocks"], fusable_optimizer=True, criterion=True, schedule=True,
-               foreach_map_refusal=None)
+CPU_TOY = dict(
+    varying={"input_ids": (1, 0)},
+    regions=["blocks"],
+    fusable_optimizer=True,
+    criterion=True,
+    schedule=True,
+    foreach_map_refusal=None,
+)
 
 
-@pytest.mark.parametrize("device, traits, config, reason", [
-    ("cpu", {}, {"mode": "reduce-overhead"}, "uses CUDA graphs, which need a CUDA device"),
-    ("cpu", {}, {"inductor": {"triton.cudagraphs": True}}, "CUDA graphs need a CUDA device"),
-    ("cpu", {}, {"scope": "modular"}, "declares none"),
-    ("cpu", {"parts": ("a", "b")}, {"scope": "modular", "part_modes": {"a": "default", "c": "default"}}, "part(s) ['c']"),
-    ("cpu", {"regions": []}, {"scope": "regional"}, "this model has none"),
-    ("cpu", {"varying": {}}, {"mark_dynamic": "mark"}, "no varying dimension"),
-    ("cpu", {}, {"mark_dynamic": "mark", "padding": "max"}, "nothing varies"),
-    ("cpu", {}, {"mark_dynamic": "maybe", "dynamic": True}, "the marks change nothing"),
-    ("cpu", {}, {"mark_dynamic": "mark", "dynamic": False}, "the marks win"),
-    ("cpu", {}, {"compile_optimizer": True, "fused_optimizer": True}, "don't trace into fused optimizer"),
-    ("cpu", {"fusable_optimizer": False}, {"fused_optimizer": True}, "no fused implementation"),
-    ("cpu", {}, {"lr_tensor": True}, "the step is not compiled"),
-    ("cpu", {"schedule": False}, {"compile_optimizer": True, "lr_tensor": True}, "no LR schedule"),
-    ("cpu", {"criterion": False}, {"compile_loss": True}, "no criterion"),
-    ("cpu", {}, {"inductor": {"coordinate_descent_tuning": True}}, "needs CUDA"),
-    ("cuda", {}, {"inductor": {"triton.cudagraph_trees": False}}, "only matters with CUDA graphs"),
-    ("cuda", {}, {"inductor": {"max_autotune_gemm_backends": "TRITON"}}, "only matters with max-autotune"),
-    ("cpu", {}, {"compile_optimizer": True, "lr_tensor": True, "static_grads": True}, "its effect is on CUDA graphs, which need"),
-    ("cuda", {}, {"mode": "reduce-overhead", "static_grads": True}, "marks the gradients a compiled optimizer step reads"),
-    ("cuda", {}, {"compile_optimizer": True, "lr_tensor": True, "static_grads": True}, "this configuration uses none"),
-    ("cpu", {}, {"foreach_map_optimizer": True, "compile_optimizer": True, "lr_tensor": True}, "choose one"),
-    ("cpu", {}, {"foreach_map_optimizer": True, "fused_optimizer": True}, "foreach_map_optimizer with fused_optimizer"),
-    ("cpu", {"foreach_map_refusal": "the optimizer is SGD: x"}, {"foreach_map_optimizer": True}, "the optimizer is SGD"),
-])
+@pytest.mark.parametrize(
+    "device, traits, config, reason",
+    [
+        ("cpu", {}, {"mode": "reduce-overhead"}, "uses CUDA graphs, which need a CUDA device"),
+        ("cpu", {}, {"inductor": {"triton.cudagraphs": True}}, "CUDA graphs need a CUDA device"),
+        ("cpu", {}, {"scope": "modular"}, "declares none"),
+        ("cpu", {"parts": ("a", "b")}, {"scope": "modular", "part_modes": {"a": "default", "c": "default"}}, "part(s) ['c']"),
+        ("cpu", {"regions": []}, {"scope": "regional"}, "this model has none"),
+        ("cpu", {"varying": {}}, {"mark_dynamic": "mark"}, "no varying dimension"),
+        ("cpu", {}, {"mark_dynamic": "mark", "padding": "max"}, "nothing varies"),
+        ("cpu", {}, {"mark_dynamic": "maybe", "dynamic": True}, "the marks change nothing"),
+        ("cpu", {}, {"mark_dynamic": "mark", "dynamic": False}, "the marks win"),
+        ("cpu", {}, {"compile_optimizer": True, "fused_optimizer": True}, "don't trace into fused optimizer"),
+        ("cpu", {"fusable_optimizer": False}, {"fused_optimizer": True}, "no fused implementation"),
+        ("cpu", {}, {"lr_tensor": True}, "the step is not compiled"),
+        ("cpu", {"schedule": False}, {"compile_optimizer": True, "lr_tensor": True}, "no LR schedule"),
+        ("cpu", {"criterion": False}, {"compile_loss": True}, "no criterion"),
+        ("cpu", {}, {"inductor": {"coordinate_descent_tuning": True}}, "needs CUDA"),
+        ("cuda", {}, {"inductor": {"triton.cudagraph_trees": False}}, "only matters with CUDA graphs"),
+        ("cuda", {}, {"inductor": {"max_autotune_gemm_backends": "TRITON"}}, "only matters with max-autotune"),
+        (
+            "cpu",
+            {},
+            {"compile_optimizer": True, "lr_tensor": True, "static_grads": True},
+            "its effect is on CUDA graphs, which need",
+        ),
+        ("cuda", {}, {"mode": "reduce-overhead", "static_grads": True}, "marks the gradients a compiled optimizer step reads"),
+        ("cuda", {}, {"compile_optimizer": True, "lr_tensor": True, "static_grads": True}, "this configuration uses none"),
+        ("cpu", {}, {"foreach_map_optimizer": True, "compile_optimizer": True, "lr_tensor": True}, "choose one"),
+        ("cpu", {}, {"foreach_map_optimizer": True, "fused_optimizer": True}, "foreach_map_optimizer with fused_optimizer"),
+        ("cpu", {"foreach_map_refusal": "the optimizer is SGD: x"}, {"foreach_map_optimizer": True}, "the optimizer is SGD"),
+    ],
+)
 def test_each_impossible_or_meaningless_combination_is_named(device, traits, config, reason):
     space = SearchSpace(Capabilities.detect(device), WorkloadTraits(**{**CPU_TOY, **traits}))
     full = space.validate(config)
@@ -299,14 +342,29 @@ def test_each_impossible_or_meaningless_combination_is_named(device, traits, con
 
 def test_possible_combinations_pass_and_cuda_graph_options_with_cuda_graphs():
     cpu = SearchSpace(Capabilities.detect("cpu"), WorkloadTraits(**CPU_TOY))
-    for config in ({}, {"compile": False, "padding": "max"}, {"scope": "regional", "compile_optimizer": True,
-                   "lr_tensor": True, "compile_loss": True, "mark_dynamic": "mark", "padding": "multiple",
-                   "pad_multiple": 8}, {"fused_optimizer": True, "dynamic": False, "padding": "buckets"}):
+    for config in (
+        {},
+        {"compile": False, "padding": "max"},
+        {
+            "scope": "regional",
+            "compile_optimizer": True,
+            "lr_tensor": True,
+            "compile_loss": True,
+            "mark_dynamic": "mark",
+            "padding": "multiple",
+            "pad_multiple": 8,
+        },
+        {"fused_optimizer": True, "dynamic": False, "padding": "buckets"},
+    ):
         assert cpu.rejection(cpu.validate(config)) is None, config
     cuda = SearchSpace(Capabilities.detect("cuda"), WorkloadTraits(**CPU_TOY))
     assert cuda.rejection(cuda.validate({"mode": "reduce-overhead", "inductor": {"triton.cudagraph_trees": False}})) is None
-    assert cuda.rejection(cuda.validate({"mode": "max-autotune", "compile_optimizer": True, "lr_tensor": True,
-                                         "static_grads": True})) is None
+    assert (
+        cuda.rejection(
+            cuda.validate({"mode": "max-autotune", "compile_optimizer": True, "lr_tensor": True, "static_grads": True})
+        )
+        is None
+    )
     assert cpu.rejection(cpu.validate({"foreach_map_optimizer": True})) is None
     # a suggested configuration never needs rejecting for what the conditions already prevent
     # (a doomed one, possible but futile, is refused by rules.doomed with its own reason)

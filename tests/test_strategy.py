@@ -15,10 +15,20 @@ from conftest import FAST, toy
 
 # Every dimension pinned but Inductor's fusion options: the recipes collapse into plain
 # torch.compile (measured as a baseline), so the search goes from the baselines to the neighbours.
-PINS = {"scope": "full", "mode": "default", "dynamic": None, "fullgraph": False, "compile_optimizer": False,
-        "fused_optimizer": False, "compile_loss": False, "padding": "longest", "mark_dynamic": "off",
-        "inductor.shape_padding": True, "compiled_autograd": False,
-        "foreach_map_optimizer": False}
+PINS = {
+    "scope": "full",
+    "mode": "default",
+    "dynamic": None,
+    "fullgraph": False,
+    "compile_optimizer": False,
+    "fused_optimizer": False,
+    "compile_loss": False,
+    "padding": "longest",
+    "mark_dynamic": "off",
+    "inductor.shape_padding": True,
+    "compiled_autograd": False,
+    "foreach_map_optimizer": False,
+}
 
 
 def test_a_doomed_configuration_is_refused_with_its_reason():
@@ -35,8 +45,19 @@ def test_a_doomed_configuration_is_refused_with_its_reason():
 
 
 def _neighbours_settings(directory: str) -> SearchSettings:
-    return SearchSettings(model=toy(), device="cpu", study="n", directory=directory, trials=3, trial_timeout_s=300,
-                          measure=FAST, horizon=100_000, finalists=0, prune=False, fixed=PINS)
+    return SearchSettings(
+        model=toy(),
+        device="cpu",
+        study="n",
+        directory=directory,
+        trials=3,
+        trial_timeout_s=300,
+        measure=FAST,
+        horizon=100_000,
+        finalists=0,
+        prune=False,
+        fixed=PINS,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +72,7 @@ def test_neighbours_change_one_dimension_of_the_incumbent_and_record_their_paren
     assert [r["role"] for r in rows[:3]] == ["eager", "compile-defaults", "neighbour"]
     effects = neighbours["effects"]
     assert effects and effects[0]["trial"] == 2 and effects[0]["parent"] == 1  # plain torch.compile was the incumbent
-    (name, (before, after)), = effects[0]["changed"].items()  # one dimension, nothing it conditions here
+    ((name, (before, after)),) = effects[0]["changed"].items()  # one dimension, nothing it conditions here
     assert before != after and name not in PINS
     assert ("effect" in effects[0]) == (rows[2]["status"] == "ok")
     assert "what each setting did" in format_summary(neighbours) and f"trial 2 (from 1): {name}" in format_summary(neighbours)
@@ -93,9 +114,10 @@ def test_a_configuration_whose_scope_did_not_warm_up_within_the_trial_limit_is_n
     assert rows[1]["config"].startswith("full")
     shutil.copytree(neighbours["directory"], tmp_path / "n-copy")
     limit = rows[1]["warmup_s"] / 3
-    resumed = dataclasses.replace(_neighbours_settings(str(tmp_path / "n-copy")), trials=2, trial_timeout_s=limit,
-                                  baseline_timeout_s=300)  # 2 more
-    refused = run_search(resumed)["rows"][len(rows):]
+    resumed = dataclasses.replace(
+        _neighbours_settings(str(tmp_path / "n-copy")), trials=2, trial_timeout_s=limit, baseline_timeout_s=300
+    )  # 2 more
+    refused = run_search(resumed)["rows"][len(rows) :]
     assert len(refused) == 2 and all(r["status"] == "infeasible" and r["wall_s"] == 0 for r in refused)
     assert all(r["config"].startswith("full") for r in refused)
     said = f"expected not to fit the {limit:.0f} s trial limit: trial 1 (full, default) took"
@@ -107,10 +129,20 @@ def test_too_slow_takes_evidence_only_from_trials_compiling_no_more_than_the_can
     # compiled step and loss was still compiling after 300 s; its no-CUDA-graph twin then spent
     # its limit too. Recorded trials (as a search records them), judged without a run.
     from autocompile.engine.cost import too_slow
+
     study = optuna.create_study(direction="maximize")
     slow = {"compile": True, "scope": "regional", "mode": "max-autotune", "compile_optimizer": True, "compile_loss": True}
-    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
-        "config": slow, "status": "timeout", "wall_s": 300.0, "reason": "no result within the 300 s limit (while compiling)"}))
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.FAIL,
+            user_attrs={
+                "config": slow,
+                "status": "timeout",
+                "wall_s": 300.0,
+                "reason": "no result within the 300 s limit (while compiling)",
+            },
+        )
+    )
     twin = {**slow, "mode": "max-autotune-no-cudagraphs"}
     assert "trial 0 (regional, max-autotune) was still compiling after 300 s" in too_slow(study, twin, 300)
     assert too_slow(study, twin, 600) is None  # a longer limit may hold it
@@ -163,6 +195,7 @@ def test_a_modular_configuration_compares_with_whole_model_compiles():
 
 def test_neighbours_borrow_from_the_fastest_trial_first_and_give_up_a_promising_value_last():
     from autocompile.engine.strategy import _rank
+
     base = {"compile_loss": True, "compile_optimizer": False, "mode": "default", "padding": "multiple"}
     fastest = {"compile_loss": False, "compile_optimizer": True, "mode": "default", "padding": "buckets"}
     assert _rank("compile_optimizer", True, base, fastest) == 0  # the fastest had it, and it promises
@@ -173,15 +206,26 @@ def test_neighbours_borrow_from_the_fastest_trial_first_and_give_up_a_promising_
 
 
 def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path, capsys):
-    settings = SearchSettings(model=toy(), device="cpu", study="t", directory=str(tmp_path), trials=1000,
-                              timeout_s=90, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1,
-                              prune=False)
+    settings = SearchSettings(
+        model=toy(),
+        device="cpu",
+        study="t",
+        directory=str(tmp_path),
+        trials=1000,
+        timeout_s=90,
+        trial_timeout_s=300,
+        measure=FAST,
+        horizon=100_000,
+        finalists=1,
+        prune=False,
+    )
     summary = run_search(settings)
     assert "search timeout of 90 s reached" in capsys.readouterr().err  # the time bound stopped it, not the count
     verdict = summary["finalists"]
     assert verdict and verdict["candidates"][0]["status"] == "ok", verdict
     round_rows = [r for r in summary["rows"] if r["role"].startswith("finalist of")]
     assert round_rows and summary["rows"][-1] is round_rows[-1]
+
     # the round kept its time: the search ran past --timeout by no more than the round's reruns were
     # allowed (each its first run's time and a minute more), and a little bookkeeping
     def allowed(row):
@@ -204,8 +248,10 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path, capsys):
     # reruns are trials of their own and leave it queued, with its params, for a resumed search
     queued = {"scope": "regional", "mode": "default"}
     runner.study.enqueue_trial(queued, skip_if_exists=False)
-    queue = lambda: [(t.number, t.system_attrs["fixed_params"])  # noqa: E731
-                     for t in runner.study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    queue = lambda: [
+        (t.number, t.system_attrs["fixed_params"])  # noqa: E731
+        for t in runner.study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    ]
     waiting = queue()
     assert waiting[-1][1] == queued
     reserve = finalist_reserve(runner.study, 1)
@@ -255,8 +301,12 @@ def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_elsewhere():
         def isatty(self):
             return True
 
-    events = [{"phase": "compiling"}, {"phase": "compiling", "step": 4}, {"phase": "measuring", "warmup_s": 9.0},
-              {"phase": "measuring", "window": 1, "steps_per_s": 12.0}]
+    events = [
+        {"phase": "compiling"},
+        {"phase": "compiling", "step": 4},
+        {"phase": "measuring", "warmup_s": 9.0},
+        {"phase": "measuring", "window": 1, "steps_per_s": 12.0},
+    ]
     live = Progress(3, Terminal())
     live.best = "best: trial 0 1.00x eager"
     for event in events:
@@ -269,8 +319,10 @@ def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_elsewhere():
     plain = Progress(3, io.StringIO())
     for event in events:
         plain.phase(1, "full default", event)
-    assert plain.stream.getvalue().splitlines() == ["  [1/3] trial 1 full default: compiling",
-                                                     "  [1/3] trial 1 full default: measuring"]
+    assert plain.stream.getvalue().splitlines() == [
+        "  [1/3] trial 1 full default: compiling",
+        "  [1/3] trial 1 full default: measuring",
+    ]
 
 
 def test_a_study_name_that_would_leave_dir_is_refused_in_one_line(tmp_path):
@@ -282,8 +334,25 @@ def test_a_study_name_that_would_leave_dir_is_refused_in_one_line(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for name in ("../../escape", "a/b", ".."):
-        done = subprocess.run([sys.executable, "-m", "autocompile", "search", "--model", toy(), "--device", "cpu",
-                               "--study", name, "--dir", str(tmp_path / "d")], capture_output=True, text=True, env=env)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autocompile",
+                "search",
+                "--model",
+                toy(),
+                "--device",
+                "cpu",
+                "--study",
+                name,
+                "--dir",
+                str(tmp_path / "d"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert "a study name is a plain name" in done.stderr
     assert not os.listdir(tmp_path)  # nothing written anywhere
@@ -359,8 +428,15 @@ def _measured_study(space, horizon=10_000):
         study.enqueue_trial(params)
         trial = study.ask()
         config = space.suggest(trial)
-        for key, value in {"status": "ok", "config": config, "role": "recipe", "steps_per_s": steps,
-                           "warmup_s": warmup, "wall_s": warmup + 20, **attrs}.items():
+        for key, value in {
+            "status": "ok",
+            "config": config,
+            "role": "recipe",
+            "steps_per_s": steps,
+            "warmup_s": warmup,
+            "wall_s": warmup + 20,
+            **attrs,
+        }.items():
             trial.set_user_attr(key, value)
         study.tell(trial, score)
         return trial.number, params
@@ -377,8 +453,9 @@ def test_the_fastest_trial_takes_turns_as_a_parent_and_first_drops_its_compiled_
 
     space = build_space("tiny-llama", "cpu")
     study, measured = _measured_study(space)
-    recipe, recipe_params = measured({"compile_loss": True, "fused_optimizer": True, "padding": "multiple",
-                                      "pad_multiple": 64}, 16.8, 17.6, 27)
+    recipe, recipe_params = measured(
+        {"compile_loss": True, "fused_optimizer": True, "padding": "multiple", "pad_multiple": 64}, 16.8, 17.6, 27
+    )
     # (tiny-llama's LR schedule needs a tensor LR in a compiled step; the captioner has none)
     fast, fast_params = measured({"compile_optimizer": True, "lr_tensor": True, "padding": "buckets"}, 16.6, 20.6, 116)
     assert warmup_share(study, study.trials[fast]) == pytest.approx(116 / (116 + 10_000 / 20.6))
@@ -410,8 +487,9 @@ def test_a_fastest_trial_light_on_warm_up_waits_for_the_incumbent():
 
     space = build_space("tiny-llama", "cpu")
     study, measured = _measured_study(space)
-    recipe, _ = measured({"compile_loss": True, "fused_optimizer": True, "padding": "multiple", "pad_multiple": 64},
-                         4.99, 5.05, 26)
+    recipe, _ = measured(
+        {"compile_loss": True, "fused_optimizer": True, "padding": "multiple", "pad_multiple": 64}, 4.99, 5.05, 26
+    )
     measured({"compile_optimizer": True, "lr_tensor": True, "padding": "multiple", "pad_multiple": 64}, 4.98, 5.23, 100)
     first = next_neighbour(space, study, lambda config, params: any(t.params == params for t in study.trials))
     assert first["parent"] == recipe and first["params"]["compile_optimizer"] is True
@@ -449,10 +527,19 @@ def test_a_neighbour_of_a_parent_outside_the_space_is_a_move_of_several_dimensio
     parent = {**DEFAULTS, "compile": True}
     child = {**parent, "scope": "regional", "compile_optimizer": True, "inductor": {"epilogue_fusion": False}}
     one_move = {**parent, "inductor": {"epilogue_fusion": False}}
-    for number, (config, extra) in enumerate([(parent, {}), (child, {"parent": 0, "changed": ["inductor.epilogue_fusion"]}),
-                                              (one_move, {"parent": 0, "changed": ["inductor.epilogue_fusion"]})]):
-        study.add_trial(optuna.trial.create_trial(value=10.0 - number, user_attrs={
-            "config": config, "status": "ok", "role": "neighbour" if extra else "compile-defaults", **extra}))
+    for number, (config, extra) in enumerate(
+        [
+            (parent, {}),
+            (child, {"parent": 0, "changed": ["inductor.epilogue_fusion"]}),
+            (one_move, {"parent": 0, "changed": ["inductor.epilogue_fusion"]}),
+        ]
+    ):
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=10.0 - number,
+                user_attrs={"config": config, "status": "ok", "role": "neighbour" if extra else "compile-defaults", **extra},
+            )
+        )
     several, single = effects(study)
     assert not several["single"] and set(several["changed"]) == {"scope", "compile_optimizer", "inductor.epilogue_fusion"}
     assert single["single"] and single["changed"] == {"inductor.epilogue_fusion": (None, False)}
@@ -565,8 +652,14 @@ def test_coordinate_descent_cut_at_the_limit_is_evidence_against_a_max_autotune_
     """A max-autotune mode turns coordinate descent on too: a trial cut with coordinate descent alone
     compiled less than a max-autotune one of the same graphs would."""
     from autocompile.engine.cost import too_slow
-    tuned = {"compile": True, "scope": "regional", "mode": "reduce-overhead", "padding": "buckets",
-             "inductor": {"coordinate_descent_tuning": True}}
+
+    tuned = {
+        "compile": True,
+        "scope": "regional",
+        "mode": "reduce-overhead",
+        "padding": "buckets",
+        "inductor": {"coordinate_descent_tuning": True},
+    }
     cut = {"status": "timeout", "wall_s": 243.5, "reason": "no result within the 240 s limit (while compiling)"}
     study = optuna.create_study(direction="maximize")
     study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={"config": tuned, **cut}))

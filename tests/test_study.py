@@ -37,8 +37,9 @@ def test_score_amortises_warmup_and_penalises_recompiles():
     assert score({"status": "timeout"}) == 0.0
 
 
-SEARCHED = dict(trials=3, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1,
-                prune=False)  # pruning has a test of its own
+SEARCHED = dict(
+    trials=3, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1, prune=False
+)  # pruning has a test of its own
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +128,7 @@ def test_finalists_are_measured_again_alternating_with_eager(searched):
         assert json.load(f)["harness"]["ratio"] == pytest.approx(harness["ratio"])
 
 
-def test_a_finalist_whose_runs_disagree_far_beyond_their_noise_is_measured_a_third_time(searched, tmp_path,
-                                                                                     monkeypatch):
+def test_a_finalist_whose_runs_disagree_far_beyond_their_noise_is_measured_a_third_time(searched, tmp_path, monkeypatch):
     """The CPU quickstart's recipe ran 210 steps/s, then 127 in its rerun (windows within 12.7%), and
     eager's one rerun took the win (2-core host, 2026-11-26): a finalist so far apart is measured once
     more, eager beside it, where time is left, and each one's speed is the median of its three runs."""
@@ -155,8 +155,11 @@ def test_a_finalist_whose_runs_disagree_far_beyond_their_noise_is_measured_a_thi
     study = runner.study
     (row,) = study.user_attrs["finalists"]["candidates"]
     eager, first = study.trials[0], study.trials[row["trial"]]
-    in_round = lambda n: [{**t.user_attrs, "trial": t.number} for t in study.trials  # noqa: E731
-                          if t.user_attrs.get("remeasure_of") == n and t.user_attrs.get("status") == "ok"]
+    in_round = lambda n: [
+        {**t.user_attrs, "trial": t.number}
+        for t in study.trials  # noqa: E731
+        if t.user_attrs.get("remeasure_of") == n and t.user_attrs.get("status") == "ok"
+    ]
     runs = {0: in_round(0), first.number: in_round(first.number)}
     before = len(study.trials)
     assert finalists._measure_again(runner, eager, [first], runs, [row], 1)
@@ -249,8 +252,9 @@ def test_best_prints_the_snippet_and_json(searched):
 
 
 def test_a_search_whose_trials_all_crash_keeps_every_record(tmp_path):
-    settings = SearchSettings(model=toy("toy_crash"), device="cpu", study="crash", directory=str(tmp_path), trials=2,
-                              trial_timeout_s=120, measure=FAST)
+    settings = SearchSettings(
+        model=toy("toy_crash"), device="cpu", study="crash", directory=str(tmp_path), trials=2, trial_timeout_s=120, measure=FAST
+    )
     summary = run_search(settings)
     assert summary["best"] is None
     assert [r["status"] for r in summary["rows"]] == ["crashed"] * 2
@@ -261,9 +265,18 @@ def test_a_search_whose_trials_all_crash_keeps_every_record(tmp_path):
 
 
 def test_a_compiled_result_that_differs_from_eager_is_infeasible(tmp_path):
-    settings = SearchSettings(model=toy("toy_differs"), device="cpu", study="differs", directory=str(tmp_path),
-                              trials=3, trial_timeout_s=300, measure=FAST, finalists=0, prune=False,
-                              triage=False)  # where numerics part: tests/test_divergence.py
+    settings = SearchSettings(
+        model=toy("toy_differs"),
+        device="cpu",
+        study="differs",
+        directory=str(tmp_path),
+        trials=3,
+        trial_timeout_s=300,
+        measure=FAST,
+        finalists=0,
+        prune=False,
+        triage=False,
+    )  # where numerics part: tests/test_divergence.py
     rows = run_search(settings)["rows"]
     assert rows[0]["status"] == "ok"  # eager is the reference
     # The difference sits in the model's own forward: compiling the whole model changes the
@@ -287,23 +300,35 @@ def test_numerics_of_a_faithful_compile_pass_and_memory_limits_bind(searched):
     assert violation(record) == pytest.approx(record["peak_mem_gb"] - 0.001)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["search", "--model", "gpt-17", "--device", "cpu"], "unknown model 'gpt-17'"),
-    (["search", "--model", "tests/nope.py:toy", "--device", "cpu"], "workload file not found"),
-    (["search", "--model", "tiny-llama", "--device", "tpu"], "--device must be cuda or cpu"),
-    (["search", "--model", "tiny-llama", "--device", "cuda"], "no CUDA GPU"),
-    (["search", "--model", "llama-8b", "--device", "cpu"], "needs a GPU"),
-    (["search", "--model", "tiny-llama", "--trials", "-1"], "must be at least 0"),
-    (["search", "--model", "tiny-llama", "--device", "cpu", "--trials", "0"], "no study 'tiny-llama'"),
-    (["search", "--model", "tiny-llama", "--device", "cpu", "--set", "mode=fast"], "mode=\"fast\" is not offered"),
-    (["search", "--model", "tiny-llama", "--device", "cpu", "--storage", "sqlite:////no/such/dir/x.db"], "cannot open storage"),
-    (["search", "--model", "tiny-llama", "--device", "cpu", "--storage", "postgresql://u@127.0.0.1:1/db"], "cannot open storage"),
-    (["trial", "--model", "tiny-llama", "--device", "cpu", "--config", "{scope: full"], "not valid JSON"),
-    (["trial", "--model", "tiny-llama", "--device", "cpu", "--config", '{"mode": "turbo"}'], "invalid value \"turbo\" for mode"),
-    (["trial", "--model", "tiny-llama", "--device", "cpu", "--config", "@/no/such.json"], "cannot read config file"),
-    (["best", "--study", "nothing-here", "--dir", "/tmp/autocompile-no-such-dir"], "no study 'nothing-here'"),
-    (["dashboard", "--study", "nothing-here", "--dir", "/tmp/autocompile-no-such-dir"], "no study 'nothing-here'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["search", "--model", "gpt-17", "--device", "cpu"], "unknown model 'gpt-17'"),
+        (["search", "--model", "tests/nope.py:toy", "--device", "cpu"], "workload file not found"),
+        (["search", "--model", "tiny-llama", "--device", "tpu"], "--device must be cuda or cpu"),
+        (["search", "--model", "tiny-llama", "--device", "cuda"], "no CUDA GPU"),
+        (["search", "--model", "llama-8b", "--device", "cpu"], "needs a GPU"),
+        (["search", "--model", "tiny-llama", "--trials", "-1"], "must be at least 0"),
+        (["search", "--model", "tiny-llama", "--device", "cpu", "--trials", "0"], "no study 'tiny-llama'"),
+        (["search", "--model", "tiny-llama", "--device", "cpu", "--set", "mode=fast"], 'mode="fast" is not offered'),
+        (
+            ["search", "--model", "tiny-llama", "--device", "cpu", "--storage", "sqlite:////no/such/dir/x.db"],
+            "cannot open storage",
+        ),
+        (
+            ["search", "--model", "tiny-llama", "--device", "cpu", "--storage", "postgresql://u@127.0.0.1:1/db"],
+            "cannot open storage",
+        ),
+        (["trial", "--model", "tiny-llama", "--device", "cpu", "--config", "{scope: full"], "not valid JSON"),
+        (
+            ["trial", "--model", "tiny-llama", "--device", "cpu", "--config", '{"mode": "turbo"}'],
+            'invalid value "turbo" for mode',
+        ),
+        (["trial", "--model", "tiny-llama", "--device", "cpu", "--config", "@/no/such.json"], "cannot read config file"),
+        (["best", "--study", "nothing-here", "--dir", "/tmp/autocompile-no-such-dir"], "no study 'nothing-here'"),
+        (["dashboard", "--study", "nothing-here", "--dir", "/tmp/autocompile-no-such-dir"], "no study 'nothing-here'"),
+    ],
+)
 def test_bad_input_gets_one_line_and_exit_2(args, message, capsys, monkeypatch, tmp_path):
     """In-process (the command line's own entry point), so each case costs no torch import; run
     where studies/ would be made, which bad input leaves empty."""
@@ -343,8 +368,16 @@ def test_the_search_timeout_bounds_the_search(tmp_path, capsys):
     and no trial starts with too little time left."""
     import optuna
 
-    settings = SearchSettings(model=toy("toy_hang"), device="cpu", study="hang", directory=str(tmp_path), trials=3,
-                              timeout_s=45, trial_timeout_s=300, measure=FAST)
+    settings = SearchSettings(
+        model=toy("toy_hang"),
+        device="cpu",
+        study="hang",
+        directory=str(tmp_path),
+        trials=3,
+        timeout_s=45,
+        trial_timeout_s=300,
+        measure=FAST,
+    )
     summary = run_search(settings)
     assert [r["status"] for r in summary["rows"]] == ["timeout"]
     assert "cut by the search --timeout" in summary["rows"][0]["reason"]
@@ -403,8 +436,9 @@ def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
     from autocompile.engine.cost import WARM_SHARE, rerun_estimate_s
     from autocompile.engine.finalists import REACH, contenders, finalist_reserve
 
-    committed = load_study("llama-8b-fresh",
-                           "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh", "study.db"))
+    committed = load_study(
+        "llama-8b-fresh", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh", "study.db")
+    )
     study = optuna.create_study(directions=committed.directions)
     study.add_trials([t for t in committed.trials if t.number <= 3])
     assert [t.number for t in contenders(study, 3)] == [3, 2]
@@ -435,8 +469,13 @@ def test_the_round_runs_cold_the_finalist_its_verdict_most_likely_chooses():
     from autocompile.engine.cost import cold_scale
     from autocompile.engine.finalists import cold_check_s, cold_pick, contenders
 
-    for name, leader, pick in (("captioner-fresh-7", 10, 8), ("captioner-fresh-6", 8, 8), ("llama-8b-fresh-8", 24, 24),
-                               ("captioner-fresh-8", 10, 8), ("captioner-fresh-9", 16, 3)):
+    for name, leader, pick in (
+        ("captioner-fresh-7", 10, 8),
+        ("captioner-fresh-6", 8, 8),
+        ("llama-8b-fresh-8", 24, 24),
+        ("captioner-fresh-8", 10, 8),
+        ("captioner-fresh-9", 16, 3),
+    ):
         committed = load_study(name, "sqlite:///" + os.path.join(ROOT, "studies", "history", name, "study.db"))
         start = min(t.number for t in committed.trials if t.user_attrs.get("role") == "finalist")
         study = optuna.create_study(directions=committed.directions)
@@ -447,8 +486,12 @@ def test_the_round_runs_cold_the_finalist_its_verdict_most_likely_chooses():
         assert pick == committed.user_attrs["finalists"]["winner"]
         assert cold_check_s(study, 3, 240) > 0  # the reserve holds its cold run
     # a finalist within noise whose warm-up was measured cold and is the shorter: no cold run in the round
-    cold_one = optuna.trial.create_trial(value=finalists[0].value * 0.9999, params={}, distributions={},
-                                         user_attrs={**finalists[1].user_attrs, "warmup_kind": "cold", "warmup_s": 1.0})
+    cold_one = optuna.trial.create_trial(
+        value=finalists[0].value * 0.9999,
+        params={},
+        distributions={},
+        user_attrs={**finalists[1].user_attrs, "warmup_kind": "cold", "warmup_s": 1.0},
+    )
     assert cold_pick([finalists[0], cold_one]) is None
 
 
@@ -463,8 +506,9 @@ def test_the_finalist_round_leaves_out_a_baseline_that_took_longer_than_a_rerun_
     from autocompile.engine.cost import rerun_estimate_s
     from autocompile.engine.finalists import contenders, finalist_reserve
 
-    committed = load_study("llama-8b-fresh-4",
-                           "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh-4", "study.db"))
+    committed = load_study(
+        "llama-8b-fresh-4", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh-4", "study.db")
+    )
     study = optuna.create_study(directions=committed.directions)
     study.add_trials([t for t in committed.trials if t.number <= 2])
     walls = {t.number: t.user_attrs["wall_s"] for t in study.trials}
@@ -498,8 +542,12 @@ def test_the_finalist_round_measures_in_longer_windows_and_keeps_the_time_they_t
 
     study = optuna.create_study(direction="maximize")
     study.add_trial(optuna.trial.create_trial(value=1.17, user_attrs={**eager, "role": "eager", "status": "ok"}))
-    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
-        "role": "compile-defaults", "status": "timeout", "config": {"compile": True}, "wall_s": 41.0}))
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.FAIL,
+            user_attrs={"role": "compile-defaults", "status": "timeout", "config": {"compile": True}, "wall_s": 41.0},
+        )
+    )
     assert finalist_reserve(study, 1) == 0.0
 
 
@@ -515,13 +563,20 @@ def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_ro
 
     import optuna
 
-    shutil.copytree(os.path.join(ROOT, "studies", "history", "captioner-search"), tmp_path / "captioner-search",
-                    ignore=shutil.ignore_patterns("artifacts", "report", "study.db"))
+    shutil.copytree(
+        os.path.join(ROOT, "studies", "history", "captioner-search"),
+        tmp_path / "captioner-search",
+        ignore=shutil.ignore_patterns("artifacts", "report", "study.db"),
+    )
     # The study as that round left it: its trials 0-10 (the committed one has a later round too).
-    committed = load_study("captioner-search",
-                           "sqlite:///" + os.path.join(ROOT, "studies", "history", "captioner-search", "study.db"))
-    study = optuna.create_study(study_name="captioner-search", directions=committed.directions,
-                                storage="sqlite:///" + str(tmp_path / "captioner-search" / "study.db"))
+    committed = load_study(
+        "captioner-search", "sqlite:///" + os.path.join(ROOT, "studies", "history", "captioner-search", "study.db")
+    )
+    study = optuna.create_study(
+        study_name="captioner-search",
+        directions=committed.directions,
+        storage="sqlite:///" + str(tmp_path / "captioner-search" / "study.db"),
+    )
     study.add_trials([t for t in committed.trials if t.number <= 10])
     for key, value in committed.user_attrs.items():
         study.set_user_attr(key, value)
@@ -571,16 +626,21 @@ def test_the_winner_is_compared_with_plain_torch_compile_by_score_or_by_a_bound(
     from autocompile.outputs.table import summarize
 
     def finished(number, role, status, value, **attrs):
-        trial = optuna.trial.create_trial(value=value, user_attrs={"role": role, "status": status,
-                                                                   "config": {"compile": role != "eager"},
-                                                                   "steps_per_s": 6.0, **attrs})
+        trial = optuna.trial.create_trial(
+            value=value,
+            user_attrs={"role": role, "status": status, "config": {"compile": role != "eager"}, "steps_per_s": 6.0, **attrs},
+        )
         trial.number = number
         return trial
 
     study = optuna.create_study(direction="maximize")
     study.set_user_attr("horizon", 1000)
-    for trial in [finished(0, "eager", "ok", 3.0), finished(1, "compile-defaults", "timeout", 0.0, warmup_elapsed_s=100.0),
-                  finished(2, "recipe", "ok", 5.0), finished(3, "compile-defaults", "timeout", 0.0, warmup_elapsed_s=400.0)]:
+    for trial in [
+        finished(0, "eager", "ok", 3.0),
+        finished(1, "compile-defaults", "timeout", 0.0, warmup_elapsed_s=100.0),
+        finished(2, "recipe", "ok", 5.0),
+        finished(3, "compile-defaults", "timeout", 0.0, warmup_elapsed_s=400.0),
+    ]:
         study.add_trial(trial)
     best = summarize(study, None)["best"]
     assert best["number"] == 2
@@ -599,9 +659,11 @@ def test_optimistic_score_bounds_what_a_running_trial_can_reach():
     warming = [{"phase": "building", "t": 0.0}, {"phase": "compiling", "t": 10.0}]
     assert optimistic_score(warming[:1], 1000, now=50.0) is None
     assert optimistic_score(warming, 1000, now=50.0) == pytest.approx(1000 / 40)  # infinitely fast from now on
-    measured = warming + [{"phase": "measuring", "t": 60.0, "warmup_s": 50.0, "warmup_steps": 20},
-                          {"phase": "measuring", "window": 1, "steps_per_s": 10.0, "t": 61.0},
-                          {"phase": "measuring", "window": 2, "steps_per_s": 10.0, "t": 62.0}]
+    measured = warming + [
+        {"phase": "measuring", "t": 60.0, "warmup_s": 50.0, "warmup_steps": 20},
+        {"phase": "measuring", "window": 1, "steps_per_s": 10.0, "t": 61.0},
+        {"phase": "measuring", "window": 2, "steps_per_s": 10.0, "t": 62.0},
+    ]
     assert optimistic_score(measured[:3], 1000, now=70.0) == pytest.approx(1000 / 50)
     at_pace = score({"status": "ok", "warmup_s": 50.0, "warmup_steps": 20, "steps_per_s": 10.0}, 1000)
     assert optimistic_score(measured, 1000, now=70.0) == pytest.approx(1.05 * at_pace)
@@ -612,8 +674,17 @@ def test_a_trial_that_cannot_win_is_pruned(tmp_path):
     stopped during its warm-up and stored as PRUNED, with the bound it reported."""
     import optuna
 
-    settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="prune", directory=str(tmp_path), trials=3,
-                              trial_timeout_s=300, measure=FAST, horizon=50, finalists=0)
+    settings = SearchSettings(
+        model=toy("toy_fixed"),
+        device="cpu",
+        study="prune",
+        directory=str(tmp_path),
+        trials=3,
+        trial_timeout_s=300,
+        measure=FAST,
+        horizon=50,
+        finalists=0,
+    )
     summary = run_search(settings)
     assert [r["status"] for r in summary["rows"]] == ["ok", "ok", "pruned"]  # baselines are never pruned
     study = load_study("prune", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
@@ -628,8 +699,7 @@ def test_a_trial_that_cannot_win_is_pruned(tmp_path):
     assert summary["best"]["number"] == 0  # eager wins so short a run
 
 
-def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_ratios_are_against(tmp_path,
-                                                                                              monkeypatch):
+def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_ratios_are_against(tmp_path, monkeypatch):
     """Eager training runs out of memory (as llama-8b's eager AdamW does on an 80 GB card); compiled
     it fits. The search goes on: the compiled configurations are measured and ranked, the finalist
     round measures them again among themselves, and the winner's line says that eager did not fit
@@ -639,8 +709,18 @@ def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_rat
     # one rerun of the finalist, never a third (FAST's windows disagree far on a loaded host): the
     # third has a test of its own
     monkeypatch.setattr(finalists, "FAR_FLOOR", float("inf"))
-    settings = SearchSettings(model=toy("toy_eager_oom"), device="cpu", study="no-eager", directory=str(tmp_path),
-                              trials=3, trial_timeout_s=300, measure=FAST, horizon=100_000, finalists=1, prune=False)
+    settings = SearchSettings(
+        model=toy("toy_eager_oom"),
+        device="cpu",
+        study="no-eager",
+        directory=str(tmp_path),
+        trials=3,
+        trial_timeout_s=300,
+        measure=FAST,
+        horizon=100_000,
+        finalists=1,
+        prune=False,
+    )
     summary = run_search(settings)
     rows = summary["rows"]
     assert rows[0]["role"] == "eager" and rows[0]["status"] == "oom", rows[0]
@@ -656,8 +736,9 @@ def test_a_model_eager_cannot_fit_still_ends_with_a_winner_and_says_what_the_rat
     # No eager baseline: each compiled trial runs the randomness check itself, for its eager first loss
     compiled = [full_record(t, settings.study_dir) for t in study.trials if t.user_attrs.get("status") == "ok"]
     # the two compiled trials and the finalist's rerun
-    assert len(compiled) >= 3 and all(a["rng_dependent"] is False and "rng_dependent_from" not in a
-                                      and a["eager_first_loss"] for a in compiled)
+    assert len(compiled) >= 3 and all(
+        a["rng_dependent"] is False and "rng_dependent_from" not in a and a["eager_first_loss"] for a in compiled
+    )
     text = format_summary(summary)
     assert "no eager reference: eager ended oom" in text and "ratios are against plain torch.compile" in text
 

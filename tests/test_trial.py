@@ -13,8 +13,16 @@ from conftest import FAST, toy
 
 def trial(tmp_path, toolchain_dir, model, config, timeout=300, ahead=False, **kw):
     """One trial; `ahead`: in a process started ahead (autocompile.trial.prestart), as a GPU search's are."""
-    request = TrialRequest(model=model, config={**DEFAULTS, **config}, device="cpu", trial_dir=str(tmp_path / "t"),
-                           timeout_s=timeout, toolchain_dir=toolchain_dir, measure=FAST, **kw)
+    request = TrialRequest(
+        model=model,
+        config={**DEFAULTS, **config},
+        device="cpu",
+        trial_dir=str(tmp_path / "t"),
+        timeout_s=timeout,
+        toolchain_dir=toolchain_dir,
+        measure=FAST,
+        **kw,
+    )
     if ahead:
         from autocompile.trial import prestart
         from autocompile.trial.process import _child_env
@@ -67,8 +75,15 @@ def test_fullgraph_turns_a_graph_break_into_a_compile_error(tmp_path, toolchain_
     assert record["status"] == "compile_error"
     assert record["failed_phase"] == "compiling"
     # Triage: the graph break is Dynamo's, so even the eager backend fails, and the ladder stops there.
-    request = TrialRequest(model=toy("toy_graph_break"), config=record["config"], device="cpu",
-                           trial_dir=str(tmp_path / "t"), timeout_s=300, toolchain_dir=toolchain_dir, measure=FAST)
+    request = TrialRequest(
+        model=toy("toy_graph_break"),
+        config=record["config"],
+        device="cpu",
+        trial_dir=str(tmp_path / "t"),
+        timeout_s=300,
+        toolchain_dir=toolchain_dir,
+        measure=FAST,
+    )
     record = triage(request, record)
     assert [(r["backend"], r["status"]) for r in record["triage"]] == [("eager", "compile_error")]
     assert record["failing_layer"].startswith("Dynamo") and "triage: fails in Dynamo" in record["reason"]
@@ -80,11 +95,21 @@ def test_triage_names_inductor_when_only_inductor_fails(tmp_path, toolchain_dir)
     config = {"scope": "full", "inductor": {"cpp.inject_relu_bug_TESTING_ONLY": "compile_error"}}
     record, _ = trial(tmp_path, toolchain_dir, toy("toy_relu"), config)
     assert record["status"] == "compile_error", record["reason"]
-    request = TrialRequest(model=toy("toy_relu"), config=record["config"], device="cpu",
-                           trial_dir=str(tmp_path / "t"), timeout_s=300, toolchain_dir=toolchain_dir, measure=FAST)
+    request = TrialRequest(
+        model=toy("toy_relu"),
+        config=record["config"],
+        device="cpu",
+        trial_dir=str(tmp_path / "t"),
+        timeout_s=300,
+        toolchain_dir=toolchain_dir,
+        measure=FAST,
+    )
     record = triage(request, record)
     assert [(r["backend"], r["status"]) for r in record["triage"]] == [
-        ("eager", "ok"), ("aot_eager", "ok"), ("aot_eager_decomp_partition", "ok")]
+        ("eager", "ok"),
+        ("aot_eager", "ok"),
+        ("aot_eager_decomp_partition", "ok"),
+    ]
     assert record["failing_layer"].startswith("Inductor")
     assert "triage: fails in Inductor" in record["reason"]
     snippet = (tmp_path / "t" / "triage-aot_eager" / "apply_compilation.py").read_text()
@@ -104,8 +129,17 @@ def test_a_hard_mark_the_model_refuses_falls_back_to_maybe_and_the_study_does_no
     from autocompile.engine.settings import SearchSettings
     from autocompile.engine.study import open_search
 
-    settings = SearchSettings(model=toy(), device="cpu", study="m", directory=str(tmp_path), trial_timeout_s=300,
-                              measure=FAST, prune=False, triage=False, shared_cache=True)
+    settings = SearchSettings(
+        model=toy(),
+        device="cpu",
+        study="m",
+        directory=str(tmp_path),
+        trial_timeout_s=300,
+        measure=FAST,
+        prune=False,
+        triage=False,
+        shared_cache=True,
+    )
     runner = open_search(settings, Progress(2, io.StringIO()))
     asked = {**DEFAULTS, "scope": "regional", "compile_loss": True, "mark_dynamic": "mark"}
     record = runner.run(new_trial(runner.study), asked, "recipe", prunable=False)
@@ -153,19 +187,41 @@ def test_what_a_study_learned_is_passed_only_where_it_holds():
     add(role="compile-defaults", status="ok", config=DEFAULTS, rng_dependent=True)
     assert rng_dependent(study) is None  # no eager baseline ran cleanly: each trial checks (eager_first_loss)
     add(role="eager", status="ok", config=EAGER)
-    add(role="recipe", status="ok", config={**asked, "mark_dynamic": "maybe"}, rng_dependent=True, rng_dependent_from=0,
-        mark_dynamic_fallback={"asked": "mark", "used": "maybe", "first_wall_s": 21.0})
-    add(role="recipe", status="ok", config={**asked, "mark_dynamic": "maybe", "fused_optimizer": True},
-        mark_dynamic_fallback={"asked": "mark", "used": "maybe", "first_wall_s": 0.0, "learned_from": 2})
+    add(
+        role="recipe",
+        status="ok",
+        config={**asked, "mark_dynamic": "maybe"},
+        rng_dependent=True,
+        rng_dependent_from=0,
+        mark_dynamic_fallback={"asked": "mark", "used": "maybe", "first_wall_s": 21.0},
+    )
+    add(
+        role="recipe",
+        status="ok",
+        config={**asked, "mark_dynamic": "maybe", "fused_optimizer": True},
+        mark_dynamic_fallback={"asked": "mark", "used": "maybe", "first_wall_s": 0.0, "learned_from": 2},
+    )
     assert rng_dependent(study) == {"value": True, "from": 0}
-    same_graphs = {**asked, "compile_optimizer": True, "lr_tensor": True, "mode": "max-autotune-no-cudagraphs",
-                   "inductor": {"shape_padding": False}}
+    same_graphs = {
+        **asked,
+        "compile_optimizer": True,
+        "lr_tensor": True,
+        "mode": "max-autotune-no-cudagraphs",
+        "inductor": {"shape_padding": False},
+    }
     assert mark_refused_in(study, same_graphs) == 2
     # what such a configuration measures ("maybe") was measured already: it is not proposed again
     assert already_tried(study, {**asked, "fused_optimizer": True}, {}, 300)
     assert not already_tried(study, same_graphs, {}, 300)
-    for other in ({"compile_loss": False}, {"scope": "full"}, {"dynamic": True}, {"fullgraph": True},
-                  {"padding": "multiple", "pad_multiple": 64}, {"compiled_autograd": True}, {"mark_dynamic": "maybe"}):
+    for other in (
+        {"compile_loss": False},
+        {"scope": "full"},
+        {"dynamic": True},
+        {"fullgraph": True},
+        {"padding": "multiple", "pad_multiple": 64},
+        {"compiled_autograd": True},
+        {"mark_dynamic": "maybe"},
+    ):
         assert mark_refused_in(study, {**asked, **other}) is None, other
 
 
@@ -179,9 +235,16 @@ def test_the_warm_up_waits_a_whole_quiet_pass_where_cuda_graphs_are_recorded():
 
     graphs = {**DEFAULTS, "compile": True, "scope": "regional", "mode": "reduce-overhead"}
     assert settle_steps({"config": graphs, "device": "cuda"}, 16) == 16
-    assert settle_steps({"config": {**graphs, "scope": "modular", "part_modes": {"encoder": "default",
-                                                                               "decoder": "max-autotune"}},
-                         "device": "cuda:1"}, 16) == 16
+    assert (
+        settle_steps(
+            {
+                "config": {**graphs, "scope": "modular", "part_modes": {"encoder": "default", "decoder": "max-autotune"}},
+                "device": "cuda:1",
+            },
+            16,
+        )
+        == 16
+    )
     assert settle_steps({"config": graphs, "device": "cuda", "settle_steps": 1}, 16) == 1
     assert settle_steps({"config": graphs, "device": "cpu"}, 16) == 3  # no CUDA graphs on the CPU
     for other in ({"mode": "default"}, {"mode": "max-autotune-no-cudagraphs"}, {"compile": False}):
@@ -237,9 +300,19 @@ def test_a_compile_stack_cut_at_100_frames_names_its_compile_stage(tmp_path):
     frames += [f'  File "{site}/torch/_functorch/_aot_autograd/graph_capture.py", line 96 in _create_graph']
     frames += [f'  File "{site}/torch/_dynamo/output_graph.py", line {2000 + i} in compile' for i in range(39)]
     log = tmp_path / "log.txt"
-    log.write_text("\n".join(["Thread 0x00007fd491dff6c0 (most recent call first):",
-                              '  File "/usr/lib/python3.12/threading.py", line 1010 in run', "",
-                              "Current thread 0x00007fd936ee7140 (most recent call first):", *frames, "  ...", ""]))
+    log.write_text(
+        "\n".join(
+            [
+                "Thread 0x00007fd491dff6c0 (most recent call first):",
+                '  File "/usr/lib/python3.12/threading.py", line 1010 in run',
+                "",
+                "Current thread 0x00007fd936ee7140 (most recent call first):",
+                *frames,
+                "  ...",
+                "",
+            ]
+        )
+    )
     where, stack = stuck_in(str(log))
     assert where == "torch/_functorch/_aot_autograd/graph_capture.py:96 in _create_graph"
     assert stack[0] == "torch/_subclasses/fake_tensor.py:1000 in dispatch" and len(stack) == 40
@@ -256,11 +329,19 @@ def test_measurement_stops_once_its_windows_agree(tmp_path):
     # llama-8b-fresh-10's trial 2 (H200): two windows still rising, then steady; a flat run settles at once
     assert settled([4.98, 5.269, 5.938, 5.994, 6.083, 5.96, 6.033, 6.153]) == 2
     assert settled([10.0, 10.2, 9.9, 10.1, 10.0, 9.8]) == 0 and settled([5.0, 6.0]) == 0
-    record = run_trial(TrialRequest(model=toy("toy_fixed"), config=EAGER, device="cpu", trial_dir=str(tmp_path),
-                                    timeout_s=120, measure={"min_window_s": 0.1}))
+    record = run_trial(
+        TrialRequest(
+            model=toy("toy_fixed"),
+            config=EAGER,
+            device="cpu",
+            trial_dir=str(tmp_path),
+            timeout_s=120,
+            measure={"min_window_s": 0.1},
+        )
+    )
     rates = record["window_rates"]
     assert record["status"] == "ok" and 2 <= len(rates) <= MAX_WINDOWS
-    first = next((k for k in range(2, len(rates) + 1) if interval(rates[settled(rates[:k]):k]) <= TARGET_INTERVAL), None)
+    first = next((k for k in range(2, len(rates) + 1) if interval(rates[settled(rates[:k]) : k]) <= TARGET_INTERVAL), None)
     assert first == len(rates) or (first is None and len(rates) == MAX_WINDOWS), rates
     cut = record["settling_windows"]
     assert cut == settled(rates) and record["interval"] == pytest.approx(interval(rates[cut:]))

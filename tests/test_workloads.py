@@ -58,8 +58,14 @@ def test_llama_8b_is_the_llama_3_1_architecture():
     workload = get_workload("llama-8b")
     model, _ = workload.build(WorkloadOptions(device="meta"))
     config = model.config
-    assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
-            config.intermediate_size, config.vocab_size) == (32, 4096, 32, 8, 14336, 128256)
+    assert (
+        config.num_hidden_layers,
+        config.hidden_size,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.intermediate_size,
+        config.vocab_size,
+    ) == (32, 4096, 32, 8, 14336, 128256)
     assert 7.9e9 < sum(p.numel() for p in model.parameters()) < 8.1e9
     assert workload.gpu_only
 
@@ -81,7 +87,7 @@ def test_entry_point_plugin_is_found(tmp_path):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-plugin\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[autocompile.workloads]\ndemo-toy = toy_workloads:toy\n")
     code = textwrap.dedent(f"""
-        import sys; sys.path[:0] = [{str(tmp_path)!r}, {TOY.rsplit('/', 1)[0]!r}]
+        import sys; sys.path[:0] = [{str(tmp_path)!r}, {TOY.rsplit("/", 1)[0]!r}]
         from autocompile.workloads import get_workload, list_workloads
         assert get_workload("demo-toy").name == "toy"
         assert any(name == "demo-toy" for name, _ in list_workloads())
@@ -141,8 +147,13 @@ def test_the_cpu_quickstart_space_and_preset():
     with open(os.path.join(ROOT, "scripts", "quickstart.sh")) as f:
         assert "--space studies/quickstart-cpu.toml" in f.read()
     space = build_space("tiny-llama", "cpu", space_file=space_file)
-    assert {"scope": "regional", "compile_optimizer": True, "lr_tensor": True, "padding": "multiple",
-            "pad_multiple": 64}.items() <= space.fixed.items()
+    assert {
+        "scope": "regional",
+        "compile_optimizer": True,
+        "lr_tensor": True,
+        "padding": "multiple",
+        "pad_multiple": 64,
+    }.items() <= space.fixed.items()
     assert len(space.starting_points()) == 1
     recipe = space.suggest(__import__("optuna").trial.FixedTrial(space.starting_points()[0]))
     assert space.rejection(recipe) is None

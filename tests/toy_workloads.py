@@ -34,8 +34,7 @@ class Block(torch.nn.Module):
 
 
 class Toy(torch.nn.Module):
-    def __init__(self, graph_break: bool = False, differs_compiled: bool = False, depth: int = 2,
-                 eager_oom: bool = False):
+    def __init__(self, graph_break: bool = False, differs_compiled: bool = False, depth: int = 2, eager_oom: bool = False):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, WIDTH)
         self.blocks = torch.nn.ModuleList([Block(eager_oom) for _ in range(depth)])
@@ -54,8 +53,19 @@ class Toy(torch.nn.Module):
         return self.head(x)
 
 
-def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN), differs=False,
-              split_loss=True, schedule=None, depth=2, pool=4, eager_oom=False, output_hook=None) -> Workload:
+def _workload(
+    name: str,
+    graph_break=False,
+    loss_hook=None,
+    lengths=(8, MAX_LEN),
+    differs=False,
+    split_loss=True,
+    schedule=None,
+    depth=2,
+    pool=4,
+    eager_oom=False,
+    output_hook=None,
+) -> Workload:
     def build(options: WorkloadOptions):
         torch.manual_seed(options.seed)
         model = Toy(graph_break, differs, depth, eager_oom).to(options.device)
@@ -84,10 +94,17 @@ def _workload(name: str, graph_break=False, loss_hook=None, lengths=(8, MAX_LEN)
         return criterion(forward(model, batch), batch)
 
     return Workload(
-        name=name, description=f"test workload {name}", build=build, batches=batches,
-        count=lambda batch: int((batch["labels"] != -100).sum()), unit="tokens",
-        varying={"input_ids": (1, 0), "labels": (1, -100)}, max_len=lambda options: MAX_LEN, batch_pool=pool,
-        **({"forward": forward, "criterion": criterion} if split_loss else {"loss": loss}), schedule=schedule,
+        name=name,
+        description=f"test workload {name}",
+        build=build,
+        batches=batches,
+        count=lambda batch: int((batch["labels"] != -100).sum()),
+        unit="tokens",
+        varying={"input_ids": (1, 0), "labels": (1, -100)},
+        max_len=lambda options: MAX_LEN,
+        batch_pool=pool,
+        **({"forward": forward, "criterion": criterion} if split_loss else {"loss": loss}),
+        schedule=schedule,
     )
 
 
@@ -141,8 +158,9 @@ def toy_loss_only() -> Workload:
 
 def toy_scheduled() -> Workload:
     """The learning rate changes every step (LambdaLR), as under a warm-up schedule."""
-    return _workload("toy-scheduled", schedule=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: (step + 1) / 100))
+    return _workload(
+        "toy-scheduled", schedule=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: (step + 1) / 100)
+    )
 
 
 not_a_workload = 42
@@ -210,12 +228,12 @@ class DropoutBlock(torch.nn.Sequential):
 class DropoutMLP(torch.nn.Module):
     """Three linear blocks with dropout p = 0.3, and a head: a loss that depends on the random stream."""
 
-    def __init__(self, scaled_when_compiled: bool = False, scaled_block: int | None = None,
-                 relu_block: int | None = None, p: float = 0.3):
+    def __init__(
+        self, scaled_when_compiled: bool = False, scaled_block: int | None = None, relu_block: int | None = None, p: float = 0.3
+    ):
         super().__init__()
         # A block's error reaches the loss damped (by the next blocks' small weights): 30%, not the head's 3%
-        self.blocks = torch.nn.ModuleList(DropoutBlock(1.3 if i == scaled_block else 1.0, i == relu_block, p)
-                                          for i in range(3))
+        self.blocks = torch.nn.ModuleList(DropoutBlock(1.3 if i == scaled_block else 1.0, i == relu_block, p) for i in range(3))
         self.head = torch.nn.Linear(WIDTH, 8)
         self.scaled_when_compiled = scaled_when_compiled
 
@@ -228,8 +246,9 @@ class DropoutMLP(torch.nn.Module):
         return out
 
 
-def _dropout_workload(name: str, scaled_when_compiled: bool, scaled_block: int | None = None,
-                      relu_block: int | None = None, p: float = 0.3) -> Workload:
+def _dropout_workload(
+    name: str, scaled_when_compiled: bool, scaled_block: int | None = None, relu_block: int | None = None, p: float = 0.3
+) -> Workload:
     def build(options: WorkloadOptions):
         torch.manual_seed(options.seed)
         model = DropoutMLP(scaled_when_compiled, scaled_block, relu_block, p).to(options.device)
@@ -238,14 +257,26 @@ def _dropout_workload(name: str, scaled_when_compiled: bool, scaled_block: int |
     def batches(options: WorkloadOptions, n: int):
         generator = torch.Generator().manual_seed(options.seed)
         size = options.batch_size or 16
-        return [{"x": torch.randn(size, WIDTH, generator=generator).to(options.device),
-                 "y": (0.1 * torch.randn(size, 8, generator=generator)).to(options.device)} for _ in range(n)]
+        return [
+            {
+                "x": torch.randn(size, WIDTH, generator=generator).to(options.device),
+                "y": (0.1 * torch.randn(size, 8, generator=generator)).to(options.device),
+            }
+            for _ in range(n)
+        ]
 
     def loss(model, batch):
         return torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
 
-    return Workload(name=name, description=f"test workload {name}", build=build, batches=batches, loss=loss,
-                    count=lambda batch: batch["x"].shape[0], batch_pool=2)
+    return Workload(
+        name=name,
+        description=f"test workload {name}",
+        build=build,
+        batches=batches,
+        loss=loss,
+        count=lambda batch: batch["x"].shape[0],
+        batch_pool=2,
+    )
 
 
 def toy_dropout() -> Workload:
@@ -286,8 +317,7 @@ def _compiled(model) -> bool:
     Module.compile's compiled call)."""
     from torch._dynamo.eval_frame import OptimizedModule
 
-    return isinstance(model, OptimizedModule) or any(
-        getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+    return isinstance(model, OptimizedModule) or any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
 
 
 def _on_rank_1(action):
@@ -403,8 +433,17 @@ def gpt2_checkpointed() -> Workload:
         from transformers import GPT2Config, GPT2LMHeadModel
 
         torch.manual_seed(options.seed)
-        config = GPT2Config(vocab_size=VOCAB, n_positions=MAX_LEN, n_embd=WIDTH, n_layer=2, n_head=4,
-                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+        config = GPT2Config(
+            vocab_size=VOCAB,
+            n_positions=MAX_LEN,
+            n_embd=WIDTH,
+            n_layer=2,
+            n_head=4,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            use_cache=False,
+        )
         with torch.device(options.device):
             model = GPT2LMHeadModel(config)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -428,9 +467,16 @@ def tiny_encoder() -> Workload:
         from transformers import BertConfig, BertForMaskedLM
 
         torch.manual_seed(options.seed)
-        config = BertConfig(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=2 * WIDTH, max_position_embeddings=2 * MAX_LEN,
-                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        config = BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=WIDTH,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=2 * WIDTH,
+            max_position_embeddings=2 * MAX_LEN,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
         config._attn_implementation = "sdpa"
         with torch.device(options.device):
             model = BertForMaskedLM(config)
@@ -452,22 +498,37 @@ def tiny_encoder() -> Workload:
                 labels[row, :length][chosen] = ids[row, :length][chosen]
                 ids[row, :length][chosen] = 2  # the [MASK] token
             mask = (torch.arange(longest)[None] < torch.tensor(lengths)[:, None]).long()
-            out.append({"input_ids": ids.to(options.device), "attention_mask": mask.to(options.device),
-                        "labels": labels.to(options.device)})
+            out.append(
+                {
+                    "input_ids": ids.to(options.device),
+                    "attention_mask": mask.to(options.device),
+                    "labels": labels.to(options.device),
+                }
+            )
         return out
 
     def forward(model, batch):
-        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                     position_ids=batch.get("position_ids")).logits
+        return model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch.get("position_ids")
+        ).logits
 
     def criterion(logits, batch):
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
 
-    return Workload(name="tiny-encoder", description="a masked-LM encoder at toy size", build=build, batches=batches,
-                    forward=forward, criterion=criterion, count=lambda batch: int(batch["attention_mask"].sum()),
-                    unit="tokens", varying={"input_ids": (1, 0), "attention_mask": (1, 0), "labels": (1, -100)},
-                    max_len=lambda options: MAX_LEN, batch_pool=4,
-                    layout=SequenceLayout(positions="position_ids", mask="attention_mask", causal=False))
+    return Workload(
+        name="tiny-encoder",
+        description="a masked-LM encoder at toy size",
+        build=build,
+        batches=batches,
+        forward=forward,
+        criterion=criterion,
+        count=lambda batch: int(batch["attention_mask"].sum()),
+        unit="tokens",
+        varying={"input_ids": (1, 0), "attention_mask": (1, 0), "labels": (1, -100)},
+        max_len=lambda options: MAX_LEN,
+        batch_pool=4,
+        layout=SequenceLayout(positions="position_ids", mask="attention_mask", causal=False),
+    )
 
 
 def llama_positions_dropped() -> Workload:
