@@ -80,3 +80,69 @@ def test_a_trial_cut_while_compiling_says_how_far_the_compile_got(tmp_path):
     )
     assert record["status"] == "timeout"
     assert ("finished by then" in record["reason"]) == (record["failed_phase"] == "compiling"), record["reason"]
+
+
+def _lora_3gpu_before(number: int):
+    """lora-8b-3gpu-1 (four H200s, 2026-11-27), its journal's trials before `number`, in a study of their own;
+    the lora-8b space as that search built it."""
+    from autocompile.engine.storage import JOURNAL
+
+    folder = f"{ROOT}/studies/history/lora-8b-3gpu-1"
+    committed = load_study("lora-8b-3gpu-1", JOURNAL + folder + "/journal.log")
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([t for t in committed.trials if t.number < number])
+    return committed, study, folder, build_space("lora-8b", "cuda", memory_bound="--max-memory-gb eager")
+
+
+def test_a_gpu_whose_next_neighbour_does_not_fit_before_the_round_takes_one_that_does():
+    """lora-8b-3gpu-1: GPU 1 stopped 139 s before the finalist round. Its next neighbour (trial 47: the
+    incumbent, trial 44, with a compiled AdamW step) was expected to take 167 s by its twins, and 137 s were
+    left. A move of the activation budget of the same parent, expected to take 97 s, would have fit."""
+    from autocompile.engine.cost import Predictor, neighbour_s
+    from autocompile.engine.strategy import neighbour_cost
+    from autocompile.engine.strategy import next_neighbour
+
+    committed, study, folder, space = _lora_3gpu_before(47)
+    predictor = Predictor(study, folder)
+    measured = [t.user_attrs.get("config") for t in study.trials]
+    # the incumbent's first two moves (the loss not compiled apart, CUDA graphs) taken, as on that GPU
+    for _ in range(2):
+        measured.append(next_neighbour(space, study, lambda config, params: config in measured, predictor.predict)["config"])
+    tried = lambda config, params: config in measured  # noqa: E731
+    first = next_neighbour(space, study, tried, predictor.predict)
+    assert first["config"] == committed.trials[47].user_attrs["config"] and first["parent"] == 44
+    assert neighbour_s(study, predictor, first) == neighbour_cost(space, study, predictor, tried) > 137
+    fits = lambda neighbour: (neighbour_s(study, predictor, neighbour) or 1e9) <= 137  # noqa: E731
+    fitting = next_neighbour(space, study, tried, predictor.predict, fits)
+    assert fitting["parent"] == 44 and fitting["changed"] == ["activation_memory_budget"]
+    assert neighbour_cost(space, study, predictor, tried, fits) == neighbour_s(study, predictor, fitting) < 100
+    assert neighbour_cost(space, study, predictor, tried, lambda neighbour: False) is None
+
+
+def test_a_worker_refused_a_trial_for_its_time_takes_a_neighbour_that_fits_once(tmp_path, capsys):
+    """After a refusal for time, `_fit_instead` sends the worker to a neighbour expected within what is left
+    (the next proposal, `_queue_proposals`); where none is, or the refused one had been chosen to fit, the
+    worker is done and the round comes."""
+    import time
+
+    from autocompile.engine.claims import LoopState, _fit_instead, _queue_proposals
+    from autocompile.engine.runner import Progress, Runner
+
+    _, study, _, space = _lora_3gpu_before(47)
+    settings = SearchSettings(model="tiny-llama", device="cpu", study="p", directory=str(tmp_path), trial_timeout_s=240)
+    reserve = 170.0
+
+    def runner_with(left_s: float) -> Runner:
+        deadline = time.time() + reserve + left_s
+        return Runner(study, study._storage, "memory", settings, Progress(2), deadline=deadline, space=space)
+
+    loop = LoopState(recipes_queued=True)
+    assert not _fit_instead(runner_with(40), reserve, loop)  # the cheapest neighbour takes 59 s by its twins
+    assert _fit_instead(runner_with(100), reserve, loop) and 90 < loop.neighbour_within <= 100
+    assert "100 s left before the finalist round: a neighbour of about 97 s goes next" in capsys.readouterr().err
+    _queue_proposals(runner_with(100), loop, [])
+    queued = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert loop.fitted and loop.neighbour_within is None and len(queued) == 1
+    assert queued[0].user_attrs["role"] == "neighbour" and queued[0].user_attrs["parent"] == 44
+    assert queued[0].user_attrs["changed"] == ["activation_memory_budget"]
+    assert not _fit_instead(runner_with(100), reserve, loop)  # that one refused too: done

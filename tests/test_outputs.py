@@ -164,3 +164,17 @@ def test_version_and_quiet():
 def test_quiet_best_prints_only_the_snippet(llama_copy):
     out = cli("-q", "best", "--study", "llama-8b", "--dir", llama_copy)
     assert out.returncode == 0 and out.stderr == "" and out.stdout.startswith('"""Compile settings for llama-8b')
+
+
+def test_a_trials_line_says_what_the_recompile_penalty_took():
+    """lora-8b-3gpu-1's trial 21 (reduce-overhead under FlexAttention's packed batch, H200, 2026-11-27) ran
+    3.46 steps/s and scored 1.67: 224 compiles after its warm-up, one per new packed length, took half its
+    score, where the table's recompiles (Dynamo's) said 3. Its line now says so."""
+    from autocompile.engine.runner import _penalised
+    from autocompile.engine.scoring import score
+
+    record = {"status": "ok", "warmup_s": 111.8, "warmup_steps": 25, "steps_per_s": 3.456, "recompiles_after_warmup": 224}
+    assert _penalised(record) == " (224 compiles after warm-up: -50%)"
+    assert score(record, 10_000) == pytest.approx(1.6675, rel=1e-3)
+    assert _penalised({**record, "recompiles_after_warmup": 3}) == " (3 compiles after warm-up: -6%)"
+    assert _penalised({**record, "recompiles_after_warmup": 0}) == ""

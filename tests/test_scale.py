@@ -62,6 +62,10 @@ def test_two_workers_on_one_host_share_a_study(tmp_path):
     assert len(summary["rows"]) == settings.trials and all(r["status"] != "duplicate" for r in summary["rows"])
     study = load_study("two", JOURNAL + str(tmp_path / "two" / "journal.log"))
     _check_shared(study, settings.trials)
+    # no GPU waits for eager: the other worker started beside it, and every judge had eager's record
+    eager = next(t for t in study.trials if t.user_attrs.get("role") == "eager")
+    assert min(t.datetime_start for t in study.trials if t.number != eager.number and t.datetime_start) < eager.datetime_complete
+    assert all(t.datetime_complete >= eager.datetime_complete for t in _counted(study))
     # the workers kept results.db as their trials finished (this search was given no outputs of its own)
     import sqlite_utils
 
@@ -318,6 +322,14 @@ except KeyboardInterrupt:
 )
 
 
+def _running_after_eager(study_dir: str, url: str, name: str):
+    """A running compiled trial (`_running_trial`) once eager has finished (the workers start them beside it)."""
+    eager = [t for t in load_study(name, url).trials if t.user_attrs.get("role") == "eager"]
+    if not eager or eager[0].state != optuna.trial.TrialState.COMPLETE:
+        return None
+    return _running_trial(study_dir, url, "compile-defaults", name) or _running_trial(study_dir, url, "recipe", name)
+
+
 def test_ctrl_c_stops_every_worker_and_keeps_the_finished_trials(tmp_path):
     url = JOURNAL + str(tmp_path / "cc" / "journal.log")
     script = PARALLEL_INTERRUPTED.format(here=HERE, directory=str(tmp_path), search=SEARCH)
@@ -326,8 +338,8 @@ def test_ctrl_c_stops_every_worker_and_keeps_the_finished_trials(tmp_path):
     while found is None and time.time() < deadline and parent.poll() is None:
         time.sleep(0.3)
         if os.path.exists(tmp_path / "cc" / "journal.log"):
-            found = _running_trial(str(tmp_path / "cc"), url, "compile-defaults", "cc")
-    assert found, "no compile-defaults trial was seen running"
+            found = _running_after_eager(str(tmp_path / "cc"), url, "cc")
+    assert found, "no compiled trial was seen running after eager"
     parent.send_signal(signal.SIGINT)  # as `kill -INT`: the search passes it on to its workers
     out, _ = parent.communicate(timeout=60)
     assert parent.returncode == 130, out
@@ -478,3 +490,25 @@ def test_ctrl_c_stops_the_round_on_every_gpu(round_on_two, tmp_path):
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,)), out
     stopped = [t for t in study.trials[before:] if t.state == optuna.trial.TrialState.FAIL]
     assert len(stopped) == 2 and all(t.user_attrs["reason"] == "interrupted" for t in stopped), out
+
+
+def test_a_trial_that_ends_before_eager_waits_for_its_record_to_be_judged(capsys):
+    """The workers start trials beside eager (no GPU waits for it); one that ends first waits for eager's
+    record, which its judge compares with, keeping its own heartbeat."""
+    import threading
+
+    from autocompile.engine.runner import Progress, Runner
+
+    study = optuna.create_study(direction="maximize")
+    eager, compiled = study.ask(), study.ask()
+    eager.set_user_attr("role", "eager")
+    settings = SearchSettings(model="tiny-llama", device="cpu", study="w", directory=tempfile.mkdtemp())
+    runner = Runner(study, study._storage, "memory", settings, Progress(2), deadline=None)
+    threading.Timer(1.5, lambda: study.tell(eager, 1.0)).start()
+    started = time.time()
+    runner._await_eager(compiled, "regional")
+    assert time.time() - started >= 1.4 and study.trials[eager.number].state == optuna.trial.TrialState.COMPLETE
+    assert f"trial {compiled.number} regional: measured; waiting for eager's record to judge it" in capsys.readouterr().err
+    started = time.time()
+    runner._await_eager(compiled, "regional")  # eager done: no wait
+    assert time.time() - started < 0.5

@@ -569,7 +569,8 @@ def test_with_little_time_left_the_next_neighbour_runs_if_it_is_expected_to_fit(
     round: its compiled trials' median had taken 204 s. Its next neighbour, the leader without
     its compiled optimizer step, compiles the model graphs the leader compiled (41 s) and is
     expected to take about 135 s with what the leader's run took besides warming up."""
-    from autocompile.engine.cost import Predictor, expected_trial_s, neighbour_cost
+    from autocompile.engine.cost import Predictor, expected_trial_s
+    from autocompile.engine.strategy import neighbour_cost
     from autocompile.engine.study import load_study
     from conftest import ROOT
 
@@ -605,7 +606,8 @@ def test_the_last_neighbour_before_the_round_is_costed_by_its_twins_without_comp
     """captioner-fresh-5 stopped exploring with 70 s left before its round: the next neighbour
     (trial 10 with another AdamW) was costed at 241 s, the time of trial 11, whose compiled autograd
     compiled the whole backward again; its twins without it, trials 8 and 10, took 30 and 33 s."""
-    from autocompile.engine.cost import Predictor, expected_trial_s, neighbour_cost
+    from autocompile.engine.cost import Predictor, expected_trial_s
+    from autocompile.engine.strategy import neighbour_cost
     from autocompile.engine.study import load_study
     from autocompile.engine.cost import twin_time
     from conftest import ROOT

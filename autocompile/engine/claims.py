@@ -2,13 +2,15 @@
 
 The next trial is chosen as a single search chooses it (the baselines, the recipes, neighbours of the
 incumbent alternating with TPE's proposals), but from what the whole study holds: a configuration
-another worker measured, queued or is running is not started again, and compiled trials wait for
-eager (the reference every judge needs). The claim records role, config and worker at once, under
+another worker measured, queued or is running is not started again. No GPU waits for eager: the other
+workers start the recipes beside it, and a trial that ends first waits for eager's record, the reference
+its judge needs (`Runner.finish`). The claim records role, config and worker at once, under
 `autocompile.engine.storage.claim_lock`.
 
 Under --timeout the workers share one end: the finalist round's start, the deadline less the round's
 reserve (on every GPU of the search: `finalist_reserve`). A worker starts a trial only where it is
-expected to fit before then, and stops where none does; where another worker's trial is expected to
+expected to fit before then; where the next one is not, a neighbour expected to fit goes next
+(`_fit_instead`), and where none is, the worker stops. Where another worker's trial is expected to
 end later (the round waits for it), that end is this worker's too (`kept_for_round`). The round starts
 when the last worker stops.
 """
@@ -22,10 +24,17 @@ from dataclasses import dataclass
 import optuna
 
 from autocompile.errors import UserError
-from autocompile.engine.cost import BASELINE_SHARE, MIN_TRIAL_S, baseline_limit_s, expected_trial_s, first_run_s, neighbour_cost
+from autocompile.engine.cost import (
+    BASELINE_SHARE,
+    MIN_TRIAL_S,
+    baseline_limit_s,
+    expected_trial_s,
+    first_run_s,
+    neighbour_s,
+)
 from autocompile.engine.screening import screen_trial
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
-from autocompile.engine.strategy import neighbours_turn, next_neighbour
+from autocompile.engine.strategy import neighbour_cost, neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
 from autocompile.engine.gates import Outcome, Refusal, why_not
 from autocompile.engine.records import BASELINES, Role, set_attrs
@@ -45,20 +54,22 @@ class LoopState:
     recipes_queued: bool = False  # the recipes are queued (once the baselines were claimed)
     proposals: int = 0  # the sampler's and the neighbours' proposals claimed (strategy.neighbours_turn)
     duplicates: int = 0  # proposals in a row already claimed elsewhere (MAX_DUPLICATES ends the search)
-    # near --timeout, the next neighbour fits what is left where a typical trial does not: it is
-    # proposed next (set by _out_of_time, taken by _queue_proposals)
-    neighbour_next: bool = False
+    # near --timeout, a neighbour fits what is left (these seconds) where a typical trial or the next
+    # proposal does not: it is proposed next (set by _out_of_time and _fit_instead, taken by _queue_proposals)
+    neighbour_within: float | None = None
+    fitted: bool = False  # this turn's proposal was chosen to fit: refused as not fitting, the worker stops
     claimed: object = None  # this turn's trial, claimed and not yet told: Ctrl-C fails it
 
-    def neighbour_goes_next(self) -> bool:
-        """Make the next proposal the next neighbour; whether it was not so already (then the search says so)."""
-        already, self.neighbour_next = self.neighbour_next, True
+    def neighbour_goes_next(self, within_s: float) -> bool:
+        """Make the next proposal a neighbour expected within `within_s`; whether it was not so already
+        (then the search says so)."""
+        already, self.neighbour_within = self.neighbour_within is not None, within_s
         return not already
 
-    def neighbours_turn_now(self) -> bool:
-        """Whether the next proposal is to be the next neighbour (`neighbour_goes_next`); taken once."""
-        turn, self.neighbour_next = self.neighbour_next, False
-        return turn
+    def neighbours_turn_now(self) -> float | None:
+        """The seconds the next proposal, a neighbour, is to fit (`neighbour_goes_next`), or None; taken once."""
+        within, self.neighbour_within = self.neighbour_within, None
+        return within
 
 
 def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
@@ -94,15 +105,15 @@ def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState)
     if loop.duplicates >= MAX_DUPLICATES:
         progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
         return False
-    if claim in (None, "wait"):
-        time.sleep(1.0 if claim == "wait" else 0.0)
+    if claim is None:
         return True
     trial, config, role = claim
     if study_wide:
         progress.done = counted(study) - 1  # this trial's place in the study's budget
     baseline = role in BASELINES
     if not baseline and runner.out_of_time(trial, config, reserve):
-        return False  # on to the finalist round
+        return _fit_instead(runner, reserve, loop)  # a neighbour that fits next, or on to the finalist round
+    loop.fitted = False
     if study_wide:
         expect_end(runner, trial, config, reserve)
     if settings.screen and not baseline and not screen_trial(runner, trial, config, role, settings.screen, reserve):
@@ -160,20 +171,21 @@ def _baseline_limit(runner: Runner, role: Role, reserve: float) -> float:
 
 def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
     """Whether the next trial is not expected to fit what is left of --timeout, less the finalist
-    round's reserve. A typical trial (expected_trial_s) is the bound, unless the next neighbour is
-    expected to fit (neighbour_cost): then it goes next, before TPE's turn."""
+    round's reserve. A typical trial (expected_trial_s) is the bound, unless a neighbour is expected to
+    fit (neighbour_cost): then it goes next, before TPE's turn."""
     remaining, settings = runner.remaining(), runner.settings
     if remaining is None:
         return False
     expected = MIN_TRIAL_S if _owed_baselines(runner) else expected_trial_s(runner.study)
-    if remaining - reserve >= expected:
+    left = remaining - reserve
+    if left >= expected:
         return False
-    cost = neighbour_cost(runner.space, runner.study, runner.predictor(), runner.tried) if loop.recipes_queued else None
-    if cost is not None and remaining - reserve >= cost:
-        if loop.neighbour_goes_next():
+    cost = _fitting_neighbour_s(runner, left) if loop.recipes_queued else None
+    if cost is not None:
+        if loop.neighbour_goes_next(left):
             runner.progress.line(
-                f"{max(remaining - reserve, 0):.0f} s left before the finalist round: a trial is "
-                f"expected to take {expected:.0f} s, the next neighbour about {cost:.0f} s; it goes next"
+                f"{max(left, 0):.0f} s left before the finalist round: a trial is expected to take "
+                f"{expected:.0f} s, a neighbour about {cost:.0f} s; it goes next"
             )
         return False
     runner.progress.line(
@@ -182,6 +194,36 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
         f"{expected:.0f} s"
     )
     return True
+
+
+def _fit_instead(runner: Runner, reserve: float, loop: LoopState) -> bool:
+    """After a proposal refused as not fitting before the finalist round: a neighbour expected to fit
+    what is left goes next, so that this GPU does not idle while the others finish (True); False where
+    none is, or where the refused one had been chosen to fit (this worker is done)."""
+    left = (runner.remaining() or 0.0) - reserve
+    cost = None if loop.fitted or not loop.recipes_queued else _fitting_neighbour_s(runner, left)
+    if cost is None:
+        return False
+    loop.neighbour_goes_next(left)
+    runner.progress.line(f"{max(left, 0):.0f} s left before the finalist round: a neighbour of about {cost:.0f} s goes next")
+    return True
+
+
+def _fitting_neighbour_s(runner: Runner, within_s: float) -> float | None:
+    """What the next neighbour expected to end within `within_s` is expected to take, or None (no such one)."""
+    return neighbour_cost(runner.space, runner.study, runner.predictor(), runner.tried, _fits(runner, within_s))
+
+
+def _fits(runner: Runner, within_s: float):
+    """Whether a neighbour (next_neighbour's dict) is expected to end within `within_s`: its cost known
+    (cost.neighbour_s) and within it, and no gate that refuses what does not fit says otherwise."""
+    predictor, view = runner.predictor(), runner.view(before_round_s=within_s)
+
+    def fits(neighbour: dict) -> bool:
+        need = neighbour_s(runner.study, predictor, neighbour)
+        return need is not None and need <= within_s and why_not(neighbour["config"], view, Outcome.NOT_STARTED) is None
+
+    return fits
 
 
 def _owed_baselines(runner: Runner, deferred: bool = True, view: StudyView | None = None) -> list[tuple[Role, dict]]:
@@ -267,10 +309,8 @@ def _plain_compile_now(runner: Runner, reserve: float, study_wide: bool = False)
 def _claim(runner: Runner, loop: LoopState):
     """Under the study's lock: choose the next trial and claim it (role, config and worker recorded
     at once, so no other worker starts the same). Returns (trial, config, role); None when it was
-    refused before launch or is a duplicate; "wait" while eager runs (the reference of every judge, as in a single search)."""
+    refused before launch or is a duplicate."""
     study, view = runner.study, StudyView(runner.study)
-    if any(t.user_attrs.get("role") == Role.EAGER for t in view.running):
-        return "wait"
     pending = _owed_baselines(runner, view=view)
     _queue_proposals(runner, loop, pending)
     trial = ask(study)
@@ -295,9 +335,12 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
             if why_not(config, runner.view(params=params), Outcome.DUPLICATE) is None:
                 study.enqueue_trial(params, user_attrs={"role": Role.RECIPE.value, "config": config})
         loop.recipes_queued = True
-    if loop.recipes_queued and (neighbours_turn(study, loop.proposals) or loop.neighbours_turn_now()) and not waiting(study):
+    within = loop.neighbours_turn_now() if loop.recipes_queued else None
+    if loop.recipes_queued and (within is not None or neighbours_turn(study, loop.proposals)) and not waiting(study):
         cost = runner.predictor().predict  # the cheaper of equally promising moves first
-        neighbour = next_neighbour(space, study, runner.tried, cost)  # alternating with TPE's proposals
+        fits = None if within is None else _fits(runner, within)
+        neighbour = next_neighbour(space, study, runner.tried, cost, fits)  # alternating with TPE's proposals
+        loop.fitted = within is not None and neighbour is not None
         if neighbour:
             study.enqueue_trial(
                 neighbour["params"],

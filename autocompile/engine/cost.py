@@ -4,8 +4,8 @@ finalist plan ask here; nothing here runs a trial or tells the study.
 
 - First run: a typical compiled trial (`expected_trial_s`), a configuration's twins measured so far
   (`twin_time`) and what they say it takes (`first_run_s`), whether its warm-up fits the trial limit
-  (`too_slow`), its cold warm-up predicted from its parts (`Predictor`), and the next neighbour's
-  (`neighbour_cost`).
+  (`too_slow`), its cold warm-up predicted from its parts (`Predictor`), and a neighbour's (`neighbour_s`;
+  which neighbour is the strategy's: `strategy.neighbour_cost`).
 - Rerun: a finalist's warm rerun (`rerun_estimate_s`), with the round's longer windows
   (`round_measure_extra_s`).
 - Cold run: a finalist's run from empty caches (`cold_run_s`), scaled by what the device's earlier
@@ -25,7 +25,6 @@ import statistics
 import optuna
 
 from autocompile.engine.records import Role, config_columns, full_record
-from autocompile.engine.strategy import next_neighbour
 from autocompile.space import DEFAULTS, Graphs, shaping
 from autocompile.trial import caches
 from autocompile.trial.graphs import cold_seconds, is_optimizer, ledger_path, read_ledger
@@ -247,12 +246,9 @@ class Predictor:
         return total
 
 
-def neighbour_cost(space, study, predictor, tried) -> float | None:
-    """What the next neighbour is expected to take: its twins' time (twin_time), else its predicted
-    cold warm-up plus what its parent's run took besides warming up; None if unknown."""
-    neighbour = next_neighbour(space, study, tried, predictor.predict)
-    if not neighbour:
-        return None
+def neighbour_s(study, predictor, neighbour: dict) -> float | None:
+    """What a neighbour (next_neighbour's dict) is expected to take: its twins' time (twin_time), else its
+    predicted cold warm-up plus what its parent's run took besides warming up; None if unknown."""
     need, _ = twin_time(study, neighbour["config"], exact=True)  # a lighter twin would say too little
     if need is not None:
         return need

@@ -36,9 +36,17 @@ from autocompile.engine.studyview import StudyView
 from autocompile.engine.cost import MIN_TRIAL_S, Predictor
 from autocompile.engine.gates import Outcome, Refusal, View, ran_its_course, why_not
 from autocompile.engine.learned import mark_refused_in, rng_dependent
-from autocompile.engine.scoring import _judged_by_an_older_guard, judge, numerics_tolerance, optimistic_score, score, violation
+from autocompile.engine.scoring import (
+    RECOMPILE_PENALTY,
+    _judged_by_an_older_guard,
+    judge,
+    numerics_tolerance,
+    optimistic_score,
+    score,
+    violation,
+)
 from autocompile.space import DEFAULTS, EAGER
-from autocompile.engine.storage import heartbeat_s, this_worker
+from autocompile.engine.storage import fail_stale, heartbeat_s, this_worker
 from autocompile.trial import TrialRequest, caches, divergence, run_trial, triage
 from autocompile.trial.protocol import STOP_S
 from autocompile.trial.result import Status
@@ -145,6 +153,15 @@ def new_trial(study):
     finalist's rerun took a recipe the search had queued and not reached (with that recipe's
     params), and the recipe was lost to a resumed search."""
     return optuna.trial.Trial(study, study._storage.create_new_trial(study._study_id))
+
+
+def _penalised(record: dict) -> str:
+    """What the recompile penalty took off a score (scoring.score), said where it took anything: the table's
+    recompiles are Dynamo's, and a trial that compiles each new shape under CUDA graphs loses more than they show."""
+    after = record.get("recompiles_after_warmup") or 0
+    if not after:
+        return ""
+    return f" ({after} compiles after warm-up: -{min(0.5, RECOMPILE_PENALTY * after):.0%})"
 
 
 class Runner:
@@ -383,11 +400,26 @@ class Runner:
         if prepared.carries:
             first = prepared.first
             record = carried(record, full_record(first, self.settings.study_dir), first.number, warm_up=not prepared.cold)
+        self._await_eager(trial, prepared.label)
         record = self._tell(trial, prepared.request, record, prepared.limit_s)
         self.progress.done += 1
         self._report(trial.number, prepared.label, record)
         self._told(trial)
         return record
+
+    def _await_eager(self, trial, label: str) -> None:
+        """Where another worker still measures eager, wait for its record: every judge compares with it
+        (its first losses; its peak under --max-memory-gb eager), and the workers do not wait for it before
+        they start. The trial's heartbeat goes on; an eager whose worker died is failed as stale."""
+        said = False
+        while any(t.user_attrs.get("role") == Role.EAGER and t.number != trial.number for t in StudyView(self.study).running):
+            if not said:
+                self.progress.line(f"  trial {trial.number} {label}: measured; waiting for eager's record to judge it")
+                said = True
+            if hasattr(self.storage, "record_heartbeat"):
+                self.storage.record_heartbeat(trial._trial_id)
+            fail_stale(self.study)
+            time.sleep(1.0)
 
     def _learned(self, config: dict) -> dict:
         """What earlier compiled trials of the study found of the model, for a compiled trial's measure:
@@ -541,7 +573,7 @@ class Runner:
             f"[{self.progress.done}/{self.progress.total}] trial {number} {label}: {record['status']}"
             + (
                 f"  {record['steps_per_s']:.3g} steps/s ({speedup(record['steps_per_s'], eager)} eager),"
-                f" warm-up {record['warmup_s']:.1f} s, score {record['score']:.3g}"
+                f" warm-up {record['warmup_s']:.1f} s, score {record['score']:.3g}{_penalised(record)}"
                 if record["status"] == Status.OK
                 else f" - {record.get('reason', '')}"
             )

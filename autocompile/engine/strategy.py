@@ -21,6 +21,7 @@ import functools
 
 import optuna
 
+from autocompile.engine.cost import neighbour_s
 from autocompile.engine.records import Role, config_columns
 from autocompile.engine.studyview import StudyView
 from autocompile.engine.scoring import DEFAULT_HORIZON
@@ -286,9 +287,10 @@ def neighbours_turn(study, proposals: int) -> bool:
     return spent[Role.NEIGHBOUR] < spent[Role.SEARCH]
 
 
-def next_neighbour(space, study, tried, cost=None) -> dict | None:
+def next_neighbour(space, study, tried, cost=None, fits=None) -> dict | None:
     """The next untried, feasible neighbour: {"params", "changed", "parent", "parent_params",
-    "config"}, or None. `tried(config, params)` says whether a configuration was measured or queued already.
+    "config"}, or None. `tried(config, params)` says whether a configuration was measured or queued already;
+    `fits(neighbour)`, where given, whether it fits what is left before the finalist round (others are passed over).
 
     Two parents take turns, the one with fewer neighbours so far first (on a tie the incumbent,
     unless the fastest trial's warm-up is WARMUP_SHARE of its run or more): the incumbent (best score),
@@ -300,6 +302,7 @@ def next_neighbour(space, study, tried, cost=None) -> dict | None:
     heavy with warm-up first drops a graph it compiles besides the model's")."""
     view = StudyView(study)
     fit = fitting_move(space, study, tried, view)
+    fit = fit if fit is None or fits is None or fits(fit) else None
     best, base = incumbent(space, study, view)
     if best is None or (fit and view.trials[fit["parent"]].user_attrs["steps_per_s"] > (best.user_attrs.get("steps_per_s") or 0)):
         return fit  # a configuration faster than any that fits, made to fit, goes first
@@ -316,10 +319,17 @@ def next_neighbour(space, study, tried, cost=None) -> dict | None:
         fast_first = warmup_share(study, top) >= WARMUP_SHARE
         parents.sort(key=lambda p: (children[p[0].number], (p[0].number == best.number) == fast_first))
     for parent, own, borrow, rank in parents:
-        found = _neighbour(space, view, tried, parent, own, borrow, rank, cost)
+        found = _neighbour(space, view, tried, parent, own, borrow, rank, cost, fits)
         if found:
             return found
     return fit
+
+
+def neighbour_cost(space, study, predictor, tried, fits=None) -> float | None:
+    """What the next neighbour is expected to take (`neighbour_s`); with `fits` (a candidate's dict ->
+    bool), the next one that fits. None if there is none, or its cost is unknown."""
+    neighbour = next_neighbour(space, study, tried, predictor.predict, fits)
+    return neighbour_s(study, predictor, neighbour) if neighbour else None
 
 
 BUDGET = "activation_memory_budget"
@@ -380,7 +390,7 @@ def _rung(value: float, lower: list[float], peaks: dict[float, float], limit: fl
 CHEAPEST_OF = 4  # moves of the first rank weighed by their predicted cost
 
 
-def _neighbour(space, view: StudyView, tried, parent, base: dict, borrow: dict, rank, cost=None) -> dict | None:
+def _neighbour(space, view: StudyView, tried, parent, base: dict, borrow: dict, rank, cost=None, fits=None) -> dict | None:
     """The next untried, feasible neighbour of `parent` (parameters `base`) in `rank`'s order, a move
     bringing in what it conditions as `borrow` has it, else at its promising value. Among the first
     CHEAPEST_OF moves of the first rank, the one `cost(config)` (a predicted warm-up, None where it is
@@ -404,9 +414,10 @@ def _neighbour(space, view: StudyView, tried, parent, base: dict, borrow: dict, 
         if tried(config, params) or space.rejection(config):
             continue
         changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
-        found.append(
-            (level, {"params": params, "changed": changed, "parent": parent.number, "parent_params": base, "config": config})
-        )
+        move = {"params": params, "changed": changed, "parent": parent.number, "parent_params": base, "config": config}
+        if fits is not None and not fits(move):
+            continue  # passed over: not expected to fit what is left before the round
+        found.append((level, move))
     if not found:
         return None
     predicted = [(cost(m["config"]) if cost else None) for _, m in found]

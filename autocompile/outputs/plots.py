@@ -113,7 +113,7 @@ def plot_scores(study, path: str) -> dict:
                 linewidth=1.2,
                 label="plain torch.compile: at most (never finished warming up)",
             )
-        else:  # a bound from a short attempt (captioner-regional's 40 s: 390) would squash every trial to the floor
+        else:  # a bound from a short attempt (a 40 s one: 390) would squash every trial to the floor
             ax.plot(
                 [],
                 [],

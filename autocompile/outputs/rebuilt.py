@@ -4,7 +4,7 @@ A committed study keeps its study.db but leaves out the trials' folders (studies
 `repro --study S --trial N` on a copy of it finds no trials/NNNN/spec.json. The storage holds what
 the trial ran: the study's workload and settings (the study's user attribute `settings`: model,
 device, batch size, sequence length, seed, and --parallel/--nproc where they are not the
-defaults; `search_settings`, written by searches since 2026-11: the trial limits and the
+defaults; `search_settings`, where the search wrote it (older studies lack it): the trial limits and the
 measurement knobs), and the trial's record as its user attributes (the configuration whole, the
 status, the reason, triage's failing layer). `rebuild` writes the spec.json the trial wrote
 (autocompile.trial.process), marked `rebuilt_from`, so that the rerun and the minifier run as they

@@ -258,7 +258,7 @@ def _row(source, trial, full: float, settings, k: int, folder: str, left, eager:
             boot=earlier.get("boot"),
         )
     elif left() < 1:
-        return {**row, "status": "not measured", "reason": "the check's --timeout was reached"}
+        return {**row, "status": Status.NOT_MEASURED, "reason": "the check's --timeout was reached"}
     else:
         name = f"{trial.number:04d}" if source.study_name == settings.study else f"{source.study_name}-{trial.number:04d}"
         record = _screen(settings, config, k, os.path.join(folder, name), left(), eager)

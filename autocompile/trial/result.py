@@ -32,6 +32,8 @@ class Status(str, Enum):
     # a finalist's row in the round's verdict, besides OK
     NOT_RUN = "not run"  # no time was left in the round to measure it again
     FAILED_AGAIN = "failed again"  # none of its reruns ran cleanly
+    # a configuration of `screen-check` whose full run its --timeout left no time for
+    NOT_MEASURED = "not measured"
 
     def __str__(self) -> str:
         return self.value
