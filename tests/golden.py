@@ -25,12 +25,13 @@ SPACES = [
 
 
 def committed_studies() -> list[tuple[str, str]]:
-    """(folder, study name) of every study committed under studies/."""
+    """(folder, study name) of every study committed under studies/ (its study.db, or its journal.log)."""
     found = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "studies", "**", "study.db"), recursive=True)):
-        folder = os.path.dirname(path)
-        found.append((os.path.dirname(folder), os.path.basename(folder)))
-    return found
+    for name in ("study.db", "journal.log"):  # a search on several GPUs keeps its study in a journal file
+        for path in glob.glob(os.path.join(ROOT, "studies", "**", name), recursive=True):
+            folder = os.path.dirname(path)
+            found.append((os.path.dirname(folder), os.path.basename(folder)))
+    return sorted(found)
 
 
 def _run(args: list[str]) -> str:

@@ -32,15 +32,22 @@ def test_best_of_a_committed_result_prints_its_snippet_and_winner(workload, stud
     assert figures["status"] == "ok" and figures["vs_eager"] > 1
 
 
-def test_best_of_a_search_stopped_before_its_finalist_round_says_so():
-    """lora-8b-60gb-2 was cut by the device's time after five trials (H200, 2026-11-27): `best` prints its
-    best single measurement and says that no finalist round has judged it yet; a finished study does not."""
+def test_best_of_a_search_stopped_before_its_finalist_round_says_so(tmp_path):
+    """lora-8b-60gb-2 was cut by the device's time after five trials (H200, 2026-11-27), and resumed later to
+    its round: `best` of the study as it stood before the round (its verdict taken out of a copy) prints its
+    best single measurement and says that no finalist round has judged it yet; the finished study does not."""
+    import optuna
+
     history = os.path.join(STUDIES, "history")
-    out = cli("best", "--study", "lora-8b-60gb-2", "--dir", history)
+    shutil.copytree(os.path.join(history, "lora-8b-60gb-2"), tmp_path / "lora-8b-60gb-2")
+    url = f"sqlite:///{tmp_path / 'lora-8b-60gb-2' / 'study.db'}"
+    optuna.load_study(study_name="lora-8b-60gb-2", storage=url).set_user_attr("finalists", None)
+    out = cli("best", "--study", "lora-8b-60gb-2", "--dir", str(tmp_path))
     assert out.returncode == 0 and out.stdout.startswith('"""Compile settings for lora-8b'), out.stderr
     assert "note: study 'lora-8b-60gb-2' has no finalist round yet" in out.stderr
-    finished = cli("best", "--study", "lora-8b-fresh-2", "--dir", history)
-    assert finished.returncode == 0 and "no finalist round" not in finished.stderr
+    for finished in ("lora-8b-60gb-2", "lora-8b-fresh-2"):
+        out = cli("best", "--study", finished, "--dir", history)
+        assert out.returncode == 0 and "no finalist round" not in out.stderr, out.stderr
 
 
 def test_import_autocompile_stays_light():
