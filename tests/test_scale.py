@@ -60,6 +60,19 @@ def test_two_workers_on_one_host_share_a_study(tmp_path):
     settings = SearchSettings(study="two", directory=str(tmp_path), **SEARCH)
     summary = search_summary(search_on_workers(settings, ["0", "1"]))
     assert len(summary["rows"]) == settings.trials and all(r["status"] != "duplicate" for r in summary["rows"])
+    harness = summary["harness"]  # the trials ran side by side: their share of the workers' time, not a ratio over 1
+    assert harness["gpus"] == 2 and 0 < harness["gpu_share"] <= 1
+    assert harness["gpu_share"] == pytest.approx(harness["trials_wall_s"] / (2 * harness["search_wall_s"]))
+    # each trial recorded its worker, and the report draws each worker's trials over the search's time
+    from autocompile.outputs.plots import plot_gpus
+    from conftest import drawn_image
+
+    study = load_study("two", JOURNAL + str(tmp_path / "two" / "journal.log"))
+    drawn = plot_gpus(study, str(tmp_path / "gpus.png"))
+    ran = {t.number for t in study.trials if t.state.is_finished() and t.user_attrs.get("wall_s")}
+    assert set(drawn["lanes"]) == {"worker 0", "worker 1"} and sorted(sum(drawn["lanes"].values(), [])) == sorted(ran)
+    assert all(t.user_attrs["worker"]["gpu"] in ("0", "1") for t in study.trials if t.number in ran)
+    assert 0 < drawn["share"] <= 1 and drawn_image(tmp_path / "gpus.png")[1] > 50
     study = load_study("two", JOURNAL + str(tmp_path / "two" / "journal.log"))
     _check_shared(study, settings.trials)
     # no GPU waits for eager: the other worker started beside it, and every judge had eager's record

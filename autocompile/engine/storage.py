@@ -174,8 +174,10 @@ def same_machine(a: dict | None, b: dict | None) -> bool | None:
 
 
 def this_worker() -> dict:
-    """What a trial records of the process running it (user attr "worker"), the machine's boot too."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "boot": this_boot()}
+    """What a trial records of the process running it (user attr "worker"), the machine's boot too, and the
+    GPU (or CPU worker) of a search on several that started it (`workers.run_workers`)."""
+    gpu = os.environ.get("AUTOCOMPILE_WORKER")
+    return {"host": socket.gethostname(), "pid": os.getpid(), "boot": this_boot(), **({"gpu": gpu} if gpu else {})}
 
 
 def _dead_here(trial) -> bool:

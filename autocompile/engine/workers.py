@@ -97,7 +97,7 @@ def _worker_command(study: str, url: str, directory: str, verbosity: int, timeou
 
 
 def _worker_env(gpu: str, device: str) -> dict:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", AUTOCOMPILE_WORKER=gpu)  # its trials record it (storage.this_worker)
     if device.startswith("cuda"):
         env["CUDA_VISIBLE_DEVICES"] = gpu
     paths = [p for p in sys.path if p] + env.get("PYTHONPATH", "").split(os.pathsep)  # the same imports as here

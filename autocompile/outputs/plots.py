@@ -2,8 +2,9 @@
 
 scores.png (each trial's score in order), pareto.png (steady speed against cold warm-up, with
 the front and lines of equal score), effects.png (what each dimension did), timeline.png (each
-trial's build, compile/warm-up and measurement). Each `plot_*(study, ..., path)` draws one and
-returns what it drew, so the figures can be checked against the study.
+trial's build, compile/warm-up and measurement); and, for a search on several GPUs (or workers),
+gpus.png (each GPU's trials over the search's time: where a GPU idled). Each `plot_*(study, ...,
+path)` draws one and returns what it drew, so the figures can be checked against the study.
 """
 
 from __future__ import annotations
@@ -391,6 +392,62 @@ def plot_timeline(study, study_dir: str, path: str) -> dict:
     return drawn
 
 
+def gpu_lanes(study) -> dict[str, list]:
+    """The trials that ran, by the GPU (or CPU worker) that ran each, in the order each first ran one:
+    a finalist's rerun by its `gpu`, another trial by its worker's (`storage.this_worker`; a study from
+    before workers recorded it, by the worker's process). Empty unless the search ran on several (its budget's
+    `gpus`: a study resumed by another process ran on one at a time)."""
+    if (study.user_attrs.get("budget") or {}).get("gpus", 1) < 2:
+        return {}
+    lanes: dict[str, list] = {}
+    unit = "GPU" if (study.user_attrs.get("settings") or {}).get("device", "cuda").startswith("cuda") else "worker"
+    ran = [t for t in _finished(study) if t.user_attrs.get("wall_s") and t.datetime_start and t.datetime_complete]
+    for t in sorted(ran, key=lambda t: t.datetime_start):
+        worker = t.user_attrs.get("worker") or {}
+        gpu = t.user_attrs.get("gpu", worker.get("gpu"))
+        lanes.setdefault(f"{unit} {gpu}" if gpu is not None else f"worker (pid {worker.get('pid', '?')})", []).append(t)
+    return lanes
+
+
+def plot_gpus(study, path: str) -> dict:
+    """(e) Each GPU's trials over the search's time, each bar from its start to its end, coloured by how it
+    ended: the gaps are where a GPU idled. Its title gives the share of the GPUs' time in trials."""
+    lanes = gpu_lanes(study)
+    if not lanes:
+        return {}
+    start = min(t.datetime_start for trials in lanes.values() for t in trials)
+    end = max(t.datetime_complete for trials in lanes.values() for t in trials)
+    span = max((end - start).total_seconds(), 1e-9)
+    gpus = study.user_attrs["budget"]["gpus"]
+    busy = sum((t.datetime_complete - t.datetime_start).total_seconds() for trials in lanes.values() for t in trials)
+    figure = _figure(10, 2.0 + 0.5 * len(lanes))
+    ax = figure.add_subplot()
+    colours = {Status.OK: "#2ca02c", Status.PRUNED: "#ff7f0e"}
+    for row, trials in enumerate(lanes.values()):
+        for t in trials:
+            left = (t.datetime_start - start).total_seconds()
+            width = (t.datetime_complete - t.datetime_start).total_seconds()
+            finalist = t.user_attrs.get("role") == Role.FINALIST
+            ended = {Status.OK: "ok", Status.PRUNED: "pruned"}.get(status_of(t), "infeasible, cut or failed")
+            label = "finalist round" if finalist else ended
+            colour = "#9467bd" if finalist else colours.get(status_of(t), "#d62728")
+            ax.barh(row, width, left=left, color=colour, edgecolor="white", height=0.6, label=label)
+            ax.annotate(str(t.number), (left + width / 2, row), ha="center", va="center", fontsize=6, color="white")
+    ax.set_yticks(range(len(lanes)), list(lanes), fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, span)
+    handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
+    ax.legend(handles.values(), handles.keys(), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4)
+    share = busy / (gpus * span)
+    ax.set(
+        xlabel="seconds from the first trial's start",
+        title=f"{study.study_name}: each GPU's trials ({busy:.0f} s of trials in {span:.0f} s on {gpus}: {share:.3f} of it)",
+    )
+    ax.grid(alpha=0.3, axis="x")
+    figure.savefig(path)
+    return {"lanes": {name: [t.number for t in trials] for name, trials in lanes.items()}, "share": share}
+
+
 def _header(study) -> str:
     """Model, device, versions, horizon and the trials' outcomes, in two lines."""
     settings = study.user_attrs.get("settings", {})
@@ -421,6 +478,7 @@ def write_report(study, study_dir: str) -> str:
     pareto = plot_pareto(study, os.path.join(out, "pareto.png"))
     effects = plot_effects(study, os.path.join(out, "effects.png"))
     plot_timeline(study, study_dir, os.path.join(out, "timeline.png"))
+    lanes = plot_gpus(study, os.path.join(out, "gpus.png"))
     changes = "\n".join(
         f"- {change_label(p)} (trial {p['trials'][0]} → {p['trials'][1]}): "
         f"steady speed {p['steady'] - 1:+.1%}, score {p['score'] - 1:+.1%}"
@@ -448,6 +506,14 @@ def write_report(study, study_dir: str) -> str:
         "## Where each trial's time went",
         "![timeline of each trial](timeline.png)",
         "From each trial's `events.jsonl`: building the model, compiling and warming up (cold caches), measuring.",
+        "## Each GPU's trials" if lanes else "",
+        "![each GPU's trials over the search](gpus.png)" if lanes else "",
+        (
+            f"Each GPU's (or worker's) trials over the search's time, a trial's number on its bar: where a GPU idled. "
+            f"{lanes['share']:.3f} of the GPUs' time ran a trial (from the first trial's start to the last one's end)."
+        )
+        if lanes
+        else "",
         "## All trials",
         "```text\n" + format_summary(summary) + "\n```",
     ]

@@ -224,10 +224,17 @@ def search_summary(runner) -> dict:
     summary = summarize(runner.study, settings.study_dir)
     if runner.trials_wall:
         wall = time.time() - runner.started
-        summary["harness"] = {"search_wall_s": wall, "trials_wall_s": runner.trials_wall, "ratio": wall / runner.trials_wall}
-        runner.progress.line(
-            f"harness: this search took {wall:.0f} s for {runner.trials_wall:.0f} s of trials ({wall / runner.trials_wall:.2f}x)"
-        )
+        trials = runner.trials_wall
+        summary["harness"] = harness = {"search_wall_s": wall, "trials_wall_s": trials, "ratio": wall / trials}
+        gpus = (runner.study.user_attrs.get("budget") or {}).get("gpus", 1)
+        if gpus == 1:
+            runner.progress.line(f"harness: this search took {wall:.0f} s for {trials:.0f} s of trials ({wall / trials:.2f}x)")
+        else:  # the trials ran side by side: what share of the GPUs' time they took
+            harness.update(gpus=gpus, gpu_share=trials / (gpus * wall))
+            runner.progress.line(
+                f"harness: this search took {wall:.0f} s on {gpus} GPUs for {trials:.0f} s of trials: "
+                f"{harness['gpu_share']:.3f} of the GPUs' time in trials"
+            )
     if summary["best"]:
         write_outputs(summary, settings.study_dir)
     return summary
