@@ -95,89 +95,14 @@ def alone(config: dict, info: ModelInfo, path: str) -> tuple[dict, ModelInfo]:
 
 def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     """The standalone module that applies `config`: settings at the top, two small functions."""
-    lines: list[str] = []
-    doc = header.strip() or "Compile settings found by autocompile."
-    lines += [
-        '"""' + doc,
-        "",
-        "Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,",
-        "if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and",
-        "prepare_batch(batch) on every batch, right before the forward pass. Wrap your loss",
-        "function (model outputs, batch) -> loss once with compile_loss(loss_fn), and call",
-        "backward(loss) where you called loss.backward(). To start warm, call",
-        "load_compile_cache(path) first with a cache from `autocompile export`.",
-    ]
-    if info.parallel != "none":
-        from autocompile.parallel import PARALLEL_DOC
-
-        lines += [""] + PARALLEL_DOC[info.parallel]
+    lines = _module_doc(header, info)
     checkpointing_doc, checkpointing_body, checkpointing_functions = _checkpointing_lines(config, info)
     lines += checkpointing_doc
     lines += ['"""', "import torch", ""]
-
-    settings: list[str] = []
-    preamble: list[str] = []  # global settings, before anything is compiled
-    compiling: list[str] = []  # what the scope compiles
-    if not config["compile"]:
-        compiling.append("    # eager: nothing compiled")
-    else:
-        if config["matmul_precision"]:
-            preamble.append(f"    torch.set_float32_matmul_precision({config['matmul_precision']!r})")
-        if config.get("activation_memory_budget") is not None:
-            settings.append(
-                f"ACTIVATION_MEMORY_BUDGET = {config['activation_memory_budget']!r}  "
-                "# activations kept for the backward; the rest is recomputed"
-            )
-            preamble += [
-                "    import torch._functorch.config  # AOTAutograd's partitioner reads it at each compile",
-                "    torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET",
-            ]
-        if config["recompile_limit"] and info.recompile_limit_key:
-            preamble.append(f"    torch._dynamo.config.{info.recompile_limit_key} = {config['recompile_limit']}")
-        preamble += checkpointing_body
-        scope = config["scope"]
-        if scope == "modular":
-            per_part = {part: _kwargs(config, config["part_modes"][part], info.device_type) for part in info.parts}
-            settings.append(f"PART_COMPILE_KWARGS = {_literal(per_part)}  # each part with its own settings")
-            compiling += [
-                "    for part, kwargs in PART_COMPILE_KWARGS.items():",
-                "        model.get_submodule(part).compile(**kwargs)",
-            ]
-        else:
-            settings.append(f"COMPILE_KWARGS = {_literal(_kwargs(config, config['mode'], info.device_type))}")
-            if scope == "full":
-                compiling.append("    model.compile(**COMPILE_KWARGS)  # in place: state_dict keys are unchanged")
-            else:
-                settings.append(f"REGIONS = {_literal(info.regions)}  # lists of repeated blocks, each compiled alone")
-                compiling += [
-                    "    for path in REGIONS:",
-                    "        for block in model.get_submodule(path):",
-                    "            block.compile(**COMPILE_KWARGS)",
-                ]
-    helpers: list[str] = []  # apply_ddp or apply_fsdp2, under --parallel
-    if info.parallel == "none":
-        body = preamble + compiling
-    else:
-        from autocompile.parallel import parallel_lines
-
-        parallel_settings, body, helpers = parallel_lines(config, info, preamble, compiling)
-        settings += parallel_settings
+    settings, body, helpers = _apply_lines(config, info, checkpointing_body)
     pack_body, pack_functions = _pack_apply_lines(config, info)
     body += pack_body
-    if config["fused_optimizer"]:
-        body += [
-            "    for group in optimizer.param_groups:  # one fused kernel per step instead of foreach",
-            '        group["foreach"], group["fused"] = False, True',
-        ]
-    if config["compile"] and config.get("lr_tensor"):
-        body += _lr_tensor_lines()
-    if config["compile"] and config["compile_optimizer"]:
-        backend = config.get("backend", "inductor")  # another backend only in failure triage
-        body.append(
-            "    optimizer.step = torch.compile(optimizer.step" + (f", backend={backend!r})" if backend != "inductor" else ")")
-        )
-        if config.get("static_grads"):
-            body.append("    static_grads(optimizer)  # gradients at fixed addresses for CUDA graphs")
+    body += _optimizer_lines(config)
     step_settings, step_functions = _step_lines(config)
     settings += step_settings
     if step_settings:
@@ -210,6 +135,108 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     lines += ["    return batch", ""]
     lines += WARM_START
     return "\n".join(lines)
+
+
+def _module_doc(header: str, info: ModelInfo) -> list[str]:
+    """The snippet's docstring but its closing quotes: the header (or a plain first line), how to
+    call the snippet's functions, and what --parallel adds to that."""
+    doc = header.strip() or "Compile settings found by autocompile."
+    lines = [
+        '"""' + doc,
+        "",
+        "Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,",
+        "if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and",
+        "prepare_batch(batch) on every batch, right before the forward pass. Wrap your loss",
+        "function (model outputs, batch) -> loss once with compile_loss(loss_fn), and call",
+        "backward(loss) where you called loss.backward(). To start warm, call",
+        "load_compile_cache(path) first with a cache from `autocompile export`.",
+    ]
+    if info.parallel != "none":
+        from autocompile.parallel import PARALLEL_DOC
+
+        lines += [""] + PARALLEL_DOC[info.parallel]
+    return lines
+
+
+def _apply_lines(config: dict, info: ModelInfo, checkpointing_body: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The settings, apply_compilation's first lines (the global settings, then what the scope
+    compiles, both wrapped by DDP or FSDP2 under --parallel) and the helpers --parallel adds."""
+    if not config["compile"]:
+        settings, preamble, compiling = [], [], ["    # eager: nothing compiled"]
+    else:
+        settings, preamble = _global_lines(config, info)
+        preamble += checkpointing_body
+        scope_settings, compiling = _scope_lines(config, info)
+        settings += scope_settings
+    if info.parallel == "none":
+        return settings, preamble + compiling, []
+    from autocompile.parallel import parallel_lines
+
+    parallel_settings, body, helpers = parallel_lines(config, info, preamble, compiling)
+    return settings + parallel_settings, body, helpers
+
+
+def _global_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
+    """The settings and apply_compilation's lines for torch's global settings, set before anything
+    is compiled: matmul precision, the activation memory budget, the recompile limit."""
+    settings: list[str] = []
+    preamble: list[str] = []
+    if config["matmul_precision"]:
+        preamble.append(f"    torch.set_float32_matmul_precision({config['matmul_precision']!r})")
+    if config.get("activation_memory_budget") is not None:
+        settings.append(
+            f"ACTIVATION_MEMORY_BUDGET = {config['activation_memory_budget']!r}  "
+            "# activations kept for the backward; the rest is recomputed"
+        )
+        preamble += [
+            "    import torch._functorch.config  # AOTAutograd's partitioner reads it at each compile",
+            "    torch._functorch.config.activation_memory_budget = ACTIVATION_MEMORY_BUDGET",
+        ]
+    if config["recompile_limit"] and info.recompile_limit_key:
+        preamble.append(f"    torch._dynamo.config.{info.recompile_limit_key} = {config['recompile_limit']}")
+    return settings, preamble
+
+
+def _scope_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
+    """The settings and apply_compilation's lines that compile what the scope says: the whole model,
+    each repeated block (regional) or each part with its own settings (modular)."""
+    scope = config["scope"]
+    if scope == "modular":
+        per_part = {part: _kwargs(config, config["part_modes"][part], info.device_type) for part in info.parts}
+        return [f"PART_COMPILE_KWARGS = {_literal(per_part)}  # each part with its own settings"], [
+            "    for part, kwargs in PART_COMPILE_KWARGS.items():",
+            "        model.get_submodule(part).compile(**kwargs)",
+        ]
+    settings = [f"COMPILE_KWARGS = {_literal(_kwargs(config, config['mode'], info.device_type))}"]
+    if scope == "full":
+        return settings, ["    model.compile(**COMPILE_KWARGS)  # in place: state_dict keys are unchanged"]
+    settings.append(f"REGIONS = {_literal(info.regions)}  # lists of repeated blocks, each compiled alone")
+    return settings, [
+        "    for path in REGIONS:",
+        "        for block in model.get_submodule(path):",
+        "            block.compile(**COMPILE_KWARGS)",
+    ]
+
+
+def _optimizer_lines(config: dict) -> list[str]:
+    """apply_compilation's lines for the optimizer: fused kernels, the learning rate as a tensor, the
+    step compiled (its gradients at fixed addresses where the configuration says so)."""
+    body: list[str] = []
+    if config["fused_optimizer"]:
+        body += [
+            "    for group in optimizer.param_groups:  # one fused kernel per step instead of foreach",
+            '        group["foreach"], group["fused"] = False, True',
+        ]
+    if config["compile"] and config.get("lr_tensor"):
+        body += _lr_tensor_lines()
+    if config["compile"] and config["compile_optimizer"]:
+        backend = config.get("backend", "inductor")  # another backend only in failure triage
+        body.append(
+            "    optimizer.step = torch.compile(optimizer.step" + (f", backend={backend!r})" if backend != "inductor" else ")")
+        )
+        if config.get("static_grads"):
+            body.append("    static_grads(optimizer)  # gradients at fixed addresses for CUDA graphs")
+    return body
 
 
 # The warm start, the same in every snippet: a compile cache saved by `autocompile export`.

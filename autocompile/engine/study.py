@@ -210,7 +210,27 @@ def open_search(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.time()
     bound = memory_bound(settings.max_memory_gb, settings.device)
-    space = build_space(
+    space = _search_space(settings, bound)
+    pruner = make_pruner(settings)  # a --screen that cannot work fails before the storage is made
+    url = storage_url(settings.storage, settings.directory, settings.study, workers)
+    storage = open_storage(url, create_dir=settings.study_dir)
+    study = create_or_load(
+        settings.study, storage, direction="maximize", sampler=_sampler(settings.seed + seed_offset), pruner=pruner
+    )
+    _check_resume(study, settings)
+    horizon.resume(settings, study)
+    if not bound and (bound := memory_bound(None, settings.device, study)):  # a resumed study's eager says so
+        space = _search_space(settings, bound)
+    horizon.name_objective(study, settings.horizon)
+    progress = progress or Progress(settings.trials)
+    _announce(settings, space, url, progress)
+    _resume_after_dead_workers(study, settings, progress)
+    return _runner(study, storage, url, settings, progress, space, callbacks, started)
+
+
+def _search_space(settings: SearchSettings, bound: str | None) -> SearchSpace:
+    """The space of the search's workload on its device, `bound` saying why memory is the constraint."""
+    return build_space(
         settings.model,
         settings.device,
         settings.batch_size,
@@ -221,28 +241,10 @@ def open_search(
         bound,
         settings.parallel,
     )
-    pruner = make_pruner(settings)  # a --screen that cannot work fails before the storage is made
-    url = storage_url(settings.storage, settings.directory, settings.study, workers)
-    storage = open_storage(url, create_dir=settings.study_dir)
-    study = create_or_load(
-        settings.study, storage, direction="maximize", sampler=_sampler(settings.seed + seed_offset), pruner=pruner
-    )
-    _check_resume(study, settings)
-    horizon.resume(settings, study)
-    if not bound and (bound := memory_bound(None, settings.device, study)):  # a resumed study's eager says so
-        space = build_space(
-            settings.model,
-            settings.device,
-            settings.batch_size,
-            settings.seq_len,
-            settings.seed,
-            settings.fixed,
-            settings.space_file,
-            bound,
-            settings.parallel,
-        )
-    horizon.name_objective(study, settings.horizon)
-    progress = progress or Progress(settings.trials)
+
+
+def _announce(settings: SearchSettings, space: SearchSpace, url: str, progress: Progress) -> None:
+    """The search's first lines: what it searches, where, and how its horizon will be found."""
     progress.line(
         f"autocompile search: {settings.model} on {_device_name(settings.device)} "
         f"(torch {space.caps.torch_version}), study {settings.study!r} in {url}"
@@ -252,6 +254,11 @@ def open_search(
             f"horizon: the steps eager runs in {horizon.RUNS_PER_SEARCH} times this search's budget, once "
             "it is measured (--horizon-steps to say how long your training run is)"
         )
+
+
+def _resume_after_dead_workers(study, settings: SearchSettings, progress: Progress) -> None:
+    """The orphaned trial processes of dead workers killed and their trials failed (so they are tried
+    again); what a resumed study has finished already, said."""
     reap_orphans(settings.study_dir)
     stale = fail_stale(study)
     finished = [t for t in study.trials if t.state.is_finished()]
@@ -260,6 +267,11 @@ def open_search(
             f"resuming study {settings.study!r}: {len(finished)} trials already finished"
             + (f", {stale} interrupted ones marked failed" if stale else "")
         )
+
+
+def _runner(study, storage, url: str, settings: SearchSettings, progress: Progress, space, callbacks, started: float) -> Runner:
+    """The runner of the search, the knowledge store's observers of this model here (failures, compile
+    cuts, cold runs, gains, plain compiles) called first after each trial."""
     path = store_path(settings.memory_path)
     key = (space.caps.torch_version, _device_name(settings.device), settings.model)
     failures, cuts, cold = Failures(path, space, key[1], url), compile_cuts(path, *key), ColdRuns(path, *key)

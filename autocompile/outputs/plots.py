@@ -56,73 +56,12 @@ def _finished(study) -> list:
 def plot_scores(study, path: str) -> dict:
     """(a) The score of each trial in order, by role; failures at 0, pruned trials at the bound
     they could still reach; eager and plain torch.compile as horizontal lines."""
-    from autocompile.outputs.table import default_score_bound
-
     horizon, figure, view = _horizon(study), _figure(9, 4.8), StudyView(study)
     ax = figure.add_subplot()
     drawn = {"ran": [], "pruned": [], "failed": []}
     for t in view.finished:
-        marker, colour, label = ROLE_STYLE.get(t.user_attrs.get("role"), OTHER_STYLE)
-        status = status_of(t)
-        if status == Status.OK:
-            ax.scatter(t.number, t.value, marker=marker, color=colour, s=60, zorder=3, label=label)
-            drawn["ran"].append(t.number)
-        elif status == Status.PRUNED and t.value:
-            ax.scatter(
-                t.number,
-                t.value,
-                marker=marker,
-                facecolors="none",
-                edgecolors=colour,
-                s=60,
-                zorder=3,
-                label="pruned (at its bound)",
-            )
-            drawn["pruned"].append(t.number)
-        else:
-            ax.scatter(t.number, 0, marker="x", color="#d62728", s=50, zorder=3, label="failed, timed out or stopped")
-            ax.annotate(
-                status,
-                (t.number, 0),
-                textcoords="offset points",
-                xytext=(0, 6),
-                ha="center",
-                fontsize=7,
-                rotation=90,
-                color="#d62728",
-            )
-            drawn["failed"].append(t.number)
-    eager, default = view.baseline_trial(Role.EAGER), view.baseline_trial(Role.COMPILE_DEFAULTS)
-    if eager is not None:
-        ax.axhline(eager.value, color=ROLE_STYLE[Role.EAGER][1], linestyle="--", linewidth=1, label="eager's score")
-    if default is not None:
-        ax.axhline(
-            default.value,
-            color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1],
-            linestyle="--",
-            linewidth=1,
-            label="plain torch.compile's score",
-        )
-    elif (bound := default_score_bound(study, horizon, view)) is not None:
-        top = max([t.value for t in view.finished if t.value] or [bound])
-        drawn["default_bound"] = {"value": bound, "line": bound <= 3 * top}
-        if bound <= 3 * top:
-            ax.axhline(
-                bound,
-                color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1],
-                linestyle=":",
-                linewidth=1.2,
-                label="plain torch.compile: at most (never finished warming up)",
-            )
-        else:  # a bound from a short attempt (a 40 s one: 390) would squash every trial to the floor
-            ax.plot(
-                [],
-                [],
-                color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1],
-                linestyle=":",
-                linewidth=1.2,
-                label=f"plain torch.compile: at most {bound:.3g}\n(never finished warming up; off this scale)",
-            )
+        drawn[_draw_score(ax, t)].append(t.number)
+    drawn.update(_draw_baseline_scores(ax, study, view, horizon))
     best = view.best_trial
     if best is not None:
         ax.scatter(best.number, best.value, marker="*", s=320, color="gold", edgecolors="black", zorder=4, label="winner")
@@ -140,6 +79,82 @@ def plot_scores(study, path: str) -> dict:
     ax.grid(alpha=0.3)
     figure.savefig(path)
     return drawn
+
+
+def _draw_score(ax, t) -> str:
+    """One trial's score: a filled marker of its role where it ran, a hollow one at its bound where it
+    was pruned, a cross at 0 with its status otherwise. Returns which of these it drew."""
+    marker, colour, label = ROLE_STYLE.get(t.user_attrs.get("role"), OTHER_STYLE)
+    status = status_of(t)
+    if status == Status.OK:
+        ax.scatter(t.number, t.value, marker=marker, color=colour, s=60, zorder=3, label=label)
+        return "ran"
+    if status == Status.PRUNED and t.value:
+        ax.scatter(
+            t.number,
+            t.value,
+            marker=marker,
+            facecolors="none",
+            edgecolors=colour,
+            s=60,
+            zorder=3,
+            label="pruned (at its bound)",
+        )
+        return "pruned"
+    ax.scatter(t.number, 0, marker="x", color="#d62728", s=50, zorder=3, label="failed, timed out or stopped")
+    ax.annotate(
+        status,
+        (t.number, 0),
+        textcoords="offset points",
+        xytext=(0, 6),
+        ha="center",
+        fontsize=7,
+        rotation=90,
+        color="#d62728",
+    )
+    return "failed"
+
+
+def _draw_baseline_scores(ax, study, view: StudyView, horizon: int) -> dict:
+    """Eager's and plain torch.compile's scores as dashed lines; where plain torch.compile never finished
+    warming up, the most its score could be, dotted (only in the legend where it is off the scale).
+    Returns that bound and whether it is drawn as a line, where there is one."""
+    from autocompile.outputs.table import default_score_bound
+
+    eager, default = view.baseline_trial(Role.EAGER), view.baseline_trial(Role.COMPILE_DEFAULTS)
+    if eager is not None:
+        ax.axhline(eager.value, color=ROLE_STYLE[Role.EAGER][1], linestyle="--", linewidth=1, label="eager's score")
+    if default is not None:
+        ax.axhline(
+            default.value,
+            color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1],
+            linestyle="--",
+            linewidth=1,
+            label="plain torch.compile's score",
+        )
+        return {}
+    bound = default_score_bound(study, horizon, view)
+    if bound is None:
+        return {}
+    top = max([t.value for t in view.finished if t.value] or [bound])
+    if bound <= 3 * top:
+        ax.axhline(
+            bound,
+            color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1],
+            linestyle=":",
+            linewidth=1.2,
+            label="plain torch.compile: at most (never finished warming up)",
+        )
+    else:  # a bound from a short attempt (a 40 s one: 390) would squash every trial to the floor
+        ax.plot(
+            [],
+            [],
+            color=ROLE_STYLE[Role.COMPILE_DEFAULTS][1],
+            linestyle=":",
+            linewidth=1.2,
+            label=f"plain torch.compile: at most {bound:.3g}\n(never finished warming up; off this scale)",
+        )
+    return {"default_bound": {"value": bound, "line": bound <= 3 * top}}
 
 
 def _equal_score_curve(point, horizon: int, warmups: list[float]) -> tuple[list, list]:

@@ -102,16 +102,8 @@ def summarize(
     rows = trial_rows(study, view)
     if study_dir:
         add_repros(rows, study_dir)
-    searched = study.user_attrs.get("horizon", 1000)
-    horizon = horizon or searched
-    if horizon == searched and max_memory_gb is None:
-        best, score_of = view.best_trial, (lambda t: t.value)
-    else:
-        from autocompile.outputs.pareto import best_trial_for
-        from autocompile.engine.scoring import score
-
-        best = best_trial_for(study, horizon, max_memory_gb)
-        score_of = lambda t: score({**t.user_attrs, "status": Status.OK}, horizon)  # noqa: E731 (within the limit: it ran)
+    horizon = horizon or study.user_attrs.get("horizon", 1000)
+    best, score_of = _winner(study, view, horizon, max_memory_gb)
     summary = {
         "study": study.study_name,
         "rows": rows,
@@ -122,14 +114,44 @@ def summarize(
     }
     if best is None:
         return summary
+    summary["best"] = _best_record(best, view, horizon, score_of(best))
+    if max_memory_gb is not None:
+        summary["best"]["max_memory_gb"] = max_memory_gb
+    _baseline_notes(summary["best"], view)
+    verdict = summary["finalists"]
+    _cold_warm_up(summary["best"], verdict)
+    summary["best"]["snippet"] = winner_snippet(study, best, study_dir, summary["best"], view)
+    if verdict and verdict.get("finalists") and verdict.get("winner") is None:
+        summary["best"]["unconfirmed"] = "the finalist round measured none of its finalists again"
+    _score_against_default(summary["best"], study, view, best, horizon, score_of)
+    if write and study_dir:
+        write_outputs(summary, study_dir)
+    return summary
+
+
+def _winner(study, view: StudyView, horizon: int, max_memory_gb: float | None) -> tuple:
+    """The winning trial (None if none ran cleanly) and how a trial's score is read: the study's own
+    winner at the study's horizon; at another horizon, or within a memory limit, the best the
+    measurements give, each score worked out again for that horizon."""
+    if horizon == study.user_attrs.get("horizon", 1000) and max_memory_gb is None:
+        return view.best_trial, lambda t: t.value
+    from autocompile.outputs.pareto import best_trial_for
+    from autocompile.engine.scoring import score
+
+    best = best_trial_for(study, horizon, max_memory_gb)
+    return best, lambda t: score({**t.user_attrs, "status": Status.OK}, horizon)  # within the limit: it ran
+
+
+def _best_record(best, view: StudyView, horizon: int, score: float) -> dict:
+    """The winner's line of the summary: what it is, what it measured and its speed against the baselines'."""
     eager_sps = view.baseline_value(Role.EAGER, "steps_per_s")
     default_sps = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
     a = best.user_attrs
-    summary["best"] = {
+    return {
         "number": best.number,
         "role": a.get("role"),
         "config": a.get("config"),
-        "score": score_of(best),
+        "score": score,
         "horizon": horizon,
         **{
             k: a.get(k)
@@ -152,36 +174,36 @@ def summarize(
         "vs_default": a["steps_per_s"] / default_sps if default_sps else None,
         "warmup_kind": a.get("warmup_kind"),
     }
-    if max_memory_gb is not None:
-        summary["best"]["max_memory_gb"] = max_memory_gb
-    verdict = summary["finalists"]
+
+
+def _baseline_notes(best: dict, view: StudyView) -> None:
+    """What the winner's ratios are against where a baseline did not run cleanly: a baseline measured
+    over the memory limit (still the reference), or eager not measured at all (how it ended)."""
     over = [
         (name, t.user_attrs["peak_mem_gb"])
         for role, name in ((Role.EAGER, "eager"), (Role.COMPILE_DEFAULTS, "plain torch.compile"))
         if not view.baseline_trial(role) and (t := view.over_memory_baseline(role))
     ]
     if over:  # measured, over the limit: still the references of the ratios
-        summary["best"]["references_over_memory"] = " and ".join(f"{n} peaked at {gb:.2f} GB" for n, gb in over)
-    if eager_sps is None:  # eager did not run cleanly (a model eager cannot fit): say what the ratios are against
+        best["references_over_memory"] = " and ".join(f"{n} peaked at {gb:.2f} GB" for n, gb in over)
+    if view.baseline_value(Role.EAGER, "steps_per_s") is None:  # eager did not run cleanly (a model eager cannot fit)
         first = view.first_of(Role.EAGER)
         eager = first.user_attrs if first else {}
-        summary["best"]["no_eager"] = f"eager ended {eager.get('status', 'unmeasured')}" + (
+        best["no_eager"] = f"eager ended {eager.get('status', 'unmeasured')}" + (
             f" ({eager['reason'][:100]})" if eager.get("reason") else ""
         )
-    _cold_warm_up(summary["best"], verdict)
-    summary["best"]["snippet"] = winner_snippet(study, best, study_dir, summary["best"], view)
-    if verdict and verdict.get("finalists") and verdict.get("winner") is None:
-        summary["best"]["unconfirmed"] = "the finalist round measured none of its finalists again"
+
+
+def _score_against_default(best: dict, study, view: StudyView, winner, horizon: int, score_of) -> None:
+    """The winner's score against plain torch.compile's, warm-up weighed in over the horizon; where plain
+    torch.compile never finished warming up, against the most its score could be."""
     default = view.baseline_trial(Role.COMPILE_DEFAULTS)
     if default is not None:  # measured: scores weigh warm-up in, over the horizon
-        if default.number != best.number and score_of(default):
-            summary["best"]["score_vs_default"] = score_of(best) / score_of(default)
-    elif (bound := default_score_bound(study, horizon, view)) and score_of(best) > bound:
+        if default.number != winner.number and score_of(default):
+            best["score_vs_default"] = score_of(winner) / score_of(default)
+    elif (bound := default_score_bound(study, horizon, view)) and score_of(winner) > bound:
         # Plain torch.compile never finished warming up: its score is at most `bound`.
-        summary["best"]["score_vs_default_at_least"] = score_of(best) / bound
-    if write and study_dir:
-        write_outputs(summary, study_dir)
-    return summary
+        best["score_vs_default_at_least"] = score_of(winner) / bound
 
 
 def _cold_warm_up(best: dict, verdict: dict | None) -> None:

@@ -138,6 +138,40 @@ class SearchSpace:
         self.dimensions.append(Dimension(name, tuple(choices), help, active, where))
 
     def _build(self) -> None:
+        """Every dimension the workload, the device and the installed torch offer, in the order they are
+        sampled; what is not offered goes to left_out with the reason."""
+        caps, traits = self.caps, self.traits
+        self._scope_dimensions()
+        self._add("dynamic", (None, True, False), "torch.compile dynamic: None = automatic")
+        self._add("fullgraph", (False, True), "fail on graph breaks instead of falling back to eager")
+        self._optimizer_dimensions()
+        if traits.criterion:
+            self._add("compile_loss", (False, True), "torch.compile the criterion (outputs, batch) -> loss apart")
+        else:
+            self.left_out.append(("compile_loss", "the workload gives its loss as one function, not as forward + criterion"))
+        if traits.varying:
+            self._padding_dimensions()
+            self._mark_dynamic_dimension()
+        else:
+            self.left_out.append(("padding, mark_dynamic", "the workload has no varying dimension"))
+        self._inductor_dimensions()
+        self._memory_dimension()
+        if caps.compiled_autograd_api:
+            self._add(
+                "compiled_autograd",
+                (False, True),
+                "the backward pass compiled as one graph by Compiled Autograd (002: dynamic backward graphs, hooks, FSDP)",
+            )
+        else:
+            self.left_out.append(
+                ("compiled_autograd", f"torch {caps.torch_version} has no torch._dynamo.compiled_autograd context manager")
+            )
+        self.left_out.append(("matmul_precision, recompile_limit", "change numerics or limits: only set with --set"))
+        self._parallel_dimensions()
+
+    def _scope_dimensions(self) -> None:
+        """What is compiled (the whole model, each repeated block, each part) and in which mode: the
+        modes of CUDA graphs only on a CUDA device, a mode per part under scope modular."""
         caps, traits = self.caps, self.traits
         self.modes = modes = [m for m in MODES if caps.cuda or m not in CUDA_GRAPH_MODES]
         if not caps.cuda:
@@ -156,8 +190,11 @@ class SearchSpace:
         self._add("mode", modes, "torch.compile mode", lambda c: c["scope"] != "modular")
         for part in traits.parts if "modular" in scopes else ():
             self._add(f"mode.{part}", modes, f"mode for part {part!r}", lambda c: c["scope"] == "modular")
-        self._add("dynamic", (None, True, False), "torch.compile dynamic: None = automatic")
-        self._add("fullgraph", (False, True), "fail on graph breaks instead of falling back to eager")
+
+    def _optimizer_dimensions(self) -> None:
+        """The optimizer's step: compiled (its learning rate a tensor under a schedule), or fused where the
+        optimizer has a fused implementation; then static_grads and the foreach_map step."""
+        traits = self.traits
         self._add("compile_optimizer", (False, True), "torch.compile(optimizer.step)")
         if traits.schedule:
             self._add(
@@ -178,27 +215,26 @@ class SearchSpace:
         else:
             self.left_out.append(("fused_optimizer", "the workload's optimizer has no fused implementation"))
         self._step_dimensions()
-        if traits.criterion:
-            self._add("compile_loss", (False, True), "torch.compile the criterion (outputs, batch) -> loss apart")
-        else:
-            self.left_out.append(("compile_loss", "the workload gives its loss as one function, not as forward + criterion"))
 
-        if traits.varying:
-            self._padding_dimensions()
-            marks = ["off"]
-            if caps.has_mark_dynamic:
-                marks.append("mark")
-            if caps.has_maybe_mark_dynamic:
-                marks.append("maybe")
-            self._add(
-                "mark_dynamic",
-                marks,
-                "mark the varying dimensions dynamic",
-                lambda c: c["padding"] in ("longest", "multiple") and c["dynamic"] is None,
-            )
-        else:
-            self.left_out.append(("padding, mark_dynamic", "the workload has no varying dimension"))
+    def _mark_dynamic_dimension(self) -> None:
+        """The varying dimensions marked dynamic, by the marks this torch has, where they are padded to
+        a length that varies and dynamic is automatic."""
+        marks = ["off"]
+        if self.caps.has_mark_dynamic:
+            marks.append("mark")
+        if self.caps.has_maybe_mark_dynamic:
+            marks.append("maybe")
+        self._add(
+            "mark_dynamic",
+            marks,
+            "mark the varying dimensions dynamic",
+            lambda c: c["padding"] in ("longest", "multiple") and c["dynamic"] is None,
+        )
 
+    def _inductor_dimensions(self) -> None:
+        """The searched Inductor options this torch has with a value of the same type, each on the device
+        it is for, the installed default first."""
+        caps = self.caps
         for options, why_not_here, active, _ in _OPTION_GROUPS:
             for key, values in options.items():
                 if why_not_here and not caps.cuda:
@@ -213,19 +249,6 @@ class SearchSpace:
                     default = caps.inductor_defaults[key]
                     values = (default, *[v for v in values if v != default])
                     self._add(f"inductor.{key}", values, f"Inductor option {key}", active)
-        self._memory_dimension()
-        if caps.compiled_autograd_api:
-            self._add(
-                "compiled_autograd",
-                (False, True),
-                "the backward pass compiled as one graph by Compiled Autograd (002: dynamic backward graphs, hooks, FSDP)",
-            )
-        else:
-            self.left_out.append(
-                ("compiled_autograd", f"torch {caps.torch_version} has no torch._dynamo.compiled_autograd context manager")
-            )
-        self.left_out.append(("matmul_precision, recompile_limit", "change numerics or limits: only set with --set"))
-        self._parallel_dimensions()
 
     def _padding_dimensions(self) -> None:
         """How varying lengths reach the model: padded (to the longest, a multiple, buckets, the maximum),
@@ -351,33 +374,9 @@ class SearchSpace:
         partitioner's activation memory budget, where that checkpointing is off or memory is the
         constraint (a lower budget recomputes activations in the backward instead of keeping them:
         slower, and it fits)."""
-        caps, traits = self.caps, self.traits
-        checkpoints = bool(traits.checkpointing)
+        checkpoints = bool(self.traits.checkpointing)
         if checkpoints:
-            choices = ["as_built", "off"]
-            if traits.selective_checkpointing and caps.has_selective_checkpointing:
-                choices.append("selective")
-            elif traits.selective_checkpointing:
-                self.left_out.append(
-                    (
-                        "activation_checkpointing=selective",
-                        f"torch {caps.torch_version} has no torch.utils.checkpoint.create_selective_checkpoint_contexts",
-                    )
-                )
-            else:
-                self.left_out.append(
-                    ("activation_checkpointing=selective", "the workload's Checkpointing declares no selective hook")
-                )
-            self._add(
-                "activation_checkpointing",
-                choices,
-                f"the model's own activation checkpointing ({traits.checkpointing}): as built, off (compile's "
-                "partitioner recomputes instead, by the budget), or selective (matrix products and attention "
-                "kept, the rest recomputed)",
-                where=""
-                if traits.checkpoint_in_forward or "selective" not in choices
-                else "selective: with scope full or modular, where the compile traces the model's checkpoint",
-            )
+            self._checkpointing_dimension()
         else:
             self.left_out.append(
                 (
@@ -385,6 +384,41 @@ class SearchSpace:
                     "the model does not checkpoint its activations (no Hugging Face checkpointing on, no Workload.checkpointing)",
                 )
             )
+        self._budget_dimension(checkpoints)
+
+    def _checkpointing_dimension(self) -> None:
+        """The model's own activation checkpointing as built, off, or selective where the workload gives
+        a selective hook and this torch has selective checkpointing."""
+        caps, traits = self.caps, self.traits
+        choices = ["as_built", "off"]
+        if traits.selective_checkpointing and caps.has_selective_checkpointing:
+            choices.append("selective")
+        elif traits.selective_checkpointing:
+            self.left_out.append(
+                (
+                    "activation_checkpointing=selective",
+                    f"torch {caps.torch_version} has no torch.utils.checkpoint.create_selective_checkpoint_contexts",
+                )
+            )
+        else:
+            self.left_out.append(
+                ("activation_checkpointing=selective", "the workload's Checkpointing declares no selective hook")
+            )
+        self._add(
+            "activation_checkpointing",
+            choices,
+            f"the model's own activation checkpointing ({traits.checkpointing}): as built, off (compile's "
+            "partitioner recomputes instead, by the budget), or selective (matrix products and attention "
+            "kept, the rest recomputed)",
+            where=""
+            if traits.checkpoint_in_forward or "selective" not in choices
+            else "selective: with scope full or modular, where the compile traces the model's checkpoint",
+        )
+
+    def _budget_dimension(self, checkpoints: bool) -> None:
+        """The partitioner's activation memory budget: where the model's checkpointing is off (`checkpoints`:
+        the model has some), else where memory is the constraint."""
+        caps, traits = self.caps, self.traits
         if not caps.has_activation_memory_budget:
             self.left_out.append(
                 (
@@ -581,60 +615,17 @@ class SearchSpace:
             raise UserError("compile must be true or false")
         if not full["compile"]:
             return {**EAGER, **{k: full[k] for k in ("padding", "pad_multiple", "pack_length", "pack_attention")}}
-
-        def check(name, value, choices):
-            if not _member(value, choices):
-                raise UserError(f"invalid value {_show(value)} for {name}; choices: {_show(list(choices))}")
-
-        check("scope", full["scope"], SCOPES)
-        check("mode", full["mode"], MODES)
-        if not isinstance(full["part_modes"], dict):
-            raise UserError("part_modes must be an object: part -> mode")
-        if full["scope"] == "modular":
-            modes = {part: full["part_modes"].get(part, full["mode"]) for part in self.traits.parts}
-            for part, mode in {**full["part_modes"], **modes}.items():
-                check(f"part_modes.{part}", mode, MODES)
-            full["part_modes"] = {**full["part_modes"], **modes}
-        for name in (
-            "fullgraph",
-            "compile_optimizer",
-            "lr_tensor",
-            "fused_optimizer",
-            "compile_loss",
-            "compiled_autograd",
-            "static_grads",
-            "foreach_map_optimizer",
-        ):
-            check(name, full[name], (False, True))
-        check("dynamic", full["dynamic"], (None, True, False))
-        check("activation_checkpointing", full["activation_checkpointing"], CHECKPOINTING)
-        budget = full["activation_memory_budget"]
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1):
-            raise UserError(f"activation_memory_budget must be null or a share of the activations in (0, 1], got {_show(budget)}")
-        check("padding", full["padding"], PADDINGS)
-        check("pack_length", full["pack_length"], PACK_LENGTHS)
-        check("pack_attention", full["pack_attention"], PACK_ATTENTION)
-        if full["padding"] == "multiple" or (full["padding"] == "pack" and full["pack_length"] == "batch"):
-            if not isinstance(full["pad_multiple"], int) or isinstance(full["pad_multiple"], bool) or full["pad_multiple"] < 1:
-                raise UserError("padding 'multiple' (and pack in one row) needs pad_multiple, a positive integer")
-        check("mark_dynamic", full["mark_dynamic"], MARK_DYNAMIC)
-        if not isinstance(full["inductor"], dict):
-            raise UserError("inductor must be an object of Inductor options")
-        import torch._inductor.config as inductor_config
-
-        for key, value in full["inductor"].items():
-            default = _inductor_default(inductor_config, key)
-            if default is _MISSING:
-                raise UserError(f"torch {self.caps.torch_version} has no Inductor option {key!r}")
-            if not _fits(value, default):
-                raise UserError(f"Inductor option {key!r} takes a {type(default).__name__}, got {_show(value)}")
+        _check_modes(full, self.traits.parts)
+        _check_switches(full)
+        _check_padding(full)
+        _check_inductor(full, self.caps.torch_version)
         limit = full["recompile_limit"]
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise UserError("recompile_limit must be a positive integer")
-        check("matmul_precision", full["matmul_precision"], (None, "highest", "high", "medium"))
-        check("optimize_ddp", full["optimize_ddp"], (None, True, False, *self.caps.optimize_ddp_modes))
-        check("fsdp_compile_order", full["fsdp_compile_order"], ("before", "after"))
-        check("reshard_after_forward", full["reshard_after_forward"], (True, False))
+        _check("matmul_precision", full["matmul_precision"], (None, "highest", "high", "medium"))
+        _check("optimize_ddp", full["optimize_ddp"], (None, True, False, *self.caps.optimize_ddp_modes))
+        _check("fsdp_compile_order", full["fsdp_compile_order"], ("before", "after"))
+        _check("reshard_after_forward", full["reshard_after_forward"], (True, False))
         return full
 
     def rejection(self, config: dict) -> str | None:
@@ -675,3 +666,69 @@ class SearchSpace:
             "left_out": [{"name": name, "why": why} for name, why in self.left_out],
             "defaults": DEFAULTS,
         }
+
+
+def _check(name: str, value, choices) -> None:
+    """UserError unless `value` is one of `choices`."""
+    if not _member(value, choices):
+        raise UserError(f"invalid value {_show(value)} for {name}; choices: {_show(list(choices))}")
+
+
+def _check_modes(full: dict, parts: tuple[str, ...]) -> None:
+    """The scope and the mode; under scope modular, a mode for each of the workload's parts (the
+    configuration's mode where it names none), set in `full`."""
+    _check("scope", full["scope"], SCOPES)
+    _check("mode", full["mode"], MODES)
+    if not isinstance(full["part_modes"], dict):
+        raise UserError("part_modes must be an object: part -> mode")
+    if full["scope"] == "modular":
+        modes = {part: full["part_modes"].get(part, full["mode"]) for part in parts}
+        for part, mode in {**full["part_modes"], **modes}.items():
+            _check(f"part_modes.{part}", mode, MODES)
+        full["part_modes"] = {**full["part_modes"], **modes}
+
+
+def _check_switches(full: dict) -> None:
+    """The settings that are on or off, dynamic, and the model's own checkpointing with the
+    partitioner's activation memory budget (a share of the activations)."""
+    for name in (
+        "fullgraph",
+        "compile_optimizer",
+        "lr_tensor",
+        "fused_optimizer",
+        "compile_loss",
+        "compiled_autograd",
+        "static_grads",
+        "foreach_map_optimizer",
+    ):
+        _check(name, full[name], (False, True))
+    _check("dynamic", full["dynamic"], (None, True, False))
+    _check("activation_checkpointing", full["activation_checkpointing"], CHECKPOINTING)
+    budget = full["activation_memory_budget"]
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1):
+        raise UserError(f"activation_memory_budget must be null or a share of the activations in (0, 1], got {_show(budget)}")
+
+
+def _check_padding(full: dict) -> None:
+    """How varying lengths are padded or packed, the multiple where one is needed, and the marks."""
+    _check("padding", full["padding"], PADDINGS)
+    _check("pack_length", full["pack_length"], PACK_LENGTHS)
+    _check("pack_attention", full["pack_attention"], PACK_ATTENTION)
+    if full["padding"] == "multiple" or (full["padding"] == "pack" and full["pack_length"] == "batch"):
+        if not isinstance(full["pad_multiple"], int) or isinstance(full["pad_multiple"], bool) or full["pad_multiple"] < 1:
+            raise UserError("padding 'multiple' (and pack in one row) needs pad_multiple, a positive integer")
+    _check("mark_dynamic", full["mark_dynamic"], MARK_DYNAMIC)
+
+
+def _check_inductor(full: dict, torch_version: str) -> None:
+    """Each Inductor option one this torch has, with a value of its type."""
+    if not isinstance(full["inductor"], dict):
+        raise UserError("inductor must be an object of Inductor options")
+    import torch._inductor.config as inductor_config
+
+    for key, value in full["inductor"].items():
+        default = _inductor_default(inductor_config, key)
+        if default is _MISSING:
+            raise UserError(f"torch {torch_version} has no Inductor option {key!r}")
+        if not _fits(value, default):
+            raise UserError(f"Inductor option {key!r} takes a {type(default).__name__}, got {_show(value)}")

@@ -158,12 +158,39 @@ def rejection(space, config: dict) -> str | None:
     if not c["compile"]:
         return None
     caps, traits = space.caps, space.traits
+    why = (
+        _device_rejection(c, caps)
+        or _scope_rejection(c, traits)
+        or _mark_dynamic_rejection(c, caps, traits)
+        or _parallel_rejection(space, c)
+        or _checkpointing_rejection(space, c)
+        or _packing_rejection(space, c)
+        or _optimizer_rejection(c, traits)
+        or _static_grads_rejection(c, caps)
+        or _foreach_map_rejection(c, caps, traits)
+        or _inductor_rejection(c, caps)
+    )
+    if why:
+        return why
+    if not _baseline(c):
+        return _narrowing_rejection(space, c) or doomed(c, traits, caps)
+    return None
+
+
+def _device_rejection(c: dict, caps) -> str | None:
+    """CUDA graphs, by a mode or by Inductor's option, only on a CUDA device."""
     modes = list(c["part_modes"].values()) if c["scope"] == "modular" else [c["mode"]]
     graph_modes = [m for m in modes if m in CUDA_GRAPH_MODES]
     if graph_modes and not caps.cuda:
         return f"mode {graph_modes[0]!r} uses CUDA graphs, which need a CUDA device (this is {caps.device})"
     if c["inductor"].get("triton.cudagraphs") is True and not caps.cuda:
         return f"inductor triton.cudagraphs=true: CUDA graphs need a CUDA device (this is {caps.device})"
+    return None
+
+
+def _scope_rejection(c: dict, traits) -> str | None:
+    """Scope modular only for a workload with parts (the part_modes its own), regional only for a
+    model with repeated blocks."""
     if c["scope"] == "modular":
         if len(traits.parts) < 2:
             return "scope 'modular' compiles the workload's natural parts, and this one declares none"
@@ -172,28 +199,37 @@ def rejection(space, config: dict) -> str | None:
             return f"part_modes names part(s) {unknown} the workload does not have; parts: {list(traits.parts)}"
     if c["scope"] == "regional" and traits.regions == []:
         return "scope 'regional' compiles each repeated block, and this model has none (no ModuleList of identical modules)"
-    if c["mark_dynamic"] != "off":
-        how = "mark_dynamic" if c["mark_dynamic"] == "mark" else "maybe_mark_dynamic"
-        if not traits.varying:
-            return f"{how}: the workload has no varying dimension to mark"
-        if c["padding"] == "max":
-            return f"{how} with padding 'max': every batch is padded to one length, so nothing varies to mark"
-        if c["padding"] == "pack":
-            return (
-                f"{how} with padding 'pack': the packed keys are new tensors (and the position ids); Dynamo's "
-                "automatic dynamic shapes mark what varies after its first change"
-            )
-        if c["dynamic"] is True:
-            return f"{how} with dynamic=True: every dimension is compiled dynamic already, the marks change nothing"
-        if c["dynamic"] is False:
-            return (
-                f"{how} with dynamic=False: the marks win (torch {caps.torch_version} compiles the marked "
-                "dimensions dynamic, one graph for all lengths), so this is dynamic=None with the marks "
-                "under another name"
-            )
-    parallel = _parallel_rejection(space, c) or _checkpointing_rejection(space, c) or _packing_rejection(space, c)
-    if parallel:
-        return parallel
+    return None
+
+
+def _mark_dynamic_rejection(c: dict, caps, traits) -> str | None:
+    """Marks on the varying dimensions only where they vary and the marks change something."""
+    if c["mark_dynamic"] == "off":
+        return None
+    how = "mark_dynamic" if c["mark_dynamic"] == "mark" else "maybe_mark_dynamic"
+    if not traits.varying:
+        return f"{how}: the workload has no varying dimension to mark"
+    if c["padding"] == "max":
+        return f"{how} with padding 'max': every batch is padded to one length, so nothing varies to mark"
+    if c["padding"] == "pack":
+        return (
+            f"{how} with padding 'pack': the packed keys are new tensors (and the position ids); Dynamo's "
+            "automatic dynamic shapes mark what varies after its first change"
+        )
+    if c["dynamic"] is True:
+        return f"{how} with dynamic=True: every dimension is compiled dynamic already, the marks change nothing"
+    if c["dynamic"] is False:
+        return (
+            f"{how} with dynamic=False: the marks win (torch {caps.torch_version} compiles the marked "
+            "dimensions dynamic, one graph for all lengths), so this is dynamic=None with the marks "
+            "under another name"
+        )
+    return None
+
+
+def _optimizer_rejection(c: dict, traits) -> str | None:
+    """The optimizer's step compiled or fused, not both; its learning rate a tensor only where a compiled
+    step reads a schedule's; the criterion compiled only where the workload has one."""
     if c["compile_optimizer"] and c["fused_optimizer"]:
         return (
             "compile_optimizer with fused_optimizer: Dynamo does not trace into the fused step "
@@ -208,9 +244,12 @@ def rejection(space, config: dict) -> str | None:
         return "lr_tensor: the workload has no LR schedule, so its learning rate never changes"
     if c["compile_loss"] and not traits.criterion:
         return "compile_loss: the workload gives its loss as one function, with no criterion to compile apart"
-    why = _static_grads_rejection(c, caps) or _foreach_map_rejection(c, caps, traits)
-    if why:
-        return why
+    return None
+
+
+def _inductor_rejection(c: dict, caps) -> str | None:
+    """An Inductor option set away from its default only on the device it is for, and only where it
+    acts (its group's condition)."""
     for options, why_not_here, active, why_inactive in _OPTION_GROUPS:
         for key in options:
             if key not in c["inductor"] or c["inductor"][key] == caps.inductor_defaults.get(key, _MISSING):
@@ -219,8 +258,6 @@ def rejection(space, config: dict) -> str | None:
                 return f"inductor.{key}: {why_not_here}"
             if why_inactive and not active(c):
                 return f"inductor.{key} {why_inactive}"
-    if not _baseline(c):
-        return _narrowing_rejection(space, c) or doomed(c, traits, caps)
     return None
 
 
