@@ -178,7 +178,7 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
         return False
     expected = MIN_TRIAL_S if _owed_baselines(runner) else expected_trial_s(runner.study)
     left = remaining - reserve
-    if left >= expected:
+    if left >= expected or loop.neighbour_within is not None:  # a neighbour that fits was already chosen to go next
         return False
     cost = _fitting_neighbour_s(runner, left) if loop.recipes_queued else None
     if cost is not None:
