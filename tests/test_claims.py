@@ -119,6 +119,24 @@ def test_a_gpu_whose_next_neighbour_does_not_fit_before_the_round_takes_one_that
     assert neighbour_cost(space, study, predictor, tried, lambda neighbour: False) is None
 
 
+def test_a_neighbour_that_moves_to_flexattention_is_no_twin_of_one_on_the_model_s_attention():
+    """lora-8b-1gpu-2 (four H200s, 2026-11-27): with 66 s left before the round, trial 21 (trial 20, CUDA graphs
+    and FlexAttention, in the default mode) was expected to take 61 s, the wall time of trials 4, 10 and 12, which
+    compiled the model's own attention; cut while compiling at 61 s. FlexAttention's kernels and block mask are
+    graphs of their own: a trial on the model's attention is no twin of it, and what it costs is unknown."""
+    from autocompile.engine.cost import Predictor, neighbour_s, twin_time
+
+    folder = f"{ROOT}/studies/history/lora-8b-1gpu-2"
+    committed = load_study("lora-8b-1gpu-2", f"sqlite:///{folder}/study.db")
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([t for t in committed.trials if t.number < 21])
+    flex = committed.trials[21].user_attrs["config"]
+    assert flex["pack_attention"] == "flex" and committed.trials[21].user_attrs["status"] == "timeout"
+    assert twin_time(study, flex, exact=True) == (None, [])
+    assert twin_time(study, {**flex, "pack_attention": "model"}, exact=True)[1] == [4, 10, 12]
+    assert neighbour_s(study, Predictor(study, folder), {"config": flex, "parent": 20}) is None
+
+
 def test_a_worker_refused_a_trial_for_its_time_takes_a_neighbour_that_fits_once(tmp_path, capsys):
     """After a refusal for time, `_fit_instead` sends the worker to a neighbour expected within what is left
     (the next proposal, `_queue_proposals`); where none is, or the refused one had been chosen to fit, the

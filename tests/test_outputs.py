@@ -1,6 +1,7 @@
 """What a user sees of a study: results.db, the plotted report, the Pareto choice, the Python API, --version, -q/-v."""
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -185,3 +186,29 @@ def test_a_trials_line_says_what_the_recompile_penalty_took():
     assert score(record, 10_000) == pytest.approx(1.6675, rel=1e-3)
     assert _penalised({**record, "recompiles_after_warmup": 3}) == " (3 compiles after warm-up: -6%)"
     assert _penalised({**record, "recompiles_after_warmup": 0}) == ""
+    # a record that tells the two apart (lora-8b-1gpu-2's trial 20: 6 graphs compiled, 744 compile events)
+    recorded = {**record, "recompiles_after_warmup": 0, "cudagraph_recordings_after_warmup": 224}
+    assert _penalised(recorded) == " (224 CUDA graphs recorded after warm-up: -50%)"
+    assert score(recorded, 10_000) == score(record, 10_000)
+    both = " (2 recompiles and 224 CUDA graphs recorded after warm-up: -50%)"
+    assert _penalised({**recorded, "recompiles_after_warmup": 2}) == both
+
+
+def test_the_compile_watcher_tells_cuda_graph_recordings_from_compiles():
+    """torch reports a CUDA graph recorded by Inductor's CUDA-graph trees through the same compile callbacks as
+    a compile (torch._dynamo.callback, trigger CUDAGRAPH_RECORDING); the watcher counts both and tells them apart.
+    The recording is announced here as cudagraph_trees announces it, a compile by compiling a function."""
+    import torch
+    from torch._dynamo.callback import CallbackTrigger, callback_handler
+
+    from autocompile.trial.worker import CompileWatcher
+
+    torch._dynamo.reset()  # (which also drops the compile callbacks)
+    watcher = CompileWatcher()
+    watcher.install(torch)
+    torch.compile(lambda x: x * 2 + 1)(torch.ones(3))
+    compiled = watcher.compiles_started
+    with callback_handler.install_callbacks(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0"):
+        pass
+    assert compiled >= 1 and watcher.recordings == 1 and watcher.compiles_started == compiled + 1
+    logging.getLogger("torch._dynamo").removeHandler(watcher)

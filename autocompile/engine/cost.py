@@ -141,10 +141,16 @@ def _no_more_graphs(seen: dict, config: dict) -> bool:
     return not any(seen.get(x) and not config.get(x) for x in _EXTRAS)
 
 
+# What a twin shares: the scope, the mode and the shapes it compiles, and the attention it compiles into each
+# block (FlexAttention's kernels and block mask compile for a minute on an 8B model, where the model's
+# own attention adds nothing: docs/decisions.md, "a twin compiles the same attention").
+_TWIN = ("scope", "mode", "pack_attention", *_SHAPES)
+
+
 def twin_time(study, config: dict, exact: bool = False) -> tuple[float | None, list[int]]:
     """How long `config` is expected to take from its twins measured so far, and which they are:
     the longest wall time of the finished trials (finalist reruns included) that compile the same
-    graphs in the same scope, mode and shapes, and no graph it does not (too_slow's evidence: at
+    graphs in the same scope, mode, shapes and attention (_TWIN), and no graph it does not (too_slow's evidence: at
     least that long); with `exact`, every graph it does too (as long). (None, []) without a twin."""
     if not config.get("compile"):
         return None, []
@@ -156,7 +162,7 @@ def twin_time(study, config: dict, exact: bool = False) -> tuple[float | None, l
             a.get("wall_s")
             and a.get("status") in (Status.OK, Status.PRUNED, Status.TIMEOUT)
             and seen.get("compile")
-            and all(seen.get(x) == config.get(x) for x in ("scope", "mode", *_SHAPES))
+            and all(seen.get(x, DEFAULTS[x]) == config.get(x, DEFAULTS[x]) for x in _TWIN)
             and _no_more_graphs(seen, config)
             and (not exact or _no_more_graphs(config, seen))
         ):

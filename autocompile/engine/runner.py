@@ -38,6 +38,7 @@ from autocompile.engine.gates import Outcome, Refusal, View, ran_its_course, why
 from autocompile.engine.learned import mark_refused_in, rng_dependent
 from autocompile.engine.scoring import (
     RECOMPILE_PENALTY,
+    compiles_after_warmup,
     _judged_by_an_older_guard,
     judge,
     numerics_tolerance,
@@ -156,12 +157,20 @@ def new_trial(study):
 
 
 def _penalised(record: dict) -> str:
-    """What the recompile penalty took off a score (scoring.score), said where it took anything: the table's
-    recompiles are Dynamo's, and a trial that compiles each new shape under CUDA graphs loses more than they show."""
-    after = record.get("recompiles_after_warmup") or 0
+    """What the recompile penalty took off a score (scoring.score), said where it took anything, and for what:
+    recompiles, or CUDA graphs recorded for new shapes (which the table's recompiles, Dynamo's, do not show)."""
+    after = compiles_after_warmup(record)
     if not after:
         return ""
-    return f" ({after} compiles after warm-up: -{min(0.5, RECOMPILE_PENALTY * after):.0%})"
+    recorded = record.get("cudagraph_recordings_after_warmup")
+    if recorded is None:  # a record made before the two were told apart
+        what = f"{after} compiles"
+    else:
+        recompiled = after - recorded
+        what = " and ".join(
+            [f"{recompiled} recompiles"] * bool(recompiled) + [f"{recorded} CUDA graphs recorded"] * bool(recorded)
+        )
+    return f" ({what} after warm-up: -{min(0.5, RECOMPILE_PENALTY * after):.0%})"
 
 
 class Runner:

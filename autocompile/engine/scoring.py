@@ -30,15 +30,22 @@ def score(record: dict, horizon: int = DEFAULT_HORIZON) -> float:
     """Effective steps/s over a run of `horizon` steps that starts cold.
 
     H / (warmup_s + (H - warmup_steps) / steps_per_s): the warm-up's own steps count as
-    training done, and the rest run at steady-state speed. Each recompile after warm-up
-    takes RECOMPILE_PENALTY of the result off (at most half). 0 for any trial not ok.
+    training done, and the rest run at steady-state speed. Each compile event after warm-up (a
+    recompile, or a CUDA graph recorded for a new shape: compiles_after_warmup) takes RECOMPILE_PENALTY
+    of the result off (at most half). 0 for any trial not ok.
     """
     if record.get("status") != Status.OK:
         return 0.0
     remaining = max(horizon - record["warmup_steps"], 0)
     effective = horizon / (record["warmup_s"] + remaining / record["steps_per_s"])
-    penalty = min(0.5, RECOMPILE_PENALTY * record.get("recompiles_after_warmup", 0))
+    penalty = min(0.5, RECOMPILE_PENALTY * compiles_after_warmup(record))
     return effective * (1.0 - penalty)
+
+
+def compiles_after_warmup(record: dict) -> int:
+    """Compile events after the warm-up: Dynamo's compiles and CUDA graphs recorded (a record made before the
+    two were told apart counts both in its recompiles)."""
+    return (record.get("recompiles_after_warmup") or 0) + (record.get("cudagraph_recordings_after_warmup") or 0)
 
 
 def violation(record: dict) -> float:

@@ -93,7 +93,8 @@ class Result(TypedDict, total=False):
     losses: list[float]
     compiles: int
     recompiles: int
-    recompiles_after_warmup: int
+    recompiles_after_warmup: int  # Dynamo's compiles and lazy backwards after the warm-up
+    cudagraph_recordings_after_warmup: int  # CUDA graphs recorded after the warm-up: a new shape under CUDA graphs
     recompile_reasons: list[str]
     recompile_limit_hit: bool
     graph_breaks: int

@@ -61,7 +61,8 @@ class CompileWatcher(logging.Handler):
     def __init__(self, events: Events | None = None):
         super().__init__(level=logging.DEBUG)
         self.told = events  # told each compile that finishes: how far a compile cut by the limit got
-        self.compiles_started = 0
+        self.compiles_started = 0  # every compile start torch reports, CUDA graph recordings included
+        self.recordings = 0  # of those, Inductor's CUDA-graph trees recording a graph (a new shape under CUDA graphs)
         self.compiles_ended = 0
         self.recompile_reasons: list[str] = []
         self.graph_breaks: dict[str, int] = {}
@@ -89,14 +90,16 @@ class CompileWatcher(logging.Handler):
         try:
             import torch._dynamo.callback as callback
 
-            callback.on_compile_start(lambda *args, **kwargs: self._started())
+            callback.on_compile_start(lambda *args, **kwargs: self._started(*args))
             callback.on_compile_end(lambda *args, **kwargs: self._ended())
         except (ImportError, AttributeError):
             notes.append("torch._dynamo.callback missing: compile events counted from recompile logs only")
         return notes
 
-    def _started(self):
+    def _started(self, args=None):
         self.compiles_started += 1
+        if getattr(getattr(args, "callback_trigger", None), "name", None) == "CUDAGRAPH_RECORDING":
+            self.recordings += 1
 
     def _ended(self):
         self.compiles_ended += 1
@@ -625,6 +628,7 @@ def _warm_up(training: Training, watcher, spec: dict, events: Events, result: di
         "steps": index,
         "typical_step_s": statistics.median(quiet_times) if quiet_times else warmup_s / index,
         "events": watcher.events,
+        "recordings": watcher.recordings,
     }
 
 
@@ -742,7 +746,9 @@ def _measure(
         measured_steps=window_steps * len(rates),
         compiles=watcher.compiles_started,
         recompiles=len(watcher.recompile_reasons),
-        recompiles_after_warmup=watcher.events - warm["events"],
+        # compiles after the warm-up, and the CUDA graphs recorded then (each a compile event torch reports)
+        recompiles_after_warmup=watcher.events - warm["events"] - (watcher.recordings - warm["recordings"]),
+        cudagraph_recordings_after_warmup=watcher.recordings - warm["recordings"],
         recompile_reasons=watcher.recompile_reasons[:20],
         graph_breaks=sum(watcher.graph_breaks.values()),
         graph_break_reasons=[{"reason": r, "count": n} for r, n in list(watcher.graph_breaks.items())[:20]],
