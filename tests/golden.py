@@ -43,9 +43,31 @@ def _run(args: list[str]) -> str:
     return f"exit {code}\n--- stdout\n{out.getvalue()}--- stderr\n{err.getvalue()}"
 
 
+@contextlib.contextmanager
+def _figures_not_drawn():
+    """`report`'s figures built but not drawn: each PNG is written empty. Drawing them took two thirds of
+    these outputs' time (matplotlib's layout and rasteriser, 2026-11-27), and no text depends on a
+    figure's pixels; the figures are checked drawn by test_outputs.py and test_scale.py."""
+    from matplotlib.figure import Figure
+
+    def touch(self, path, *args, **kwargs):
+        open(path, "wb").close()
+
+    drawing, Figure.savefig = Figure.savefig, touch
+    try:
+        yield
+    finally:
+        Figure.savefig = drawing
+
+
 def outputs() -> dict[str, str]:
     """File name -> what it holds: each study's best, best --json, best --pareto and the table and files
-    `report` writes (in a copy of the study), and `space` of the CPU workloads."""
+    `report` writes (in a copy of the study, its figures not drawn), and `space` of the CPU workloads."""
+    with _figures_not_drawn():
+        return _outputs()
+
+
+def _outputs() -> dict[str, str]:
     found = {}
     for directory, study in committed_studies():
         label = os.path.relpath(os.path.join(directory, study), os.path.join(ROOT, "studies")).replace(os.sep, "__")
