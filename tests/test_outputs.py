@@ -2,6 +2,7 @@
 
 import json
 import logging
+import time
 import os
 import shutil
 import subprocess
@@ -192,6 +193,17 @@ def test_a_trials_line_says_what_the_recompile_penalty_took():
     assert score(recorded, 10_000) == score(record, 10_000)
     both = " (2 recompiles and 224 CUDA graphs recorded after warm-up: -50%)"
     assert _penalised({**recorded, "recompiles_after_warmup": 2}) == both
+    # recordings timed: their seconds are paid once, as warm-up, and only recompiles take the penalty
+    timed = {**recorded, "cudagraph_recording_s_after_warmup": 11.9}
+    assert _penalised(timed) == " (224 CUDA graphs recorded after warm-up in 11.9 s, paid once as warm-up)"
+    assert score(timed, 10_000) == pytest.approx(10_000 / (111.8 + 11.9 + (10_000 - 25) / 3.456))
+    assert score(timed, 10_000) > 1.9 * score(recorded, 10_000)
+    timed_both = {**timed, "recompiles_after_warmup": 2}
+    assert (
+        _penalised(timed_both)
+        == " (2 recompiles after warm-up: -4%; 224 CUDA graphs recorded after warm-up in 11.9 s, paid once as warm-up)"
+    )
+    assert score(timed_both, 10_000) == pytest.approx(0.96 * score(timed, 10_000))
 
 
 def test_the_compile_watcher_tells_cuda_graph_recordings_from_compiles():
@@ -209,6 +221,7 @@ def test_the_compile_watcher_tells_cuda_graph_recordings_from_compiles():
     torch.compile(lambda x: x * 2 + 1)(torch.ones(3))
     compiled = watcher.compiles_started
     with callback_handler.install_callbacks(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0"):
-        pass
+        time.sleep(0.2)
     assert compiled >= 1 and watcher.recordings == 1 and watcher.compiles_started == compiled + 1
+    assert 0.2 <= watcher.recording_s < 1.0  # the recording's seconds, and only its own
     logging.getLogger("torch._dynamo").removeHandler(watcher)

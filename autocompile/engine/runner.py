@@ -39,6 +39,8 @@ from autocompile.engine.learned import mark_refused_in, rng_dependent
 from autocompile.engine.scoring import (
     RECOMPILE_PENALTY,
     compiles_after_warmup,
+    penalised_compiles,
+    recording_s,
     _judged_by_an_older_guard,
     judge,
     numerics_tolerance,
@@ -157,20 +159,24 @@ def new_trial(study):
 
 
 def _penalised(record: dict) -> str:
-    """What the recompile penalty took off a score (scoring.score), said where it took anything, and for what:
-    recompiles, or CUDA graphs recorded for new shapes (which the table's recompiles, Dynamo's, do not show)."""
+    """What the compile events after the warm-up cost a score (scoring.score), said where they cost anything:
+    the seconds of CUDA graphs recorded for new shapes, paid once as warm-up, and the penalty on recompiles
+    (the table's recompiles, Dynamo's, show neither the recordings nor when they came)."""
     after = compiles_after_warmup(record)
     if not after:
         return ""
     recorded = record.get("cudagraph_recordings_after_warmup")
     if recorded is None:  # a record made before the two were told apart
-        what = f"{after} compiles"
-    else:
-        recompiled = after - recorded
-        what = " and ".join(
-            [f"{recompiled} recompiles"] * bool(recompiled) + [f"{recorded} CUDA graphs recorded"] * bool(recorded)
-        )
-    return f" ({what} after warm-up: -{min(0.5, RECOMPILE_PENALTY * after):.0%})"
+        return f" ({after} compiles after warm-up: -{min(0.5, RECOMPILE_PENALTY * after):.0%})"
+    penalised = penalised_compiles(record)
+    recompiled = after - recorded
+    parts = [f"{recompiled} recompiles"] * bool(recompiled)
+    if recorded and record.get("cudagraph_recording_s_after_warmup") is None:
+        parts.append(f"{recorded} CUDA graphs recorded")
+    said = [f"{' and '.join(parts)} after warm-up: -{min(0.5, RECOMPILE_PENALTY * penalised):.0%}"] if parts else []
+    if recorded and record.get("cudagraph_recording_s_after_warmup") is not None:
+        said.append(f"{recorded} CUDA graphs recorded after warm-up in {recording_s(record):.1f} s, paid once as warm-up")
+    return f" ({'; '.join(said)})"
 
 
 class Runner:

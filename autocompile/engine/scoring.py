@@ -29,17 +29,31 @@ PRUNE_SLACK = 0.05  # a trial is pruned once even this much above its measured p
 def score(record: dict, horizon: int = DEFAULT_HORIZON) -> float:
     """Effective steps/s over a run of `horizon` steps that starts cold.
 
-    H / (warmup_s + (H - warmup_steps) / steps_per_s): the warm-up's own steps count as
-    training done, and the rest run at steady-state speed. Each compile event after warm-up (a
-    recompile, or a CUDA graph recorded for a new shape: compiles_after_warmup) takes RECOMPILE_PENALTY
-    of the result off (at most half). 0 for any trial not ok.
+    H / (warmup_s + recording_s + (H - warmup_steps) / steps_per_s): the warm-up's own steps count as
+    training done, and the rest run at steady-state speed. A CUDA graph recorded after the warm-up is
+    recorded once per new shape, so the seconds the recordings took (`recording_s`) are paid once, as
+    warm-up is. Each recompile after the warm-up takes RECOMPILE_PENALTY of the result off (at most
+    half). A record made before recordings were timed counts them as recompiles (compiles_after_warmup).
+    0 for any trial not ok.
     """
     if record.get("status") != Status.OK:
         return 0.0
     remaining = max(horizon - record["warmup_steps"], 0)
-    effective = horizon / (record["warmup_s"] + remaining / record["steps_per_s"])
-    penalty = min(0.5, RECOMPILE_PENALTY * compiles_after_warmup(record))
+    effective = horizon / (record["warmup_s"] + recording_s(record) + remaining / record["steps_per_s"])
+    penalty = min(0.5, RECOMPILE_PENALTY * penalised_compiles(record))
     return effective * (1.0 - penalty)
+
+
+def recording_s(record: dict) -> float:
+    """The seconds CUDA graphs recorded after the warm-up took, paid once (0 where they were not timed)."""
+    return record.get("cudagraph_recording_s_after_warmup") or 0.0
+
+
+def penalised_compiles(record: dict) -> int:
+    """The compile events after the warm-up that RECOMPILE_PENALTY counts: Dynamo's recompiles, and the CUDA
+    graphs recorded where their seconds were not timed (a record made before they were)."""
+    timed = record.get("cudagraph_recording_s_after_warmup") is not None
+    return compiles_after_warmup(record) - (record.get("cudagraph_recordings_after_warmup") or 0) * timed
 
 
 def compiles_after_warmup(record: dict) -> int:

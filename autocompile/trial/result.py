@@ -95,6 +95,7 @@ class Result(TypedDict, total=False):
     recompiles: int
     recompiles_after_warmup: int  # Dynamo's compiles and lazy backwards after the warm-up
     cudagraph_recordings_after_warmup: int  # CUDA graphs recorded after the warm-up: a new shape under CUDA graphs
+    cudagraph_recording_s_after_warmup: float  # the seconds those recordings took (each paid once per shape)
     recompile_reasons: list[str]
     recompile_limit_hit: bool
     graph_breaks: int

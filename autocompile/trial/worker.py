@@ -63,6 +63,8 @@ class CompileWatcher(logging.Handler):
         self.told = events  # told each compile that finishes: how far a compile cut by the limit got
         self.compiles_started = 0  # every compile start torch reports, CUDA graph recordings included
         self.recordings = 0  # of those, Inductor's CUDA-graph trees recording a graph (a new shape under CUDA graphs)
+        self.recording_s = 0.0  # the seconds those recordings took, from their start to their end callback
+        self._recording_since: float | None = None
         self.compiles_ended = 0
         self.recompile_reasons: list[str] = []
         self.graph_breaks: dict[str, int] = {}
@@ -100,9 +102,13 @@ class CompileWatcher(logging.Handler):
         self.compiles_started += 1
         if getattr(getattr(args, "callback_trigger", None), "name", None) == "CUDAGRAPH_RECORDING":
             self.recordings += 1
+            self._recording_since = time.perf_counter()
 
     def _ended(self):
         self.compiles_ended += 1
+        if self._recording_since is not None:
+            self.recording_s += time.perf_counter() - self._recording_since
+            self._recording_since = None
         if self.told is not None:
             self.told.emit(phase="compiling", compiled=self.compiles_ended)
 
@@ -629,6 +635,7 @@ def _warm_up(training: Training, watcher, spec: dict, events: Events, result: di
         "typical_step_s": statistics.median(quiet_times) if quiet_times else warmup_s / index,
         "events": watcher.events,
         "recordings": watcher.recordings,
+        "recording_s": watcher.recording_s,
     }
 
 
@@ -749,6 +756,7 @@ def _measure(
         # compiles after the warm-up, and the CUDA graphs recorded then (each a compile event torch reports)
         recompiles_after_warmup=watcher.events - warm["events"] - (watcher.recordings - warm["recordings"]),
         cudagraph_recordings_after_warmup=watcher.recordings - warm["recordings"],
+        cudagraph_recording_s_after_warmup=round(watcher.recording_s - warm["recording_s"], 3),
         recompile_reasons=watcher.recompile_reasons[:20],
         graph_breaks=sum(watcher.graph_breaks.values()),
         graph_break_reasons=[{"reason": r, "count": n} for r, n in list(watcher.graph_breaks.items())[:20]],
