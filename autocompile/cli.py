@@ -765,7 +765,8 @@ def cmd_failures(args) -> int:
             "whole-model or implicated values remembered, "
             f"and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
             f"in {path}; {gains} {'neighbour' if gains == 1 else 'neighbours'} against "
-            f"{'its parent' if gains == 1 else 'their parents'} too"
+            f"{'its parent' if gains == 1 else 'their parents'} too, and {learned['paces']} "
+            f"{'pace' if learned['paces'] == 1 else 'paces'} of the configurations measured"
         )
         return 0
     if args.forget or args.forget_all:
@@ -817,6 +818,11 @@ def _list_knowledge(path: str) -> None:
             f"neighbours against their parents [torch {gain['torch']}, {gain['device']}, {gain['model']}]: "
             f"{gain['moves']}, the most "
             f"one gained {gain['ratio']:.2f}x its parent's steady speed (the ceiling of a neighbour's pruning bound)"
+        )
+    for pace in known["paces"]:
+        print(
+            f"configurations measured [torch {pace['torch']}, {pace['device']}, {pace['model']}]: "
+            f"{pace['configurations']} in {pace['runs']} runs (the ceiling of the same configuration's pruning bound)"
         )
     for cold in known["cold"]:
         print(

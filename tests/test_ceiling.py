@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from autocompile.engine.knowledge import MoveGains, study_key
+from autocompile.engine.knowledge import MoveGains, Paces, study_key, workload
+from autocompile.engine.knowledge.paces import MARGIN
 from autocompile.engine.scoring import PRUNE_SLACK, _at_most, optimistic_score
 from autocompile.engine.storage import load_study
 from conftest import ROOT
@@ -88,3 +89,138 @@ def test_replayed_on_every_committed_study_the_ceiling_cuts_no_winner():
             assert lowest >= max(before), (name, t.number, lowest, max(before), known)
             checked += 1
     assert checked >= 10  # (18: the neighbours that won or came within noise, of moves seen in other studies)
+
+
+def _paces_of_the_others(studies, keyed, name):
+    """The paces the device's other studies of the same workload, torch and device measured."""
+    paces = Paces(None, *keyed[name])
+    for other, other_study in studies:
+        if other != name and keyed.get(other) == keyed[name]:
+            for t in other_study.trials:
+                paces.take(other_study, t)
+    return paces
+
+
+def _keyed(studies) -> dict:
+    keyed = {}
+    for name, study in studies:
+        try:
+            torch_version, device, _ = study_key(study)
+        except Exception:  # a study with no measured trial
+            continue
+        keyed[name] = (torch_version, device, workload(study.user_attrs["settings"]))
+    return keyed
+
+
+def _best_before(study, t) -> float:
+    started = t.datetime_start
+    scores = [
+        u.value
+        for u in study.trials
+        if u.value and u.user_attrs.get("status") == "ok" and u.datetime_complete and started and u.datetime_complete < started
+    ]
+    return max(scores, default=0.0)
+
+
+def test_replayed_on_every_committed_study_a_configuration_s_own_pace_cuts_no_winner():
+    """The ceiling of a configuration's own pace (the fastest it ran on the workload in the device's other studies,
+    plus MARGIN), replayed on every committed study: at the end of the warm-up of each trial that won or came within
+    noise of winning, its bound is still above the best score before it started."""
+    studies = list(_studies())
+    keyed = _keyed(studies)
+    checked = 0
+    for name, study in studies:
+        if name not in keyed:
+            continue
+        paces = _paces_of_the_others(studies, keyed, name)
+        horizon = study.user_attrs.get("horizon", 1000)
+        for t in _contenders(study):
+            a = t.user_attrs
+            known = paces.ceiling(a.get("config") or {}, name) if a.get("warmup_s") else None
+            best = _best_before(study, t)
+            if not known or not best:
+                continue
+            ceiling = known["steps_per_s"] * (1 + MARGIN)
+            lowest = _at_most(horizon, a["warmup_s"], a.get("warmup_steps", 0), ceiling)
+            assert lowest >= best, (name, t.number, lowest, best, known)
+            checked += 1
+    assert checked >= 10
+
+
+def test_a_recipe_that_lost_in_every_earlier_study_is_cut_at_the_start_of_its_warm_up():
+    """lora-8b-1gpu-3 (H200, 2026-11-27) spent 46 s and 129 s on two recipes padded to 64 with the model's
+    checkpointing as built, pruned after their measuring windows as in the earlier lora-8b studies. With the paces
+    those studies measured, each is below the best score (trial 4's packing recipe) 20 s into its warm-up."""
+    studies = list(_studies())
+    keyed = _keyed(studies)
+    name = "lora-8b-1gpu-3"
+    study = dict(studies)[name]
+    paces = _paces_of_the_others(studies, keyed, name)
+    horizon = study.user_attrs["horizon"]
+    warming = [{"phase": "compiling", "t": 0.0}]
+    for number, took in ((5, 46), (6, 129)):
+        t = study.trials[number]
+        known = paces.ceiling(t.user_attrs["config"], name)
+        assert known and known["of"] >= 2, known
+        bound = optimistic_score(warming, horizon, ceiling=known["steps_per_s"] * (1 + MARGIN), now=20.0)
+        assert bound < _best_before(study, t) == pytest.approx(study.trials[4].value)
+        assert optimistic_score(warming, horizon, now=20.0) > 100  # without it: any speed, no cut
+        assert t.user_attrs["status"] == "pruned" and t.user_attrs["wall_s"] > took - 1
+
+
+def test_a_pace_is_kept_from_a_steady_speed_or_the_windows_a_trial_was_pruned_after():
+    """A trial measured to a steady speed keeps it; one pruned after its windows keeps its fastest window; one
+    pruned before two windows, one whose events were kept shortened to a text, or eager, keeps none."""
+    from types import SimpleNamespace
+
+    study = SimpleNamespace(study_name="s")
+    config = {"compile": True, "scope": "regional"}
+    windows = [{"phase": "measuring", "window": 1, "steps_per_s": 1.4}, {"phase": "measuring", "window": 2, "steps_per_s": 1.1}]
+    trials = [
+        {"status": "ok", "steps_per_s": 2.0, "config": config},
+        {"status": "pruned", "events": windows, "config": config},
+        {"status": "pruned", "events": windows[:1], "config": config},
+        {"status": "pruned", "events": str(windows), "config": config},
+        {"status": "ok", "steps_per_s": 9.0, "config": {"compile": False}},
+    ]
+    paces = Paces(None, "2.11", "NVIDIA H200", "lora-8b")
+    kept = [paces.take(study, SimpleNamespace(number=n, user_attrs=a)) for n, a in enumerate(trials)]
+    assert kept == [True, True, False, False, False]
+    assert paces.ceiling(config) == {"steps_per_s": 2.0, "of": 2, "by": "s trial 0"}
+    assert paces.ceiling(config, "s") is None  # the study's own runs are not an earlier study's
+    assert workload({"model": "captioner", "seed": 0, "parallel": "ddp", "nproc": 2}) == "captioner|parallel=ddp|nproc=2"
+
+
+def test_the_runner_bounds_a_trial_by_the_lower_of_its_move_s_ceiling_and_its_configuration_s_pace():
+    """Runner._ceiling: a trial whose configuration ran in two other studies is bounded by the faster of those
+    runs plus MARGIN, with the reason saying so; a neighbour whose move has a lower ceiling takes that one."""
+    from types import MethodType, SimpleNamespace
+
+    from autocompile.engine.runner import Runner
+
+    config = {"compile": True, "scope": "regional", "mode": "default"}
+    paces = Paces(None, "2.11", "NVIDIA H200", "lora-8b")
+    for study, pace in (("a", 1.40), ("b", 1.46)):
+        paces.take(
+            SimpleNamespace(study_name=study),
+            SimpleNamespace(number=3, user_attrs={"status": "ok", "steps_per_s": pace, "config": config}),
+        )
+    gains = MoveGains(None, "2.11", "NVIDIA H200", "lora-8b")
+    parent = SimpleNamespace(number=1, user_attrs={"status": "ok", "steps_per_s": 1.2})
+    for study in ("a", "b"):
+        child = SimpleNamespace(number=2, user_attrs={"status": "ok", "steps_per_s": 1.26, "parent": 1, "changed": ["mode"]})
+        gains.take(SimpleNamespace(study_name=study, get_trials=lambda deepcopy=False: [None, parent]), child)
+    this = SimpleNamespace(study_name="c", get_trials=lambda deepcopy=False: [None, parent])
+    runner = SimpleNamespace(paces=paces, gains=gains, study=this)
+    for name in ("_ceiling", "_move_ceiling", "_pace_ceiling"):
+        setattr(runner, name, MethodType(getattr(Runner, name), runner))
+    recipe = SimpleNamespace(user_attrs={"config": config})
+    ceiling, because = runner._ceiling(recipe)
+    assert ceiling == pytest.approx(1.46 * (1 + MARGIN))
+    assert (
+        because == " (its steady speed at most 1.61 steps/s: its configuration ran at most 1.46 here, b trial 3, of 2, plus 10%)"
+    )
+    neighbour = SimpleNamespace(user_attrs={"config": config, "parent": 1, "changed": ["mode"]})
+    ceiling, because = runner._ceiling(neighbour)  # 1.2 x 1.05 = 1.26, below the pace's 1.61
+    assert ceiling == pytest.approx(1.26) and "the most a move of mode has gained" in because
+    assert runner._ceiling(SimpleNamespace(user_attrs={"config": {**config, "mode": "max-autotune"}})) == (None, "")

@@ -34,6 +34,7 @@ from autocompile.engine.records import (
 )
 from autocompile.engine.studyview import StudyView
 from autocompile.engine.cost import MIN_TRIAL_S, Predictor
+from autocompile.engine.knowledge.paces import MARGIN as PACE_MARGIN
 from autocompile.engine.gates import Outcome, Refusal, View, ran_its_course, why_not
 from autocompile.engine.learned import mark_refused_in, rng_dependent
 from autocompile.engine.scoring import (
@@ -196,6 +197,7 @@ class Runner:
         failures=None,
         cuts=None,
         gains=None,
+        paces=None,
         plain=None,
         started: float | None = None,
     ):
@@ -208,6 +210,7 @@ class Runner:
         self.failures = failures  # the knowledge store's failures: values that failed twice the same way
         self.cuts = cuts  # the knowledge store's compile cuts: values cut twice while compiling (or None)
         self.gains = gains  # the knowledge store's gains: how far a neighbour has gone past its parent (or None)
+        self.paces = paces  # the knowledge store's paces: how fast a configuration has run on this workload (or None)
         self.plain = plain  # the knowledge store's plain torch.compiles of this model here (or None)
         self.cut_baselines: set[Role] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
@@ -564,6 +567,12 @@ class Runner:
         return should_stop
 
     def _ceiling(self, trial) -> tuple[float | None, str]:
+        """A trial's steady speed at most, and the words that say so: the lower of its move's ceiling (a
+        neighbour's) and its configuration's own (`_pace_ceiling`); (None, "") where neither is known."""
+        known = [c for c in (self._move_ceiling(trial), self._pace_ceiling(trial)) if c[0] is not None]
+        return min(known, key=lambda c: c[0]) if known else (None, "")
+
+    def _move_ceiling(self, trial) -> tuple[float | None, str]:
         """A neighbour's steady speed at most: its parent's, times the largest gain a neighbour of the same move
         has made over its parent on this device (the knowledge store's gains), and the words that say so."""
         parent = trial.user_attrs.get("parent")
@@ -577,6 +586,19 @@ class Runner:
             f" (its steady speed at most {ceiling:.3g} steps/s: trial {parent}'s {pace:.3g} times "
             f"{known['ratio']:.2f}, the most a move of {', '.join(moved)} has gained over its parent here, "
             f"{known['by']}, of {known['of']})"
+        )
+
+    def _pace_ceiling(self, trial) -> tuple[float | None, str]:
+        """Any trial's steady speed at most: the fastest its configuration ran on this workload here in other
+        studies (the knowledge store's paces), plus knowledge.paces.MARGIN, and the words that say so."""
+        config = trial.user_attrs.get("config")
+        known = self.paces.ceiling(config, self.study.study_name) if self.paces is not None and config else None
+        if not known:
+            return None, ""
+        ceiling = known["steps_per_s"] * (1 + PACE_MARGIN)
+        return ceiling, (
+            f" (its steady speed at most {ceiling:.3g} steps/s: its configuration ran at most "
+            f"{known['steps_per_s']:.3g} here, {known['by']}, of {known['of']}, plus {PACE_MARGIN:.0%})"
         )
 
     def _report(self, number: int, label: str, record: dict) -> None:

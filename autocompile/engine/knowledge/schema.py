@@ -2,7 +2,7 @@
 
 One SQLite file (sqlite-utils) on the machine keeps what finished trials taught across studies,
 each row keyed by the torch version and the device's name (a newer torch starts clean). Each
-observer (`failures`, `cuts`, `cold`, `gains`, `plain`) is told every finished trial, as an Optuna callback, and keeps
+observer (`failures`, `cuts`, `cold`, `gains`, `paces`, `plain`) is told every finished trial, as an Optuna callback, and keeps
 its own tables here; `store` forgets, lists and learns over all of them. The tables and columns are
 those the first stores wrote: a file they wrote (studies/gpu-failures.db) reads as it did.
 """
@@ -65,6 +65,10 @@ TABLES = {
             "parent_steps_per_s": float,
             "steps_per_s": float,
         },
+        ("torch", "device", "model", "study", "trial"),
+    ),
+    "paces": (
+        {"torch": str, "device": str, "model": str, "study": str, "trial": int, "config": str, "steps_per_s": float},
         ("torch", "device", "model", "study", "trial"),
     ),
     "plain_compiles": (
