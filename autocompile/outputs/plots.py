@@ -33,6 +33,7 @@ ROLE_STYLE = {  # role -> (marker, colour, legend label)
 OTHER_STYLE = ("v", "#8c564b", "other")
 PHASE_COLOURS = {"build": "#bbbbbb", "compile / warm-up": "#ff7f0e", "measurement": "#2ca02c", "stopped or failed": "#d62728"}
 MAX_LABEL = 46  # characters of a configuration shown beside a bar
+TICK_LABELS = 20  # trial numbers labelled on the score plot's axis at most (more overlap at its width)
 
 
 def _figure(width: float, height: float) -> Figure:
@@ -73,7 +74,9 @@ def plot_scores(study, path: str) -> dict:
         ylabel=f"score (steps/s over {horizon} steps, warm-up included)",
         title=f"{study.study_name}: the score of each trial, in the order they ran",
     )
-    ax.set_xticks([t.number for t in view.finished])
+    numbers = [t.number for t in view.finished]
+    every = -(-len(numbers) // TICK_LABELS)  # a label on every trial up to TICK_LABELS of them, then on every k-th
+    ax.set_xticks(numbers, labels=[str(n) if i % every == 0 else "" for i, n in enumerate(numbers)])
     ax.set_ylim(bottom=-0.02 * ax.get_ylim()[1])
     drawn["y_top"] = ax.get_ylim()[1]
     ax.grid(alpha=0.3)
