@@ -169,13 +169,12 @@ def _penalised(record: dict) -> str:
     recorded = record.get("cudagraph_recordings_after_warmup")
     if recorded is None:  # a record made before the two were told apart
         return f" ({after} compiles after warm-up: -{min(0.5, RECOMPILE_PENALTY * after):.0%})"
-    penalised = penalised_compiles(record)
+    timed = record.get("cudagraph_recording_s_after_warmup") is not None
     recompiled = after - recorded
     parts = [f"{recompiled} recompiles"] * bool(recompiled)
-    if recorded and record.get("cudagraph_recording_s_after_warmup") is None:
-        parts.append(f"{recorded} CUDA graphs recorded")
-    said = [f"{' and '.join(parts)} after warm-up: -{min(0.5, RECOMPILE_PENALTY * penalised):.0%}"] if parts else []
-    if recorded and record.get("cudagraph_recording_s_after_warmup") is not None:
+    parts += [f"{recorded} CUDA graphs recorded"] * (bool(recorded) and not timed)
+    said = [f"{' and '.join(parts)} after warm-up: -{min(0.5, RECOMPILE_PENALTY * penalised_compiles(record)):.0%}"] * bool(parts)
+    if recorded and timed:
         said.append(f"{recorded} CUDA graphs recorded after warm-up in {recording_s(record):.1f} s, paid once as warm-up")
     return f" ({'; '.join(said)})"
 

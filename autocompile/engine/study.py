@@ -276,8 +276,7 @@ def _runner(study, storage, url: str, settings: SearchSettings, progress: Progre
     key = (space.caps.torch_version, _device_name(settings.device), settings.model)
     failures, cuts, cold = Failures(path, space, key[1], url), compile_cuts(path, *key), ColdRuns(path, *key)
     gains, plain = knowledge.MoveGains(path, *key), knowledge.PlainCompiles(path, *key)
-    shaping = {k: getattr(settings, k) for k in ("model", "batch_size", "seq_len", "seed", "parallel", "nproc")}
-    paces = knowledge.Paces(path, key[0], key[1], knowledge.workload(shaping))
+    paces = knowledge.Paces(path, key[0], key[1], knowledge.workload(vars(settings)))
     _plan_cold_runs(study, cold, progress)
     return Runner(
         study,
