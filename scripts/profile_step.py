@@ -1,0 +1,107 @@
+"""Where one configuration's training step spends its time: build the workload, apply the configuration's
+snippet as a trial does, warm up, then run torch.profiler over a few steps and print the GPU time by kind
+of kernel, the busiest kernels, and how much of the step's wall time the GPU was busy.
+
+    python3 scripts/profile_step.py MODEL CONFIG.json [--warmup 40] [--steps 8] [--out DIR]
+
+A probe for what to search next (issue 45), not a measurement of speed: the profiler slows the step.
+The table and the kernel list go to stdout and DIR/profile-NAME.txt (DIR: $OUT, else .).
+"""
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+import time
+
+# The kind of each kernel, by its name: the first pattern that matches.
+KINDS = [
+    ("matmul", r"gemm|cutlass|sm90_xmma|nvjet|cublas|matmul|_mm_|\bmm\b|addmm|bmm"),
+    ("attention", r"flash|fmha|attention|flex|sdpa|triton_tem_fused_flex"),
+    ("optimizer", r"adam|multi_tensor|foreach|_fused_"),
+    ("copy / memset", r"memcpy|memset|copy|cat|fill"),
+    ("triton fused", r"^triton_"),
+    ("reduction / norm", r"reduce|norm|softmax|cross_entropy|nll"),
+]
+
+
+def kind(name: str) -> str:
+    for label, pattern in KINDS:
+        if re.search(pattern, name, re.IGNORECASE):
+            return label
+    return "other"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("model")
+    p.add_argument("config")
+    p.add_argument("--warmup", type=int, default=40)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = p.parse_args()
+    import json
+
+    import torch
+
+    from autocompile.engine.study import build_space
+    from autocompile.trial.worker import _apply, _build, _write_snippet
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with open(args.config) as f:
+        config = build_space(args.model, device, None, None, 0).validate(json.load(f))
+    spec = {"model": args.model, "device": device, "config": config, "trial_dir": tempfile.mkdtemp()}
+    result: dict = {"notes": []}
+    setup, built = _build(spec, result)
+    _write_snippet(spec, result, setup)
+    training = _apply(spec, result, setup, built)
+    del built
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    start = time.perf_counter()
+    for i in range(args.warmup):
+        training.step(i)
+    sync()
+    warm = time.perf_counter() - start
+    start = time.perf_counter()
+    for i in range(args.warmup, args.warmup + args.steps):
+        training.step(i)
+    sync()
+    plain = (time.perf_counter() - start) / args.steps
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for i in range(args.warmup + args.steps, args.warmup + 2 * args.steps):
+            training.step(i)
+        sync()
+        wall = time.perf_counter() - start
+    kernels: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[event.name] = kernels.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3  # ms
+    lines = [
+        f"{args.model} {os.path.basename(args.config)} on {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'},"
+        f" torch {torch.__version__}",
+        f"warm-up {args.warmup} steps in {warm:.1f} s; a step {1e3 * plain:.1f} ms without the profiler,"
+        f" {1e3 * wall / args.steps:.1f} ms under it",
+    ]
+    busy = sum(kernels.values()) / args.steps
+    lines.append(f"GPU kernels {busy:.1f} ms a step: {100 * busy / (1e3 * plain):.0f}% of the step without the profiler")
+    by_kind: dict[str, float] = {}
+    for name, ms in kernels.items():
+        by_kind[kind(name)] = by_kind.get(kind(name), 0.0) + ms / args.steps
+    for label, ms in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {label:<18}{ms:8.2f} ms  {100 * ms / busy:5.1f}%")
+    lines.append("busiest kernels (ms a step, kind, name):")
+    for name, ms in sorted(kernels.items(), key=lambda kv: -kv[1])[:40]:
+        lines.append(f"  {ms / args.steps:8.3f}  {kind(name):<18}{name[:140]}")
+    text = "\n".join(lines)
+    print(text)
+    name = os.path.splitext(os.path.basename(args.config))[0]
+    with open(os.path.join(args.out, f"profile-{name}.txt"), "w") as f:
+        f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
