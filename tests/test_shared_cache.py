@@ -263,6 +263,13 @@ def test_a_configuration_predicted_to_lose_is_pruned_before_launch_and_plain_com
         assert f"took {floor:.0f} s to compile cold" in t.user_attrs["reason"]
         assert not os.path.exists(os.path.join(settings.study_dir, "trials", f"{t.number:04d}"))  # no process
     assert "pruned before launch by the prediction" in format_summary(summary)
+    # the budget counts them, at no cost, and the search says so where --timeout had time left
+    refused = [
+        t for t in study.trials if t.user_attrs.get("reason", "").startswith(("pruned before launch", "rejected before launch"))
+    ]
+    spent = [line for line in lines if line.startswith("--trials 5 counted")]
+    assert len(spent) == 1 and f"({len(refused)} of them refused before launch at no cost)" in spent[0], "\n".join(lines)
+    assert spent[0].endswith("of --timeout left before the finalist round: a larger --trials would use them")
 
 
 def test_each_cache_hit_of_a_key_is_given_its_own_cold_compile():

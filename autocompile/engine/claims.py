@@ -37,7 +37,7 @@ from autocompile.engine.storage import claim_lock, counted, fail_stale, this_wor
 from autocompile.engine.strategy import neighbour_cost, neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
 from autocompile.engine.gates import Outcome, Refusal, why_not
-from autocompile.engine.records import BASELINES, Role, set_attrs
+from autocompile.engine.records import BASELINES, Role, refused_before_launch, set_attrs
 from autocompile.engine.runner import BASELINE_CONFIGS, Runner, ask, baselines_to_run, new_trial, waiting
 from autocompile.engine.studyview import StudyView
 from autocompile.trial.result import Status
@@ -59,6 +59,7 @@ class LoopState:
     neighbour_within: float | None = None
     fitted: bool = False  # this turn's proposal was chosen to fit: refused as not fitting, the worker stops
     claimed: object = None  # this turn's trial, claimed and not yet told: Ctrl-C fails it
+    said_spent: bool = False  # the line that --trials is spent with time left was printed
 
     def neighbour_goes_next(self, within_s: float) -> bool:
         """Make the next proposal a neighbour expected within `within_s`; whether it was not so already
@@ -93,14 +94,14 @@ def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState)
     """Claim the next trial (`loop.claimed`) and run it; False when the search is done."""
     study, settings, progress = runner.study, runner.settings, runner.progress
     reserve = kept_for_round(runner, budget, study_wide)
-    if _out_of_time(runner, reserve, loop) or counted(study) >= budget["trials"]:
+    if _out_of_time(runner, reserve, loop) or _budget_spent(runner, budget, reserve, loop):
         return _plain_compile_now(runner, reserve, study_wide)  # where it runs last; then on to the round
     with claim_lock(runner.storage, runner.url, settings.study):
         fail_stale(study)
         claim = None if counted(study) >= budget["trials"] else _claim(runner, loop)
         if isinstance(claim, tuple):
             loop.claimed = claim[0]
-    if claim is None and counted(study) >= budget["trials"]:
+    if claim is None and _budget_spent(runner, budget, reserve, loop):
         return False
     if loop.duplicates >= MAX_DUPLICATES:
         progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
@@ -167,6 +168,23 @@ def _baseline_limit(runner: Runner, role: Role, reserve: float) -> float:
         f"{BASELINE_SHARE:.0%} of the {max(remaining - reserve, 0):.0f} s left before the finalist round"
     )
     return bounded
+
+
+def _budget_spent(runner: Runner, budget: dict, reserve: float, loop: LoopState) -> bool:
+    """Whether the study counts its --trials; where --timeout still leaves time before the finalist
+    round, the line says so and what the refused proposals took of the budget (they count, at no cost)."""
+    study = runner.study
+    if counted(study) < budget["trials"]:
+        return False
+    remaining = runner.remaining()
+    if remaining is not None and remaining - reserve >= MIN_TRIAL_S and not loop.said_spent:
+        loop.said_spent = True
+        refused = sum(refused_before_launch(t.user_attrs) for t in study.get_trials(deepcopy=False))
+        runner.progress.line(
+            f"--trials {budget['trials']} counted ({refused} of them refused before launch at no cost) with"
+            f" {remaining - reserve:.0f} s of --timeout left before the finalist round: a larger --trials would use them"
+        )
+    return True
 
 
 def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:

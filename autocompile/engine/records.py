@@ -149,6 +149,11 @@ def to_attrs(record: Mapping) -> dict:
     return {key: plain(value) if key in WHOLE else shortened(plain(value)) for key, value in record.items()}
 
 
+def refused_before_launch(attrs: Mapping) -> bool:
+    """Whether a trial was refused by a gate at no process cost: infeasible or pruned before launch."""
+    return attrs.get("wall_s") == 0.0 and attrs.get("status") in (Status.INFEASIBLE, Status.PRUNED)
+
+
 def set_attrs(trial, attrs: Mapping) -> None:
     """Write `attrs` to the trial's user attributes, each status and role the plain string of its value
     (a whole record goes through `to_attrs` first, to be kept concise)."""
