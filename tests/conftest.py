@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -56,8 +58,10 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 # One CPU-probe cache for the whole test session, searches and commands included (the probe
-# takes ~20 s once).
-os.environ.setdefault("AUTOCOMPILE_TOOLCHAIN_CACHE", tempfile.mkdtemp(prefix="autocompile-toolchain-"))
+# takes ~20 s once). Made by the first process of a run (xdist's workers inherit it), removed at its end.
+if "AUTOCOMPILE_TOOLCHAIN_CACHE" not in os.environ:
+    os.environ["AUTOCOMPILE_TOOLCHAIN_CACHE"] = tempfile.mkdtemp(prefix="autocompile-toolchain-")
+    atexit.register(shutil.rmtree, os.environ["AUTOCOMPILE_TOOLCHAIN_CACHE"], ignore_errors=True)
 
 
 # The test files that take longest, longest first (CI, 2 cores, --dist loadfile, 2026-11-26): they
