@@ -260,8 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--prestart",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="start each trial's process while the trial before it runs, its imports done ahead "
-        "(default: on with a GPU, off on the CPU, whose cores the trial measured needs)",
+        help="fork each compiled trial from a process that imported torch, Dynamo and Inductor once, "
+        "instead of importing them in each trial's own process (default: on)",
     )
     _gpus_arg(p)
     _parallel_args(p)

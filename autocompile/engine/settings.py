@@ -41,16 +41,16 @@ class SearchSettings:
     shared_cache: bool = False  # trials after the baselines share one compile cache (autocompile.trial.caches)
     nproc: int = 1  # ranks per trial, on one host (autocompile.trial.ranks)
     parallel: str = "none"  # none | ddp | fsdp2: how the ranks share the model (autocompile.parallel)
-    prestart: bool | None = None  # each trial's process started during the one before (None: with a GPU)
+    prestart: bool | None = None  # compiled trials forked from a process that imported torch once (None: on)
 
     def __post_init__(self):
         check_study_name(self.study)
         check_parallel(self.parallel, self.nproc, self.device)
 
     def prestarts(self) -> bool:
-        """Whether trial processes start ahead (autocompile.trial.prestart). Not by default on the
-        CPU: there the imports would share the cores of the trial that is compiling and measuring."""
-        return self.device.startswith("cuda") if self.prestart is None else self.prestart
+        """Whether compiled trials are forked from a process that imported torch once
+        (autocompile.trial.prestart); on unless --no-prestart."""
+        return self.prestart is not False
 
     @property
     def baseline_limit_s(self) -> float:

@@ -1,16 +1,19 @@
-"""A trial process started ahead: it imports torch while the trial before it runs.
+"""A trial's process forked from one that imported torch ahead: the imports are paid once, not per trial.
 
 Every trial is a fresh process, and its first seconds go on imports that teach nothing: torch,
 Dynamo and Inductor, transformers (2.4-4.1 s of `import_torch` and most of the 3.3-5.3 s of
-`prepare` in every llama-8b trial; 6.4 s on 2 CPU cores: docs/decisions.md). With `prestart`,
-the process of the next trial is started as soon as a trial is launched: it imports those modules
-and waits, on its stdin, for the trial it will run. What it cannot do before it knows the trial
-stays for then: its Inductor, Triton and trace folders are the trial's, so they are set from the
-trial's environment once it is handed over (they are read when first used, after the imports), and
-the GPU, the compile workers and the model are started by the trial itself, as in a fresh process.
+`prepare` in every llama-8b trial; 6.4 s on 2 CPU cores: docs/decisions.md). With `prestart`, a
+waiting process is started as soon as a compiled trial is launched: it imports those modules once
+and waits, on its stdin, for trials. For each one it forks: the child becomes the trial's process
+(a session of its own, so that the search kills it and its compile workers as one group), and the
+waiting process tells the search the child's pid, then its exit status, on its stdout (`Forked`:
+what `subprocess.Popen` gives the search of a fresh process). What the child cannot inherit stays
+for then: its Inductor, Triton and trace folders are the trial's, set from the trial's environment
+(they are read when first used, after the imports), and the GPU, the compile workers and the model
+are started by the trial itself, as in a fresh process; the waiting process never touches the GPU.
 
 Only a process started with the very environment the trial would get (but for those folders) is
-used; any other is stopped and the trial starts a fresh one. A process waits for one trial only.
+used; a trial that finds it busy with another trial starts a fresh process.
 """
 
 from __future__ import annotations
@@ -20,37 +23,42 @@ import faulthandler
 import json
 import os
 import runpy
+import select
 import signal
 import subprocess
 import sys
 import threading
 
-from autocompile.trial.protocol import STACK_SIGNAL
+from autocompile.trial.protocol import STACK_SIGNAL, die_with_parent
 
 # The environment a trial's process gets of its own, read by torch after the imports (when first
 # used): handed over with the trial, the rest must be the prestarted process's own.
 PER_TRIAL = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_TRACE")
-PRELOAD = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.async_compile", "transformers")
+# What every compiled trial imports; with a GPU, transformers too. On the CPU a trial's peak memory is its
+# process's peak RSS, which a forked child inherits: there, nothing a trial of a plain model would not import.
+PRELOAD = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.async_compile")
+PRELOAD_GPU = (*PRELOAD, "transformers")
 
 _lock = threading.Lock()
 _waiting: dict[tuple, subprocess.Popen] = {}  # (python, cwd, environment) -> the process waiting for a trial
+_busy: dict[tuple, subprocess.Popen] = {}  # the same, each serving a trial now (returned to _waiting after it)
 
 
 def _key(env: dict) -> tuple:
     return sys.executable, os.getcwd(), tuple(sorted((k, v) for k, v in env.items() if k not in PER_TRIAL))
 
 
-def start(env: dict, preexec_fn=None) -> None:
-    """Start a process for the next trial of this environment, unless one waits already."""
+def start(env: dict, preexec_fn=None, modules: tuple = PRELOAD) -> None:
+    """Start a process that imports `modules` and forks the trials of this environment, unless one is there."""
     key = _key(env)
     with _lock:
-        if key in _waiting and _waiting[key].poll() is None:
+        if (key in _waiting and _waiting[key].poll() is None) or key in _busy:
             return
         base = {k: v for k, v in env.items() if k not in PER_TRIAL}
         _waiting[key] = subprocess.Popen(
-            [sys.executable, "-m", "autocompile.trial.prestart"],
+            [sys.executable, "-m", "autocompile.trial.prestart", *modules],
             stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=base,
             start_new_session=True,
@@ -59,24 +67,69 @@ def start(env: dict, preexec_fn=None) -> None:
 
 
 def take(env: dict) -> subprocess.Popen | None:
-    """The process started ahead for this environment, still waiting; None if there is none."""
+    """The waiting process of this environment, its imports done (waited for where they are not yet),
+    now busy with the caller's trial; None if there is none or it died."""
+    key = _key(env)
     with _lock:
-        process = _waiting.pop(_key(env), None)
-    if process is not None and process.poll() is not None:
-        return None
+        process = _waiting.pop(key, None)
+        if process is None or process.poll() is not None:
+            return None
+        _busy[key] = process
+    if not getattr(process, "ready", False):
+        process.ready = process.stdout.readline() == b"ready\n"
+        if not process.ready:
+            _release(key, process, alive=False)
+            return None
     return process
 
 
-def hand_over(process: subprocess.Popen, spec_path: str, env: dict, log_path: str) -> bool:
-    """Give the waiting `process` its trial; False if it died meanwhile (start a fresh one then)."""
+def hand_over(process: subprocess.Popen, spec_path: str, env: dict, log_path: str) -> Forked | None:
+    """Have the waiting `process` fork the trial; None if it died meanwhile (start a fresh one then)."""
     order = {"spec": spec_path, "env": env, "log": log_path}
     try:
         process.stdin.write((json.dumps(order) + "\n").encode())
-        process.stdin.close()
-        return True
-    except (BrokenPipeError, OSError):
-        _kill(process)
-        return False
+        process.stdin.flush()
+        pid = int(process.stdout.readline())
+    except (BrokenPipeError, OSError, ValueError):
+        _release(_key(env), process, alive=False)
+        return None
+    return Forked(process, _key(env), pid)
+
+
+class Forked:
+    """A trial's process forked by the waiting `server`: its pid, and its exit status as the server
+    relays it, read as subprocess.Popen's `poll`, `wait` and `returncode` are."""
+
+    def __init__(self, server: subprocess.Popen, key: tuple, pid: int):
+        self.server, self.key, self.pid = server, key, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self.server.stdout], [], [], 0)[0]:
+            self._read()
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self._read()
+        return self.returncode
+
+    def _read(self) -> None:
+        line = self.server.stdout.readline().decode()
+        alive = line.startswith("exit ")
+        # the server died (or was killed with the search): the trial, its child, died with it
+        self.returncode = int(line.split()[1]) if alive else -signal.SIGKILL
+        _release(self.key, self.server, alive)
+
+
+def _release(key: tuple, process: subprocess.Popen, alive: bool) -> None:
+    """After its trial: the server waits for the next one, unless it died or another waits already."""
+    with _lock:
+        _busy.pop(key, None)
+        if alive and key not in _waiting:
+            _waiting[key] = process
+            return
+    _kill(process)
 
 
 def stop_all() -> None:
@@ -99,8 +152,8 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _preload() -> None:
-    for name in PRELOAD:
+def _preload(modules: list[str]) -> None:
+    for name in modules:
         try:
             __import__(name)
         except Exception:  # noqa: BLE001, S110 - not installed, or broken: the trial meets it as a fresh process would
@@ -117,9 +170,10 @@ def _adopt(order: dict) -> None:
     os.dup2(fd, 2)
     os.close(fd)
     if "torch" in sys.modules:
-        from torch._logging._internal import _init_logs  # TORCH_TRACE and TORCH_LOGS are read at import
+        from torch._logging import _internal as logs  # TORCH_TRACE and TORCH_LOGS are read at import
 
-        _init_logs()
+        logs.LOG_TRACE_HANDLER = None  # made at import, with no TORCH_TRACE: made again with the trial's
+        logs._init_logs()
         try:
             from torch._inductor.utils import clear_caches  # anything that remembered a folder
 
@@ -129,17 +183,35 @@ def _adopt(order: dict) -> None:
 
 
 def main() -> int:
-    faulthandler.register(STACK_SIGNAL, all_threads=True)  # to fd 2: the trial's log once handed over
-    _preload()
-    line = sys.stdin.readline()
-    if not line:  # the search ended without a trial for it
-        return 0
-    order = json.loads(line)
-    _adopt(order)
-    # From here on, what `python -m autocompile.trial.worker SPEC` is (it ends the process itself)
-    sys.argv = ["autocompile.trial.worker", order["spec"]]
-    runpy.run_module("autocompile.trial.worker", run_name="__main__", alter_sys=True)
-    return 0
+    faulthandler.register(STACK_SIGNAL, all_threads=True)  # to fd 2: each trial's log once forked
+    _preload(sys.argv[1:])
+    os.write(1, b"ready\n")
+    while line := sys.stdin.readline():  # stdout (fd 1) tells the search each trial's pid and exit status
+        order = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _become_trial(order)  # never returns
+        os.write(1, f"{pid}\n".encode())
+        _, status = os.waitpid(pid, 0)
+        os.write(1, f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+    return 0  # the search ended: no trial will come
+
+
+def _become_trial(order: dict) -> None:
+    """In the forked child: a session of its own (the search kills it with its compile workers as
+    one group), SIGKILL when the server dies, then what `python -m autocompile.trial.worker SPEC` is
+    (the worker ends the process itself)."""
+    try:
+        os.setsid()
+        die_with_parent()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # not the server's orders; its replies' fd 1 becomes the log in _adopt
+        os.close(null)
+        _adopt(order)
+        sys.argv = ["autocompile.trial.worker", order["spec"]]
+        runpy.run_module("autocompile.trial.worker", run_name="__main__", alter_sys=True)
+    finally:
+        os._exit(1)  # the worker did not end the process: it raised before its own handler
 
 
 if __name__ == "__main__":

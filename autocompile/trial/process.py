@@ -8,7 +8,6 @@ failure record saying how and in which phase the process ended.
 
 from __future__ import annotations
 
-import ctypes
 import glob
 import json
 import os
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from autocompile.trial import caches, graphs, prestart
-from autocompile.trial.protocol import STACK_SIGNAL, STACKS_WAIT_S
+from autocompile.trial.protocol import STACK_SIGNAL, STACKS_WAIT_S, die_with_parent
 from autocompile.trial.result import STOPPED, Result, Status
 
 
@@ -55,7 +54,7 @@ class TrialRequest:
     env: dict = field(default_factory=dict)  # extra environment of the trial process (the minifier's, `outputs/repro.py`)
     nproc: int = 1  # ranks of the trial (autocompile.trial.ranks), under `parallel`
     parallel: str = "none"  # none | ddp | fsdp2: how the ranks share the model (autocompile.parallel)
-    prestart: bool = False  # start the next trial's process now, to import torch while this one runs (`prestart`)
+    prestart: bool = False  # a compiled trial forked from a process that imported torch once (`prestart`)
     # an earlier trial of the study whose hard mark_dynamic Dynamo refused under the same graphs: a
     # config asking for "mark" measures "maybe" at once (run_trial; the engine decides, engine/learned.py)
     mark_refused_in: int | None = None
@@ -96,19 +95,7 @@ def _read_new_events(path: str, offset: int) -> tuple[list[dict], int]:
     return events, offset + len(complete)
 
 
-PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 PROCESS_FILE = "process.json"  # in a running trial's folder: its pid and its worker's
-
-
-# prctl looked up here, not in the forked child: the finalist round starts trials from several threads,
-# and a child that called dlopen while another thread held the loader's lock would never exec.
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
-
-
-def die_with_parent() -> None:
-    """preexec_fn of a trial process: on Linux it gets SIGKILL when the worker that started it dies."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _record_process(trial_dir: str, pid: int) -> str:
@@ -139,7 +126,8 @@ def _is_trial_process(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             line = f.read()
-            return b"autocompile.trial.worker" in line or b"autocompile.trial.ranks" in line
+            entries = (b"autocompile.trial.worker", b"autocompile.trial.ranks", b"autocompile.trial.prestart")
+            return any(entry in line for entry in entries)
     except OSError:
         return sys.platform != "linux" and pid_alive(pid)
 
@@ -353,18 +341,20 @@ def _fell_back(request: TrialRequest, record: dict, fallback: dict, note: str) -
     return record
 
 
-def _start(request: TrialRequest, spec_path: str, log, log_path: str) -> tuple[subprocess.Popen, bool]:
-    """The trial's process, and whether it was started ahead (`prestart`: a compiled trial of one
-    rank); with `request.prestart`, the next trial's process is started too. An eager trial neither
-    takes one nor starts one: its warm-up is shorter than the imports, which would share the CPU
-    with its measurement, and a process that imported Dynamo and Inductor ahead is not the one an
-    eager run has (compiled trials import them anyway): the baseline users read stays as it was
-    (docs/decisions.md: "Evidence moved out of the code")."""
+def _start(request: TrialRequest, spec_path: str, log, log_path: str) -> tuple[subprocess.Popen | prestart.Forked, bool]:
+    """The trial's process, and whether it was forked from one that imported torch ahead (`prestart`:
+    a compiled trial of one rank; the first such trial of an environment waits for those imports).
+    An eager trial is always a fresh process: a process that imported Dynamo and Inductor ahead is not
+    the one an eager run has (compiled trials import them anyway), and the baseline users read stays
+    as it was (docs/decisions.md: "Evidence moved out of the code")."""
     env = _child_env(request)
     alone = request.parallel == "none" and not request.env and bool(request.config.get("compile"))
-    process = prestart.take(env) if alone else None
-    prestarted = process is not None and prestart.hand_over(process, spec_path, env, log_path)
-    if not prestarted:
+    if request.prestart and alone:
+        modules = prestart.PRELOAD_GPU if request.device.startswith("cuda") else prestart.PRELOAD
+        prestart.start(env, preexec_fn=die_with_parent, modules=modules)
+    server = prestart.take(env) if alone else None
+    process = server and prestart.hand_over(server, spec_path, env, log_path)
+    if process is None:
         # several ranks: a launcher whose ranks share its process group (autocompile.trial.ranks)
         entry = "autocompile.trial.worker" if request.parallel == "none" else "autocompile.trial.ranks"
         process = subprocess.Popen(
@@ -376,9 +366,8 @@ def _start(request: TrialRequest, spec_path: str, log, log_path: str) -> tuple[s
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
-    if request.prestart and alone:
-        prestart.start(env, preexec_fn=die_with_parent)
-    return process, prestarted
+        return process, False
+    return process, True
 
 
 def _how_far(events: list[dict]) -> str:

@@ -2,8 +2,10 @@
 numerics replay's steps, seed and version (a record judged by an older replay is judged again),
 and where each rank of a group writes its result."""
 
+import ctypes
 import os
 import signal
+import sys
 
 STACK_SIGNAL = signal.SIGUSR1  # the trial process dumps every thread's stack to its log (worker.main)
 # What stopping a trial at its time limit takes past it: asking for its stacks (STACKS_WAIT_S at
@@ -12,6 +14,19 @@ STACK_SIGNAL = signal.SIGUSR1  # the trial process dumps every thread's stack to
 # third finalist did not fit (docs/decisions.md).
 STACKS_WAIT_S = 3.0
 STOP_S = STACKS_WAIT_S + 1.0
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+# prctl looked up here, not in the forked child: the finalist round starts trials from several threads,
+# and a child that called dlopen while another thread held the loader's lock would never exec.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
+def die_with_parent() -> None:
+    """preexec_fn of a trial process (and what a forked one calls): on Linux it gets SIGKILL when the
+    process that started it dies."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
 
 REPLAY_STEPS = 3  # optimizer steps compared in the numerics replay
 REPLAY_SEED = 1234  # the random stream both sides of each replay step start from

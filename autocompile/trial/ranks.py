@@ -35,7 +35,7 @@ def _rank(local_rank: int, spec_path: str, nproc: int, port: int) -> None:
     """One rank (a spawned process): the worker with the launcher's environment; exits 1 unless "ok"."""
     import faulthandler
 
-    from autocompile.trial.process import die_with_parent
+    from autocompile.trial.protocol import die_with_parent
     from autocompile.trial.protocol import STACK_SIGNAL
 
     die_with_parent()
