@@ -265,6 +265,14 @@ def test_a_crash_is_recorded_with_its_signal_and_phase(tmp_path, toolchain_dir):
     assert "SIGSEGV" in record["reason"] and record["failed_phase"] == "warming up"
 
 
+def test_a_forked_compiled_trial_that_crashes_is_recorded_crashed_with_its_signal(tmp_path, toolchain_dir):
+    """Forked from the process that imported torch once, its exit status relayed by that process:
+    the crash is seen when it happens, with its signal, not at the time limit."""
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_crash"), {"scope": "full"}, timeout=120, ahead=True)
+    assert record["status"] == "crashed" and record["prestarted"], record["reason"]
+    assert "SIGSEGV" in record["reason"] and record["wall_s"] < 100
+
+
 def test_a_hang_is_killed_at_the_time_limit(tmp_path, toolchain_dir):
     # 45 s: the process reaches the hanging loss (start, import torch, build) with time to spare when loaded.
     # A compiled trial in a process started ahead, as a GPU search's are: its stacks go to its own

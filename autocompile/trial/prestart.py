@@ -39,6 +39,11 @@ PER_TRIAL = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_TRACE")
 PRELOAD = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.async_compile")
 PRELOAD_GPU = (*PRELOAD, "transformers")
 
+# How long a trial waits for the forking process's imports, then for its fork, before it starts a fresh
+# process instead (an import that hangs must not hang the search: the trial's clock is not yet watched).
+READY_WAIT_S = 300.0
+FORK_WAIT_S = 30.0
+
 _lock = threading.Lock()
 _waiting: dict[tuple, subprocess.Popen] = {}  # (python, cwd, environment) -> the process waiting for a trial
 _busy: dict[tuple, subprocess.Popen] = {}  # the same, each serving a trial now (returned to _waiting after it)
@@ -57,6 +62,7 @@ def start(env: dict, preexec_fn=None, modules: tuple = PRELOAD) -> None:
         base = {k: v for k, v in env.items() if k not in PER_TRIAL}
         _waiting[key] = subprocess.Popen(
             [sys.executable, "-m", "autocompile.trial.prestart", *modules],
+            bufsize=0,  # its replies read a line at a time, none ahead into a buffer select() cannot see
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -76,7 +82,7 @@ def take(env: dict) -> subprocess.Popen | None:
             return None
         _busy[key] = process
     if not getattr(process, "ready", False):
-        process.ready = process.stdout.readline() == b"ready\n"
+        process.ready = _line(process, READY_WAIT_S) == b"ready\n"
         if not process.ready:
             _release(key, process, alive=False)
             return None
@@ -89,11 +95,16 @@ def hand_over(process: subprocess.Popen, spec_path: str, env: dict, log_path: st
     try:
         process.stdin.write((json.dumps(order) + "\n").encode())
         process.stdin.flush()
-        pid = int(process.stdout.readline())
+        pid = int(_line(process, FORK_WAIT_S))
     except (BrokenPipeError, OSError, ValueError):
         _release(_key(env), process, alive=False)
         return None
     return Forked(process, _key(env), pid)
+
+
+def _line(process: subprocess.Popen, wait_s: float) -> bytes:
+    """The next line the forking process says, or b"" where it says none within `wait_s`."""
+    return process.stdout.readline() if select.select([process.stdout], [], [], wait_s)[0] else b""
 
 
 class Forked:
