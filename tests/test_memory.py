@@ -92,6 +92,9 @@ def test_the_signature_names_the_status_the_exception_and_the_torch_frame(search
     assert signature(attrs) == f"compile_error Unsupported at {attrs['torch_frame']}"
     assert signature({**attrs, "status": "timeout"}) is None and signature({**attrs, "status": "ok"}) is None
     assert signature({"status": "infeasible", "reason": "numerics (first losses): ..."}) is None
+    # the engine's fault, not the values': never remembered against them
+    forked = "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, ..."
+    assert signature({**attrs, "status": "failed", "reason": forked}) is None
 
 
 def test_space_and_failures_list_it_and_forgetting_brings_it_back(searches, capsys):

@@ -689,3 +689,37 @@ def test_compiled_autograd_is_expected_to_take_five_times_a_configuration_withou
     assert why and "trial 4 (regional, default) took 73 s" in why and "compiled autograd takes over 5x" in why, why
     assert too_slow(study, cut["config"], 400) is None  # five times 73 s fits 400 s
     assert too_slow(study, {**cut["config"], "compiled_autograd": False}, 240) is None
+
+
+def test_a_move_that_paid_on_this_model_before_goes_first(tmp_path):
+    """lora-8b-1gpu-5 (H200, 2026-11-28): after trial 10 (one packed row under the model's attention,
+    3.14 steps/s after 36 s), it tried a lower budget below one that fitted, then other moves, and ran
+    out of time before FlexAttention's mask, which had gained 1.11x (median) over its parent in
+    lora-8b-1gpu-2 and -4. With the knowledge store's gains, that move goes first; and a budget below
+    one that fits is no longer a move "to fit"."""
+    from autocompile.engine.knowledge import MoveGains
+    from autocompile.engine.knowledge.store import learn
+    from autocompile.engine.strategy import fitting_move, next_neighbour
+    from autocompile.engine.study import load_study
+    from conftest import ROOT
+
+    gains = MoveGains(str(tmp_path / "knowledge.db"), "2.11.0+cu130", "NVIDIA H200", "lora-8b")
+    for name in ("lora-8b-1gpu-2", "lora-8b-1gpu-4"):
+        learn(load_study(name, f"sqlite:///{ROOT}/studies/history/{name}/study.db"), {"gains": gains})
+    known = gains.by_dimension()
+    assert known["pack_attention"] > 1.1 and all(g < 1.03 for n, g in known.items() if n != "pack_attention")
+    committed = load_study("lora-8b-1gpu-5", f"sqlite:///{ROOT}/studies/history/lora-8b-1gpu-5/study.db")
+    assert committed.trials[12].user_attrs["changed"] == ["activation_memory_budget"]  # 0.05, below 10's 0.2
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([t for t in committed.trials if t.number <= 11])
+    measured = [t.user_attrs.get("config") for t in study.trials]
+    space = build_space("lora-8b", "cuda")
+    tried = lambda config, params: config in measured  # noqa: E731
+    # trial 1, over the limit at 0.5, fits at 0.2 (trial 10): only trial 2's ladder (padded, 2.07 steps/s) is left
+    assert fitting_move(space, study, tried)["parent"] == 2
+    for cost in (None, lambda config: 30.0):
+        first = next_neighbour(space, study, tried, cost=cost, known=known)
+        assert first["parent"] == 10 and first["changed"] == ["pack_attention"], first
+        assert first["params"]["pack_attention"] == "flex"
+    # without that knowledge, trial 10 (its warm-up 10% of its run) first drops its compiled loss
+    assert next_neighbour(space, study, tried)["changed"] == ["compile_loss"]

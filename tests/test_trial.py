@@ -11,8 +11,9 @@ from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
 from conftest import FAST, toy
 
 
-def trial(tmp_path, toolchain_dir, model, config, timeout=300, ahead=False, **kw):
-    """One trial; `ahead`: in a process started ahead (autocompile.trial.prestart), as a GPU search's are."""
+def trial(tmp_path, toolchain_dir, model, config, timeout=300, ahead=False, preload=None, **kw):
+    """One trial; `ahead`: in a process started ahead (autocompile.trial.prestart), as a GPU search's are,
+    which imports `preload` (its default modules where None)."""
     request = TrialRequest(
         model=model,
         config={**DEFAULTS, **config},
@@ -27,7 +28,7 @@ def trial(tmp_path, toolchain_dir, model, config, timeout=300, ahead=False, **kw
         from autocompile.trial import prestart
         from autocompile.trial.process import _child_env
 
-        prestart.start(_child_env(request))
+        prestart.start(_child_env(request), **({"modules": preload} if preload else {}))
     events = []
     record = run_trial(request, on_event=events.append)
     return record, events
@@ -263,6 +264,8 @@ def test_a_crash_is_recorded_with_its_signal_and_phase(tmp_path, toolchain_dir):
     record, _ = trial(tmp_path, toolchain_dir, toy("toy_crash"), EAGER)
     assert record["status"] == "crashed" and "prestarted" not in record  # an eager trial: a fresh process
     assert "SIGSEGV" in record["reason"] and record["failed_phase"] == "warming up"
+    with open(record["log"]) as f:  # where it was, from faulthandler, in the trial's log
+        assert "Fatal Python error: Segmentation fault" in f.read()
 
 
 def test_a_forked_compiled_trial_that_crashes_is_recorded_crashed_with_its_signal(tmp_path, toolchain_dir):
@@ -271,6 +274,22 @@ def test_a_forked_compiled_trial_that_crashes_is_recorded_crashed_with_its_signa
     record, _ = trial(tmp_path, toolchain_dir, toy("toy_crash"), {"scope": "full"}, timeout=120, ahead=True)
     assert record["status"] == "crashed" and record["prestarted"], record["reason"]
     assert "SIGSEGV" in record["reason"] and record["wall_s"] < 100
+
+
+def test_a_forking_process_whose_imports_started_cuda_is_not_used(tmp_path, toolchain_dir, capsys):
+    """A child forked after CUDA started cannot use the GPU: the forking process says so instead of
+    "ready", and this environment's trials start fresh processes, said once, the process not started again."""
+    from autocompile.trial import prestart
+
+    prestart.stop_all()  # not the process an earlier test left waiting for this environment
+    preload = (*prestart.PRELOAD, "toy_bad_fork")
+    record, _ = trial(tmp_path, toolchain_dir, toy(), {"scope": "regional"}, timeout=120, ahead=True, preload=preload)
+    try:
+        assert record["status"] == "ok" and not record.get("prestarted"), record["reason"]
+        assert "trials start fresh processes: unsafe: the imports started CUDA" in capsys.readouterr().err
+        assert len(prestart._unsafe) == 1 and not prestart._waiting and not prestart._busy
+    finally:
+        prestart._unsafe.clear()
 
 
 def test_a_hang_is_killed_at_the_time_limit(tmp_path, toolchain_dir):

@@ -229,7 +229,8 @@ def _fit_instead(runner: Runner, reserve: float, loop: LoopState) -> bool:
 
 def _fitting_neighbour_s(runner: Runner, within_s: float) -> float | None:
     """What the next neighbour expected to end within `within_s` is expected to take, or None (no such one)."""
-    return neighbour_cost(runner.space, runner.study, runner.predictor(), runner.tried, _fits(runner, within_s))
+    fits = _fits(runner, within_s)
+    return neighbour_cost(runner.space, runner.study, runner.predictor(), runner.tried, fits, runner.known_gains())
 
 
 def _fits(runner: Runner, within_s: float):
@@ -357,7 +358,8 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
     if loop.recipes_queued and (within is not None or neighbours_turn(study, loop.proposals)) and not waiting(study):
         cost = runner.predictor().predict  # the cheaper of equally promising moves first
         fits = None if within is None else _fits(runner, within)
-        neighbour = next_neighbour(space, study, runner.tried, cost, fits)  # alternating with TPE's proposals
+        # alternating with TPE's proposals; what paid on this model before first
+        neighbour = next_neighbour(space, study, runner.tried, cost, fits, runner.known_gains())
         loop.fitted = within is not None and neighbour is not None
         if neighbour:
             study.enqueue_trial(

@@ -571,6 +571,11 @@ class Runner:
         known = [c for c in (self._move_ceiling(trial), self._pace_ceiling(trial)) if c[0] is not None]
         return min(known, key=lambda c: c[0]) if known else (None, "")
 
+    def known_gains(self) -> dict[str, float]:
+        """Each dimension's median gain over its parent on this model and device (the knowledge store's
+        gains, `MoveGains.by_dimension`); {} without the store."""
+        return self.gains.by_dimension() if self.gains is not None else {}
+
     def _move_ceiling(self, trial) -> tuple[float | None, str]:
         """A neighbour's steady speed at most: its parent's, times the largest gain a neighbour of the same move
         has made over its parent on this device (the knowledge store's gains), and the words that say so."""

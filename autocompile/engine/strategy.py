@@ -6,8 +6,9 @@ are proposed through Optuna (enqueued trials with fixed parameters), so resume, 
 and TPE see them like any trial, and they alternate with TPE's global proposals. Each records
 its `parent` and the dimensions it `changed`, so the effect of each single change can be read
 off (`effects`). The order of dimensions: first those whose single changes helped in this
-study, then PROMISE's order (what the seed texts and the GPU studies found worth most), and
-last those whose changes hurt or failed. When the fastest trial (by steady speed) is not the
+study, then those whose moves paid on this model and device in earlier studies (`known`: the
+knowledge store's gains, by PAID), then PROMISE's order (what the seed texts and the GPU studies
+found worth most), and last those whose changes hurt or failed. When the fastest trial (by steady speed) is not the
 incumbent, it is a parent too, in turns: its neighbours move towards the incumbent's values,
 first dropping a graph it compiles that the incumbent does not (a shorter warm-up at its speed).
 A parent whose warm-up is a large share of its run at the horizon (WARMUP_SHARE) first drops a
@@ -195,8 +196,15 @@ def effects(study, view: StudyView | None = None) -> list[dict]:
     return rows
 
 
-def _order(space, view: StudyView) -> list:
-    """The space's searched dimensions, most promising first (see the module's docstring)."""
+# A dimension whose moves gained at least this much steady speed (the median over the earlier studies of
+# this model and device) is tried before PROMISE's order: past the noise of two runs (docs/measurement.md).
+PAID = 1.03
+
+
+def _order(space, view: StudyView, known: dict[str, float] | None = None) -> list:
+    """The space's searched dimensions, most promising first (see the module's docstring); `known`: each
+    dimension's median gain in earlier studies of this model and device (knowledge.MoveGains.by_dimension)."""
+    known = {name: gain for name, gain in (known or {}).items() if gain >= PAID}
     rank = {name: i for i, (name, _) in enumerate(PROMISE)}
     seen: dict[str, float] = {}
     for row in effects(view.study, view):
@@ -206,8 +214,8 @@ def _order(space, view: StudyView) -> list:
     return sorted(
         dims,
         key=lambda d: (
-            0 if seen.get(d.name, 0) > 0 else 2 if d.name in seen else 1,
-            -seen.get(d.name, 0),
+            0 if seen.get(d.name, 0) > 0 else 3 if d.name in seen else 1 if d.name in known else 2,
+            -seen.get(d.name, 0) - known.get(d.name, 0),
             rank.get(d.name, len(rank)),
         ),
     )
@@ -287,19 +295,20 @@ def neighbours_turn(study, proposals: int) -> bool:
     return spent[Role.NEIGHBOUR] < spent[Role.SEARCH]
 
 
-def next_neighbour(space, study, tried, cost=None, fits=None) -> dict | None:
+def next_neighbour(space, study, tried, cost=None, fits=None, known=None) -> dict | None:
     """The next untried, feasible neighbour: {"params", "changed", "parent", "parent_params",
-    "config"}, or None. `tried(config, params)` says whether a configuration was measured or queued already;
-    `fits(neighbour)`, where given, whether it fits what is left before the finalist round (others are passed over).
+        "config"}, or None. `tried(config, params)` says whether a configuration was measured or queued already;
+        `fits(neighbour)`, where given, whether it fits what is left before the finalist round (others are passed over);
+    `known`, each dimension's median gain in earlier studies here (`_order`).
 
-    Two parents take turns, the one with fewer neighbours so far first (on a tie the incumbent,
-    unless the fastest trial's warm-up is WARMUP_SHARE of its run or more): the incumbent (best score),
-    whose changes towards the fastest trial's values come first and changes away from promising
-    values last; and the fastest trial (best steady speed), when another, whose changes towards the
-    incumbent's values come first, starting with a graph it compiles and the incumbent does not.
-    The score trades steady speed against warm-up: the incumbent may win on warm-up alone, and
-    the fastest trial without its costliest compile may keep its speed (docs/decisions.md: "a parent
-    heavy with warm-up first drops a graph it compiles besides the model's")."""
+        Two parents take turns, the one with fewer neighbours so far first (on a tie the incumbent,
+        unless the fastest trial's warm-up is WARMUP_SHARE of its run or more): the incumbent (best score),
+        whose changes towards the fastest trial's values come first and changes away from promising
+        values last; and the fastest trial (best steady speed), when another, whose changes towards the
+        incumbent's values come first, starting with a graph it compiles and the incumbent does not.
+        The score trades steady speed against warm-up: the incumbent may win on warm-up alone, and
+        the fastest trial without its costliest compile may keep its speed (docs/decisions.md: "a parent
+        heavy with warm-up first drops a graph it compiles besides the model's")."""
     view = StudyView(study)
     fit = fitting_move(space, study, tried, view)
     fit = fit if fit is None or fits is None or fits(fit) else None
@@ -307,7 +316,9 @@ def next_neighbour(space, study, tried, cost=None, fits=None) -> dict | None:
     if best is None or (fit and view.trials[fit["parent"]].user_attrs["steps_per_s"] > (best.user_attrs.get("steps_per_s") or 0)):
         return fit  # a configuration faster than any that fits, made to fit, goes first
     top, fast = fastest(space, study, view)
-    heavy = warmup_share(study, best) >= WARMUP_SHARE
+    # heavy with warm-up, unless a move that paid before here gains more than all of its warm-up could
+    share = warmup_share(study, best)
+    heavy = share >= WARMUP_SHARE and max((known or {}).values(), default=1.0) - 1 <= share
     parents = [(best, base, fast, functools.partial(_rank, heavy=heavy))]
     if top is not None and top.number != best.number:
         parents.append((top, fast, base, _rank_lighter))
@@ -319,16 +330,16 @@ def next_neighbour(space, study, tried, cost=None, fits=None) -> dict | None:
         fast_first = warmup_share(study, top) >= WARMUP_SHARE
         parents.sort(key=lambda p: (children[p[0].number], (p[0].number == best.number) == fast_first))
     for parent, own, borrow, rank in parents:
-        found = _neighbour(space, view, tried, parent, own, borrow, rank, cost, fits)
+        found = _neighbour(space, view, tried, parent, own, borrow, rank, cost, fits, known)
         if found:
             return found
     return fit
 
 
-def neighbour_cost(space, study, predictor, tried, fits=None) -> float | None:
+def neighbour_cost(space, study, predictor, tried, fits=None, known=None) -> float | None:
     """What the next neighbour is expected to take (`neighbour_s`); with `fits` (a candidate's dict ->
     bool), the next one that fits. None if there is none, or its cost is unknown."""
-    neighbour = next_neighbour(space, study, tried, predictor.predict, fits)
+    neighbour = next_neighbour(space, study, tried, predictor.predict, fits, known)
     return neighbour_s(study, predictor, neighbour) if neighbour else None
 
 
@@ -339,8 +350,9 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
     """The move that may make a configuration fit the memory limit: the fastest trial that ran but
     needed more memory than --max-memory-gb, one rung down the budget ladder, or further where the
     peaks measured at its other rungs predict the next one will not fit either (`_rung`). None where
-    the space offers no budget there (the model's own checkpointing is on) or every such move was
-    tried. Where every configuration ran over the limit, it is the search's only way to one that fits
+    the space offers no budget there (the model's own checkpointing is on), every such move was
+    tried, or a rung fits already (`_fitted`: a lower one would recompute more for nothing). Where every
+    configuration ran over the limit, it is the search's only way to one that fits
     (docs/decisions.md: "a configuration over the memory limit is moved down the budget ladder")."""
     dim = next((d for d in space.dimensions if d.name == BUDGET), None)
     if dim is None:
@@ -348,6 +360,8 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
     view = view or StudyView(study)
     over = [t for t in view.searched if t.user_attrs.get("over_memory_gb")]
     for t in sorted(over, key=lambda t: -(t.user_attrs.get("steps_per_s") or 0)):
+        if _fitted(view, t.user_attrs["config"]):
+            continue  # a rung of its ladder fits already: a lower one recomputes more for no memory needed
         base = dict(t.params) if t.params else space.params_for({})
         lower = sorted((v for v in dim.choices if v is not None and v < (base.get(BUDGET) or 1.0)), reverse=True)
         limit = t.user_attrs["peak_mem_gb"] - t.user_attrs["over_memory_gb"]
@@ -362,6 +376,16 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
             changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
             return {"params": params, "changed": changed, "parent": t.number, "parent_params": base, "config": config}
     return None
+
+
+def _fitted(view: StudyView, config: dict) -> bool:
+    """Whether `config` at some budget ran cleanly within the memory limit."""
+    same = {k: v for k, v in config.items() if k != BUDGET}
+    return any(
+        t.user_attrs.get("status") == Status.OK and {k: v for k, v in t.user_attrs["config"].items() if k != BUDGET} == same
+        for t in view.trials
+        if t.user_attrs.get("config")
+    )
 
 
 def _peaks_by_budget(view: StudyView, config: dict) -> dict[float, float]:
@@ -390,18 +414,21 @@ def _rung(value: float, lower: list[float], peaks: dict[float, float], limit: fl
 CHEAPEST_OF = 4  # moves of the first rank weighed by their predicted cost
 
 
-def _neighbour(space, view: StudyView, tried, parent, base: dict, borrow: dict, rank, cost=None, fits=None) -> dict | None:
+def _neighbour(
+    space, view: StudyView, tried, parent, base: dict, borrow: dict, rank, cost=None, fits=None, known=None
+) -> dict | None:
     """The next untried, feasible neighbour of `parent` (parameters `base`) in `rank`'s order, a move
     bringing in what it conditions as `borrow` has it, else at its promising value. Among the first
     CHEAPEST_OF moves of the first rank, the one `cost(config)` (a predicted warm-up, None where it is
-    unknown) says is cheapest: as likely to pay, it costs least (gain per second)."""
+    unknown) says is cheapest: as likely to pay, it costs least (gain per second); unless the first is a move of
+    a dimension that paid here before (`known`, PAID), which goes first."""
     moves = [
         (dim, value)
-        for dim in _order(space, view)
+        for dim in _order(space, view, known)
         for value in dim.choices
         if not (dim.name in base and _same(base[dim.name], value))
     ]
-    found = []
+    found, paid = [], {name for name, gain in (known or {}).items() if gain >= PAID}
     for dim, value in sorted(moves, key=lambda m: rank(m[0].name, m[1], base, borrow)):  # a stable sort
         level = rank(dim.name, value, base, borrow)
         if found and (level != found[0][0] or len(found) >= CHEAPEST_OF or cost is None):
@@ -418,6 +445,8 @@ def _neighbour(space, view: StudyView, tried, parent, base: dict, borrow: dict, 
         if fits is not None and not fits(move):
             continue  # passed over: not expected to fit what is left before the round
         found.append((level, move))
+        if len(found) == 1 and dim.name in paid:
+            break  # a move that paid here before goes first, whatever a cheaper one costs
     if not found:
         return None
     predicted = [(cost(m["config"]) if cost else None) for _, m in found]

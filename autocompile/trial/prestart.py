@@ -42,11 +42,13 @@ PRELOAD_GPU = (*PRELOAD, "transformers")
 # How long a trial waits for the forking process's imports, then for its fork, before it starts a fresh
 # process instead (an import that hangs must not hang the search: the trial's clock is not yet watched).
 READY_WAIT_S = 300.0
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # torch.cuda.is_available() without starting CUDA (torch's docs)
 FORK_WAIT_S = 30.0
 
 _lock = threading.Lock()
 _waiting: dict[tuple, subprocess.Popen] = {}  # (python, cwd, environment) -> the process waiting for a trial
 _busy: dict[tuple, subprocess.Popen] = {}  # the same, each serving a trial now (returned to _waiting after it)
+_unsafe: set[tuple] = set()  # environments whose imports started CUDA: their trials start fresh processes
 
 
 def _key(env: dict) -> tuple:
@@ -57,7 +59,7 @@ def start(env: dict, preexec_fn=None, modules: tuple = PRELOAD) -> None:
     """Start a process that imports `modules` and forks the trials of this environment, unless one is there."""
     key = _key(env)
     with _lock:
-        if (key in _waiting and _waiting[key].poll() is None) or key in _busy:
+        if (key in _waiting and _waiting[key].poll() is None) or key in _busy or key in _unsafe:
             return
         base = {k: v for k, v in env.items() if k not in PER_TRIAL}
         _waiting[key] = subprocess.Popen(
@@ -82,8 +84,12 @@ def take(env: dict) -> subprocess.Popen | None:
             return None
         _busy[key] = process
     if not getattr(process, "ready", False):
-        process.ready = _line(process, READY_WAIT_S) == b"ready\n"
+        said = _line(process, READY_WAIT_S)
+        process.ready = said == b"ready\n"
         if not process.ready:
+            if said.startswith(b"unsafe"):
+                _unsafe.add(key)
+                print(f"autocompile: trials start fresh processes: {said.decode().strip()}", file=sys.stderr)
             _release(key, process, alive=False)
             return None
     return process
@@ -171,6 +177,19 @@ def _preload(modules: list[str]) -> None:
             pass
 
 
+def _fork_safe() -> bool:
+    """Whether a child forked now can still use the GPU: none of the imports started CUDA here.
+    Asked of a child forked for it, as torch marks only a child in a "bad fork"."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return True
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
 def _adopt(order: dict) -> None:
     """Become the trial's process: its environment, its log as stdout and stderr, and torch's
     logging and Inductor's folders read again from that environment."""
@@ -195,7 +214,14 @@ def _adopt(order: dict) -> None:
 
 def main() -> int:
     faulthandler.register(STACK_SIGNAL, all_threads=True)  # to fd 2: each trial's log once forked
+    # An import that asks torch.cuda.is_available() must not start CUDA's driver here: a child forked
+    # after that cannot use the GPU ("Cannot re-initialize CUDA in forked subprocess"). Through NVML
+    # it does not; the trial's own environment comes back in _adopt.
+    os.environ[NVML_CHECK] = "1"
     _preload(sys.argv[1:])
+    if not _fork_safe():
+        os.write(1, b"unsafe: the imports started CUDA in the forking process\n")
+        return 0  # each trial of this environment starts a fresh process
     os.write(1, b"ready\n")
     while line := sys.stdin.readline():  # stdout (fd 1) tells the search each trial's pid and exit status
         order = json.loads(line)

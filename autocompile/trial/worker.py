@@ -1052,6 +1052,8 @@ if __name__ == "__main__":
     # The parent asks for every thread's stack (SIGUSR1) before it kills a trial at its time limit:
     # the log then says where the trial was when time ran out (autocompile.trial.stuck_in).
     faulthandler.register(STACK_SIGNAL, all_threads=True)
+    # A fatal signal (SIGSEGV in a compiler or a kernel launch) writes the Python stacks to the log first.
+    faulthandler.enable(all_threads=True)
     # Exit without running interpreter teardown: CUDA and compile worker pools sometimes hang there.
     code = main(sys.argv[1:])
     os._exit(code)

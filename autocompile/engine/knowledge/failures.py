@@ -22,11 +22,18 @@ from autocompile.errors import UserError
 from autocompile.trial.result import FAILURES, Status
 
 
+# Failures that are the engine's, not the values': a trial's process forked after CUDA had started in
+# its parent (autocompile.trial.prestart checks for it; a failure of this kind must never rule values out).
+ENGINE_FAULTS = ("Cannot re-initialize CUDA in forked subprocess",)
+
+
 def signature(record: dict) -> str | None:
     """How a trial failed, as one line (status, exception type, failing layer, innermost torch
     frame), or None for an outcome that says nothing of the values (ok, timeout, pruned, numerics,
-    memory limit, rejected before launch)."""
+    memory limit, rejected before launch, a fault of the engine's)."""
     status = record.get("status")
+    if any(fault in (record.get("reason") or "") for fault in ENGINE_FAULTS):
+        return None
     if status == Status.INFEASIBLE and record.get("recompile_limit_hit"):
         return "infeasible: hit the recompile limit"
     if status not in FAILURES:  # remembered: a failure (and a recompile-limit hit)

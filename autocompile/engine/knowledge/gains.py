@@ -3,12 +3,16 @@
 Each neighbour that ran cleanly, from a parent that did, is stored with both speeds and the dimensions it
 moved, per torch, device and model. The largest ratio of the same move on the same model (`MoveGains.ceiling`),
 seen at least TIMES times, bounds what a neighbour can reach from its parent's measured speed: the pruning
-bound of a neighbour's warm-up (engine/runner.py) uses it instead of assuming any speed at all. A move not
+bound of a neighbour's warm-up (engine/runner.py) uses it instead of assuming any speed at all. Each
+dimension's median gain (`MoveGains.by_dimension`) orders the neighbours' moves: what paid on this model
+before is tried first (engine/strategy.py). A move not
 seen so has no ceiling: the first neighbour to pack a batch or to record CUDA graphs may gain what no earlier
 move did, and a move that slowed one model may speed up another.
 """
 
 from __future__ import annotations
+
+import statistics
 
 import sqlite_utils
 
@@ -65,6 +69,16 @@ class MoveGains(Observer):
             "of": len(rows),
             "by": f"{best['study']} trial {best['trial']} ({best['moved']})",
         }
+
+    def by_dimension(self) -> dict[str, float]:
+        """Each dimension's median gain on this model, seen at least TIMES times: the median over the stored
+        neighbours whose move included it of their steady speed over their parent's. The strategy tries the
+        dimensions that paid in earlier studies before the rest (strategy._order)."""
+        ratios: dict[str, list[float]] = {}
+        for row in self.db[TABLE].rows_where("torch = ? and device = ? and model = ?", list(self.key.values())):
+            for name in filter(None, row["moved"].split(",")):
+                ratios.setdefault(name, []).append(row["steps_per_s"] / row["parent_steps_per_s"])
+        return {name: statistics.median(seen) for name, seen in ratios.items() if len(seen) >= TIMES}
 
     @staticmethod
     def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
