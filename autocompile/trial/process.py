@@ -446,12 +446,14 @@ def _run_once(
         finally:
             if timed_out and process.poll() is None:
                 _ask_for_stacks(process, log_path, group=request.parallel != "none")
-            if process.poll() is None:  # timed out, or the search itself is being stopped
+            running = process.poll() is None  # timed out, or the search itself is being stopped
+            if running or _live_members(process.pid):  # or what outlived its leader: a rank, a compile worker
                 try:
                     os.killpg(process.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                process.wait()
+                if running:
+                    process.wait()
                 _wait_group_gone(process.pid)
             os.remove(pid_file)
     wall_s = time.time() - started
