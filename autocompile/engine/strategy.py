@@ -8,8 +8,8 @@ its `parent` and the dimensions it `changed`, so the effect of each single chang
 off (`effects`). The order of dimensions: first those whose single changes helped in this
 study, then those whose moves paid on this model and device in earlier studies (`known`: the
 knowledge store's gains, by PAID), then PROMISE's order (what the seed texts and the GPU studies
-found worth most), and last those whose changes hurt or failed. When the fastest trial (by steady speed) is not the
-incumbent, it is a parent too, in turns: its neighbours move towards the incumbent's values,
+found worth most), and last those whose changes hurt or failed. When the fastest trial (by
+steady speed) is not the incumbent, it is a parent too, in turns: its neighbours move towards the incumbent's values,
 first dropping a graph it compiles that the incumbent does not (a shorter warm-up at its speed).
 A parent whose warm-up is a large share of its run at the horizon (WARMUP_SHARE) first drops a
 graph it compiles besides the model's. A move that makes a dimension apply takes that
@@ -201,10 +201,15 @@ def effects(study, view: StudyView | None = None) -> list[dict]:
 PAID = 1.03
 
 
+def _paid(known: dict[str, float] | None) -> dict[str, float]:
+    """The dimensions of `known` (each one's median gain here before) that gained at least PAID."""
+    return {name: gain for name, gain in (known or {}).items() if gain >= PAID}
+
+
 def _order(space, view: StudyView, known: dict[str, float] | None = None) -> list:
     """The space's searched dimensions, most promising first (see the module's docstring); `known`: each
     dimension's median gain in earlier studies of this model and device (knowledge.MoveGains.by_dimension)."""
-    known = {name: gain for name, gain in (known or {}).items() if gain >= PAID}
+    known = _paid(known)
     rank = {name: i for i, (name, _) in enumerate(PROMISE)}
     seen: dict[str, float] = {}
     for row in effects(view.study, view):
@@ -297,18 +302,18 @@ def neighbours_turn(study, proposals: int) -> bool:
 
 def next_neighbour(space, study, tried, cost=None, fits=None, known=None) -> dict | None:
     """The next untried, feasible neighbour: {"params", "changed", "parent", "parent_params",
-        "config"}, or None. `tried(config, params)` says whether a configuration was measured or queued already;
-        `fits(neighbour)`, where given, whether it fits what is left before the finalist round (others are passed over);
+    "config"}, or None. `tried(config, params)` says whether a configuration was measured or queued already;
+    `fits(neighbour)`, where given, whether it fits what is left before the finalist round (others are passed over);
     `known`, each dimension's median gain in earlier studies here (`_order`).
 
-        Two parents take turns, the one with fewer neighbours so far first (on a tie the incumbent,
-        unless the fastest trial's warm-up is WARMUP_SHARE of its run or more): the incumbent (best score),
-        whose changes towards the fastest trial's values come first and changes away from promising
-        values last; and the fastest trial (best steady speed), when another, whose changes towards the
-        incumbent's values come first, starting with a graph it compiles and the incumbent does not.
-        The score trades steady speed against warm-up: the incumbent may win on warm-up alone, and
-        the fastest trial without its costliest compile may keep its speed (docs/decisions.md: "a parent
-        heavy with warm-up first drops a graph it compiles besides the model's")."""
+    Two parents take turns, the one with fewer neighbours so far first (on a tie the incumbent,
+    unless the fastest trial's warm-up is WARMUP_SHARE of its run or more): the incumbent (best score),
+    whose changes towards the fastest trial's values come first and changes away from promising
+    values last; and the fastest trial (best steady speed), when another, whose changes towards the
+    incumbent's values come first, starting with a graph it compiles and the incumbent does not.
+    The score trades steady speed against warm-up: the incumbent may win on warm-up alone, and
+    the fastest trial without its costliest compile may keep its speed (docs/decisions.md: "a parent
+    heavy with warm-up first drops a graph it compiles besides the model's")."""
     view = StudyView(study)
     fit = fitting_move(space, study, tried, view)
     fit = fit if fit is None or fits is None or fits(fit) else None
@@ -428,7 +433,7 @@ def _neighbour(
         for value in dim.choices
         if not (dim.name in base and _same(base[dim.name], value))
     ]
-    found, paid = [], {name for name, gain in (known or {}).items() if gain >= PAID}
+    found, paid = [], _paid(known)
     for dim, value in sorted(moves, key=lambda m: rank(m[0].name, m[1], base, borrow)):  # a stable sort
         level = rank(dim.name, value, base, borrow)
         if found and (level != found[0][0] or len(found) >= CHEAPEST_OF or cost is None):
