@@ -12,12 +12,7 @@ from autocompile.trial import prestart
 
 def bad_fork_after(name: str) -> bool:
     __import__(name)
-    pid = os.fork()
-    if pid == 0:
-        import torch
-
-        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
+    return not prestart.fork_safe()
 
 
 if __name__ == "__main__":

@@ -383,11 +383,15 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
     return None
 
 
+def _but_budget(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k != BUDGET}
+
+
 def _fitted(view: StudyView, config: dict) -> bool:
     """Whether `config` at some budget ran cleanly within the memory limit."""
-    same = {k: v for k, v in config.items() if k != BUDGET}
+    same = _but_budget(config)
     return any(
-        t.user_attrs.get("status") == Status.OK and {k: v for k, v in t.user_attrs["config"].items() if k != BUDGET} == same
+        t.user_attrs.get("status") == Status.OK and _but_budget(t.user_attrs["config"]) == same
         for t in view.trials
         if t.user_attrs.get("config")
     )
@@ -395,11 +399,11 @@ def _fitted(view: StudyView, config: dict) -> bool:
 
 def _peaks_by_budget(view: StudyView, config: dict) -> dict[float, float]:
     """The peak memory measured for `config` at each budget it ran with (None counted as 1.0)."""
-    same = {k: v for k, v in config.items() if k != BUDGET}
+    same = _but_budget(config)
     peaks = {}
     for t in view.trials:
         seen = t.user_attrs.get("config") or {}
-        if t.user_attrs.get("peak_mem_gb") and {k: v for k, v in seen.items() if k != BUDGET} == same:
+        if t.user_attrs.get("peak_mem_gb") and _but_budget(seen) == same:
             peaks[seen.get(BUDGET) or 1.0] = t.user_attrs["peak_mem_gb"]
     return peaks
 

@@ -177,7 +177,7 @@ def _preload(modules: list[str]) -> None:
             pass
 
 
-def _fork_safe() -> bool:
+def fork_safe() -> bool:
     """Whether a child forked now can still use the GPU: none of the imports started CUDA here.
     Asked of a child forked for it, as torch marks only a child in a "bad fork"."""
     torch = sys.modules.get("torch")
@@ -219,7 +219,7 @@ def main() -> int:
     # it does not; the trial's own environment comes back in _adopt.
     os.environ[NVML_CHECK] = "1"
     _preload(sys.argv[1:])
-    if not _fork_safe():
+    if not fork_safe():
         os.write(1, b"unsafe: the imports started CUDA in the forking process\n")
         return 0  # each trial of this environment starts a fresh process
     os.write(1, b"ready\n")
