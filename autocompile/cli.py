@@ -766,7 +766,8 @@ def cmd_failures(args) -> int:
             f"and {cold} cold {'run' if cold == 1 else 'runs'} of the finalist round, "
             f"in {path}; {gains} {'neighbour' if gains == 1 else 'neighbours'} against "
             f"{'its parent' if gains == 1 else 'their parents'} too, and {learned['paces']} "
-            f"{'pace' if learned['paces'] == 1 else 'paces'} of the configurations measured"
+            f"{'pace' if learned['paces'] == 1 else 'paces'} and {learned['peaks']} peak "
+            f"{'memory' if learned['peaks'] == 1 else 'memories'} of the configurations measured"
         )
         return 0
     if args.forget or args.forget_all:
@@ -823,6 +824,12 @@ def _list_knowledge(path: str) -> None:
         print(
             f"configurations measured [torch {pace['torch']}, {pace['device']}, {pace['model']}]: "
             f"{pace['configurations']} in {pace['runs']} runs (the ceiling of the same configuration's pruning bound)"
+        )
+    for peak in known["peaks"]:
+        print(
+            f"peak memory measured [torch {peak['torch']}, {peak['device']}, {peak['model']}]: "
+            f"{peak['configurations']} configurations in {peak['runs']} runs (one over a search's --max-memory-gb "
+            f"twice is refused before launch)"
         )
     for cold in known["cold"]:
         print(

@@ -723,3 +723,59 @@ def test_a_move_that_paid_on_this_model_before_goes_first(tmp_path):
         assert first["params"]["pack_attention"] == "flex"
     # without that knowledge, trial 10 (its warm-up 10% of its run) first drops its compiled loss
     assert next_neighbour(space, study, tried)["changed"] == ["compile_loss"]
+
+
+def test_a_configuration_that_peaked_over_the_limit_here_before_is_refused_and_moved_down_the_ladder(tmp_path):
+    """lora-8b-1gpu-6 (H200, 2026-11-28) ran its recipes 1 and 2 (budget 0.5 without the model's checkpointing)
+    for 146 s to find them over --max-memory-gb eager (33.61 and 52.29 GB against 29.15), as lora-8b-1gpu-5 and
+    lora-8b-3gpu-4 had found them. With the knowledge store's peaks of those two studies, both are refused
+    before launch, and the refusal's record still moves trial 1 down the budget ladder, to the 0.2 that fitted."""
+    from autocompile.engine.gates import Outcome, why_not
+    from autocompile.engine.knowledge import Peaks
+    from autocompile.engine.knowledge.store import learn
+    from autocompile.engine.records import Role
+    from autocompile.engine.runner import Progress, Runner
+    from autocompile.engine.strategy import fitting_move
+    from autocompile.engine.study import load_study
+    from conftest import ROOT
+
+    history = f"{ROOT}/studies/history"
+    peaks = Peaks(str(tmp_path / "knowledge.db"), "2.11.0+cu130", "NVIDIA H200", "lora-8b")
+    learn(load_study("lora-8b-1gpu-5", f"sqlite:///{history}/lora-8b-1gpu-5/study.db"), {"peaks": peaks})
+    journal = optuna.storages.journal.JournalFileBackend(f"{history}/lora-8b-3gpu-4/journal.log")
+    learn(optuna.load_study(study_name="lora-8b-3gpu-4", storage=optuna.storages.JournalStorage(journal)), {"peaks": peaks})
+    committed = load_study("lora-8b-1gpu-6", f"sqlite:///{history}/lora-8b-1gpu-6/study.db")
+    one, two = committed.trials[1], committed.trials[2]
+    assert one.user_attrs["peak_mem_gb"] > 33 and two.user_attrs["peak_mem_gb"] > 52  # measured, as before
+
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, direction="maximize")
+    study.add_trials([committed.trials[0]])  # eager, 29.15 GB: the limit
+    settings = SearchSettings(model="lora-8b", device="cuda", study="p", directory=str(tmp_path), max_memory_gb="eager")
+    space = build_space("lora-8b", "cuda")
+    runner = Runner(study, storage, "memory", settings, Progress(2), deadline=None, space=space, peaks=peaks)
+    for recipe in (one, two):
+        refusal = why_not(recipe.user_attrs["config"], runner.view(), Outcome.INFEASIBLE)
+        assert refusal.gate == "over memory before", refusal
+        assert f"{recipe.user_attrs['peak_mem_gb']:.2f} GB or more in 2 runs here" in refusal.reason
+        assert "above --max-memory-gb 29.15" in refusal.reason
+        study.enqueue_trial(recipe.params)
+        trial = study.ask(fixed_distributions=recipe.distributions)
+        runner.refuse(trial, recipe.user_attrs["config"], Role.RECIPE, refusal)
+        told = study.trials[trial.number].user_attrs
+        assert told["status"] == "infeasible" and told["wall_s"] == 0.0
+        assert told["known_peak_mem_gb"] == pytest.approx(recipe.user_attrs["peak_mem_gb"], abs=0.01)
+        assert "peak_mem_gb" not in told  # nothing measured: the next study's peaks do not learn from it
+    assert peaks.take(study, study.trials[-1]) is False
+    move = fitting_move(space, study, lambda config, params: False)
+    assert move["parent"] == 1 and move["params"]["activation_memory_budget"] == 0.2
+    assert move["config"] == committed.trials[10].user_attrs["config"]  # what lora-8b-1gpu-6 ran next, and fitted
+
+    # a search with room for it runs it; and without knowledge (a first study here) it runs too
+    roomy = Runner(
+        study, storage, "memory", dataclasses.replace(settings, max_memory_gb=40.0), Progress(2), None, space=space, peaks=peaks
+    )
+    assert why_not(one.user_attrs["config"], roomy.view(), Outcome.INFEASIBLE) is None
+    fresh = Peaks(None, "2.11.0+cu130", "NVIDIA H200", "lora-8b")
+    first = Runner(study, storage, "memory", settings, Progress(2), None, space=space, peaks=fresh)
+    assert why_not(one.user_attrs["config"], first.view(), Outcome.INFEASIBLE) is None

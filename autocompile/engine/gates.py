@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 import optuna
 
 from autocompile.engine.cost import Predictor, rerun_estimate_s, too_slow, twin_time
+from autocompile.engine.knowledge.peaks import MARGIN as PEAK_MARGIN
 from autocompile.engine.learned import measured_as
 from autocompile.engine.scoring import _judged_by_an_older_guard, best_score
 from autocompile.space import DEFAULTS
 from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
-    from autocompile.engine.knowledge import CompileCuts, Failures
+    from autocompile.engine.knowledge import CompileCuts, Failures, Peaks
     from autocompile.space import SearchSpace
 
 
@@ -43,11 +44,13 @@ class Outcome(enum.Enum):
 @dataclass(frozen=True)
 class Refusal:
     """Why a configuration is not run (`reason`, the text its record and the search's line show),
-    what that makes of its trial (`outcome`), and which gate said so."""
+    what that makes of its trial (`outcome`), which gate said so, and what the gate knew that the
+    trial's record keeps (`attrs`)."""
 
     reason: str
     outcome: Outcome
     gate: str
+    attrs: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class View:
     exclude: int | None = None  # the asking trial's number: it does not count as trying its own configuration
     before_round_s: float | None = None  # what is left of --timeout before the finalist round; None: no bound
     first: optuna.trial.FrozenTrial | None = None  # the finalist a rerun would measure again
+    peaks: Peaks | None = None
+    memory_limit_gb: float | None = None  # --max-memory-gb, resolved ("eager": eager's measured peak)
 
 
 @dataclass(frozen=True)
@@ -75,11 +80,14 @@ class Gate:
 
     name: str
     outcome: Outcome
-    check: Callable[[dict, View], str | None]
+    check: Callable[[dict, View], str | tuple[str, dict] | None]  # a reason, or a reason and what the record keeps
 
     def why_not(self, config: dict, view: View) -> Refusal | None:
-        reason = self.check(config, view)
-        return Refusal(reason, self.outcome, self.name) if reason else None
+        said = self.check(config, view)
+        if not said:
+            return None
+        reason, attrs = said if isinstance(said, tuple) else (said, {})
+        return Refusal(reason, self.outcome, self.name, tuple(attrs.items()))
 
 
 def ran_its_course(attrs: dict, limit_s: float) -> bool:
@@ -141,6 +149,22 @@ def _too_slow(config: dict, view: View) -> str | None:
 def _cut_before(config: dict, view: View) -> str | None:
     """The device's other studies of this model say it will not: the knowledge store's `CompileCuts.reason`."""
     return view.cuts.reason(config, view.trial_limit_s) if view.cuts is not None else None
+
+
+def over_memory_before(config: dict, view: View) -> tuple[str, dict] | None:
+    """It peaked above this search's memory limit in the device's other studies of this workload, at least
+    TIMES times (the knowledge store's `Peaks.floor`, with its MARGIN): why, and the known peak and how far
+    it is over, which the record keeps so that the configuration is moved down the activation-budget ladder
+    as one measured over the limit would be (`strategy.fitting_move`)."""
+    limit = view.memory_limit_gb
+    known = view.peaks.floor(config, view.study.study_name) if view.peaks is not None and limit else None
+    if known is None or known["peak_gb"] <= limit * (1 + PEAK_MARGIN):
+        return None
+    reason = (
+        f"over the memory limit before it runs: it peaked at {known['peak_gb']:.2f} GB or more in {known['of']} "
+        f"runs here ({known['by']}), above --max-memory-gb {limit:g}"
+    )
+    return reason, {"known_peak_mem_gb": known["peak_gb"], "over_memory_gb": known["peak_gb"] - limit}
 
 
 # A lower bound rules a configuration out only at this share of itself: graph compile times of one
@@ -212,6 +236,7 @@ GATES: tuple[Gate, ...] = (
     Gate("failed before", Outcome.INFEASIBLE, _failed_before),
     Gate("too slow", Outcome.INFEASIBLE, _too_slow),
     Gate("cut before", Outcome.INFEASIBLE, _cut_before),
+    Gate("over memory before", Outcome.INFEASIBLE, over_memory_before),
     Gate("ruled out", Outcome.PRUNED, ruled_out),
     Gate("out of time", Outcome.NOT_STARTED, out_of_time),
     Gate("too long", Outcome.NOT_RERUN, _not_rerun),

@@ -48,6 +48,7 @@ class Record(Result, total=False):
     score: float  # its effective speed over the horizon (scoring.score); 0 for any status but ok
     numerics: dict  # its numerics against eager (scoring.numerics_verdict)
     over_memory_gb: float  # how far above --max-memory-gb it peaked (infeasible for it alone)
+    known_peak_mem_gb: float  # refused before launch: the peak it took in other studies here (knowledge.peaks)
     predicted_warmup_s: float  # its cold warm-up as the cost model predicted it before launch
     compile_cache: str  # "shared": it compiled into the study's shared cache
     screen: dict  # its screen: measured with the repeated blocks cut (engine/screening.py)

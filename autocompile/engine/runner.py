@@ -197,6 +197,7 @@ class Runner:
         cuts=None,
         gains=None,
         paces=None,
+        peaks=None,
         plain=None,
         started: float | None = None,
     ):
@@ -210,6 +211,7 @@ class Runner:
         self.cuts = cuts  # the knowledge store's compile cuts: values cut twice while compiling (or None)
         self.gains = gains  # the knowledge store's gains: how far a neighbour has gone past its parent (or None)
         self.paces = paces  # the knowledge store's paces: how fast a configuration has run on this workload (or None)
+        self.peaks = peaks  # the knowledge store's peaks: how much memory a configuration took on this workload (or None)
         self.plain = plain  # the knowledge store's plain torch.compiles of this model here (or None)
         self.cut_baselines: set[Role] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
@@ -226,6 +228,8 @@ class Runner:
             self.cuts,
             self.predictor,
             horizon.scoring(settings) if settings.prune else None,
+            peaks=self.peaks,
+            memory_limit_gb=StudyView(self.study).memory_limit(settings.max_memory_gb) if self.peaks else None,
             **asked,
         )
 
@@ -263,7 +267,7 @@ class Runner:
             set_attrs(trial, {"status": Status.DUPLICATE, "config": config})
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         elif refusal.outcome is Outcome.INFEASIBLE:
-            self._reject(trial, config, role, refusal.reason)
+            self._reject(trial, config, role, refusal.reason, dict(refusal.attrs))
         elif refusal.outcome is Outcome.PRUNED:
             self._prune_before_launch(trial, config, role, refusal.reason)
         elif refusal.outcome is Outcome.NOT_STARTED:
@@ -524,8 +528,9 @@ class Runner:
         self._report(trial.number, describe_config(config), record)
         self._told(trial)
 
-    def _reject(self, trial, config: dict, role: Role, reason: str) -> None:
-        """A configuration that cannot work here: infeasible before launch, at no GPU cost."""
+    def _reject(self, trial, config: dict, role: Role, reason: str, known: dict | None = None) -> None:
+        """A configuration that cannot work here: infeasible before launch, at no GPU cost (`known`: what
+        the gate knew of it that the record keeps)."""
         record = {
             "status": Status.INFEASIBLE,
             "reason": "rejected before launch: " + reason,
@@ -533,6 +538,7 @@ class Runner:
             "wall_s": 0.0,
             "score": 0.0,
             "notes": [],
+            **(known or {}),
         }
         set_attrs(trial, {"role": role, **to_attrs(record)})
         trial.set_constraint("failed", violation(record))

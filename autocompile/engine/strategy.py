@@ -369,7 +369,7 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
             continue  # a rung of its ladder fits already: a lower one recomputes more for no memory needed
         base = dict(t.params) if t.params else space.params_for({})
         lower = sorted((v for v in dim.choices if v is not None and v < (base.get(BUDGET) or 1.0)), reverse=True)
-        limit = t.user_attrs["peak_mem_gb"] - t.user_attrs["over_memory_gb"]
+        limit = _peak(t.user_attrs) - t.user_attrs["over_memory_gb"]
         peaks = _peaks_by_budget(view, t.user_attrs["config"])
         for value in sorted(lower, key=lambda v: _rung(v, lower, peaks, limit)):
             params = space.params_for({**base, BUDGET: value})
@@ -381,6 +381,12 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
             changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
             return {"params": params, "changed": changed, "parent": t.number, "parent_params": base, "config": config}
     return None
+
+
+def _peak(attrs: dict) -> float | None:
+    """A trial's peak memory: measured, or where a gate refused it over the limit, the one it took in other
+    studies of this workload here (gates.over_memory_before)."""
+    return attrs.get("peak_mem_gb") or attrs.get("known_peak_mem_gb")
 
 
 def _but_budget(config: dict) -> dict:
@@ -403,8 +409,8 @@ def _peaks_by_budget(view: StudyView, config: dict) -> dict[float, float]:
     peaks = {}
     for t in view.trials:
         seen = t.user_attrs.get("config") or {}
-        if t.user_attrs.get("peak_mem_gb") and _but_budget(seen) == same:
-            peaks[seen.get(BUDGET) or 1.0] = t.user_attrs["peak_mem_gb"]
+        if _peak(t.user_attrs) and _but_budget(seen) == same:
+            peaks[seen.get(BUDGET) or 1.0] = _peak(t.user_attrs)
     return peaks
 
 

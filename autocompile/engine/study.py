@@ -271,12 +271,13 @@ def _resume_after_dead_workers(study, settings: SearchSettings, progress: Progre
 
 def _runner(study, storage, url: str, settings: SearchSettings, progress: Progress, space, callbacks, started: float) -> Runner:
     """The runner of the search, the knowledge store's observers of this model here (failures, compile
-    cuts, cold runs, gains, paces, plain compiles) called first after each trial."""
+    cuts, cold runs, gains, paces, peaks, plain compiles) called first after each trial."""
     path = store_path(settings.memory_path)
     key = (space.caps.torch_version, _device_name(settings.device), settings.model)
     failures, cuts, cold = Failures(path, space, key[1], url), compile_cuts(path, *key), ColdRuns(path, *key)
     gains, plain = knowledge.MoveGains(path, *key), knowledge.PlainCompiles(path, *key)
     paces = knowledge.Paces(path, key[0], key[1], knowledge.workload(vars(settings)))
+    peaks = knowledge.Peaks(path, key[0], key[1], knowledge.workload(vars(settings)))
     _plan_cold_runs(study, cold, progress)
     return Runner(
         study,
@@ -284,13 +285,14 @@ def _runner(study, storage, url: str, settings: SearchSettings, progress: Progre
         url,
         settings,
         progress,
-        callbacks=(failures, cuts, cold, gains, paces, plain, *callbacks),
+        callbacks=(failures, cuts, cold, gains, paces, peaks, plain, *callbacks),
         deadline=None,
         space=space,
         failures=failures,
         cuts=cuts,
         gains=gains,
         paces=paces,
+        peaks=peaks,
         plain=plain,
         started=started,
     )  # the knowledge store's observers first
@@ -303,8 +305,8 @@ def compile_cuts(path: str, torch: str, device: str, model: str) -> CompileCuts:
 
 
 def learn_from(path: str, study) -> dict[str, int]:
-    """Feed a finished study into the store's compile cuts, cold runs, gains and paces, keyed by its model (its
-    workload, for paces) and the torch and device its trials recorded (`knowledge.study_key`): how many trials
+    """Feed a finished study into the store's compile cuts, cold runs, gains, paces and peaks, keyed by its model
+    (its workload, for paces and peaks) and the torch and device its trials recorded (`knowledge.study_key`): how many trials
     each stored."""
     key = knowledge.study_key(study)
     workload = knowledge.workload(study.user_attrs["settings"])
@@ -315,6 +317,7 @@ def learn_from(path: str, study) -> dict[str, int]:
             "cold": ColdRuns(path, *key),
             "gains": knowledge.MoveGains(path, *key),
             "paces": knowledge.Paces(path, key[0], key[1], workload),
+            "peaks": knowledge.Peaks(path, key[0], key[1], workload),
             "plain": knowledge.PlainCompiles(path, *key),
         },
     )

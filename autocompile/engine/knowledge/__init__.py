@@ -5,7 +5,8 @@ finished trial as an Optuna callback and answers one question: `failures` (value
 the same way: left out), `cuts` (values cut at the trial limit while compiling: refused), `cold`
 (the finalist round's cold runs: the scale its next round plans with), `gains` (how far a neighbour
 has gone past its parent: the ceiling of a neighbour's pruning bound), `paces` (how fast a configuration has
-run on a workload: the ceiling of its next trial's pruning bound), `plain` (what plain torch.compile's
+run on a workload: the ceiling of its next trial's pruning bound), `peaks` (how much memory a configuration
+has taken on a workload: refused where a search's limit is below it), `plain` (what plain torch.compile's
 whole-model compile took: where it runs in the next study). `store` forgets, lists and
 learns over all of them. The store knows no search policy: the engine passes it in.
 """
@@ -15,6 +16,7 @@ from autocompile.engine.knowledge.cuts import CompileCuts, implicated
 from autocompile.engine.knowledge.failures import Failures, signature, why
 from autocompile.engine.knowledge.gains import MoveGains
 from autocompile.engine.knowledge.paces import Paces, workload
+from autocompile.engine.knowledge.peaks import Peaks
 from autocompile.engine.knowledge.plain import PlainCompiles
 from autocompile.engine.knowledge.schema import Observer, device_name, store_path
 from autocompile.engine.knowledge.store import forget, learn, listing, study_key
@@ -26,6 +28,7 @@ __all__ = [
     "MoveGains",
     "Observer",
     "Paces",
+    "Peaks",
     "PlainCompiles",
     "device_name",
     "forget",

@@ -2,9 +2,9 @@
 
 One SQLite file (sqlite-utils) on the machine keeps what finished trials taught across studies,
 each row keyed by the torch version and the device's name (a newer torch starts clean). Each
-observer (`failures`, `cuts`, `cold`, `gains`, `paces`, `plain`) is told every finished trial, as an Optuna callback, and keeps
-its own tables here; `store` forgets, lists and learns over all of them. The tables and columns are
-those the first stores wrote: a file they wrote (studies/gpu-failures.db) reads as it did.
+observer (`failures`, `cuts`, `cold`, `gains`, `paces`, `peaks`, `plain`) is told every finished trial,
+as an Optuna callback, and keeps its own tables here; `store` forgets, lists and learns over all of them.
+The tables and columns are those the first stores wrote: a file they wrote (studies/gpu-failures.db) reads as it did.
 """
 
 from __future__ import annotations
@@ -69,6 +69,10 @@ TABLES = {
     ),
     "paces": (
         {"torch": str, "device": str, "model": str, "study": str, "trial": int, "config": str, "steps_per_s": float},
+        ("torch", "device", "model", "study", "trial"),
+    ),
+    "peaks": (
+        {"torch": str, "device": str, "model": str, "study": str, "trial": int, "config": str, "peak_gb": float},
         ("torch", "device", "model", "study", "trial"),
     ),
     "plain_compiles": (

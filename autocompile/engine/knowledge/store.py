@@ -9,11 +9,12 @@ from autocompile.engine.knowledge.cuts import CompileCuts
 from autocompile.engine.knowledge.failures import Failures
 from autocompile.engine.knowledge.gains import MoveGains
 from autocompile.engine.knowledge.paces import Paces
+from autocompile.engine.knowledge.peaks import Peaks
 from autocompile.engine.knowledge.plain import PlainCompiles
 from autocompile.engine.knowledge.schema import Observer, open_file, parse
 from autocompile.errors import UserError
 
-KINDS = (Failures, CompileCuts, ColdRuns, MoveGains, Paces, PlainCompiles)
+KINDS = (Failures, CompileCuts, ColdRuns, MoveGains, Paces, Peaks, PlainCompiles)
 
 
 def forget(path: str, what: str | None) -> int:
@@ -32,7 +33,7 @@ def forget(path: str, what: str | None) -> int:
 def listing(path: str) -> dict:
     """What `autocompile failures` shows, every observer's listing in one: `left_out` and `failed_trials`
     (failures), `cuts` (compile cuts), `cold` (cold runs), `gains` (neighbours against their parents), `paces`
-    (the configurations measured, per workload), `plain`
+    (the configurations measured, per workload), `peaks` (their peak memory, per workload), `plain`
     (plain torch.compile's whole-model compiles); empty where there is no file."""
     db = open_file(path if os.path.exists(path) else None)
     return {name: rows for kind in KINDS for name, rows in kind.listing(db).items()}
