@@ -17,6 +17,15 @@ from autocompile.trial import graphs
 from conftest import FAST, PLAIN_GRAPHS, toy
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _cold_kernel_builds():
+    """These tests compare cold compiles with cache hits: Inductor's C++ kernels are built with g++ itself
+    here, not copied from the suite's build cache (tests/cxx/g++)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("AUTOCOMPILE_TEST_CXX_CACHE", raising=False)
+        yield
+
+
 def _study(settings):
     return load_study(settings.study, "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
 
