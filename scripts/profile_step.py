@@ -77,7 +77,8 @@ def main() -> int:
         wall = time.perf_counter() - start
     kernels: dict[str, float] = {}
     for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
+        # a range a user annotated (Optimizer.step#AdamW.step) spans the kernels it launched: not one of them
+        if event.device_type == torch.autograd.DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
             kernels[event.name] = kernels.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3  # ms
     lines = [
         f"{args.model} {os.path.basename(args.config)} on {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'},"
