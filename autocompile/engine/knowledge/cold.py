@@ -19,7 +19,7 @@ import statistics
 
 import sqlite_utils
 
-from autocompile.engine.knowledge.schema import Observer, open_file
+from autocompile.engine.knowledge.schema import clear, Observer, open_file
 from autocompile.trial.result import Status
 
 TABLE = "cold_runs"
@@ -88,11 +88,7 @@ class ColdRuns(Observer):
     @staticmethod
     def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
         """Every stored cold run (None); a cold run holds no value, so none for one."""
-        if value is not None:
-            return 0
-        count = db[TABLE].count
-        db[TABLE].delete_where()
-        return count
+        return clear(db, TABLE, value)
 
     @staticmethod
     def listing(db: sqlite_utils.Database) -> dict:

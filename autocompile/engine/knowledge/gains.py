@@ -16,7 +16,7 @@ import statistics
 
 import sqlite_utils
 
-from autocompile.engine.knowledge.schema import TIMES, Observer, open_file
+from autocompile.engine.knowledge.schema import TIMES, clear, Observer, open_file
 from autocompile.trial.result import Status
 
 TABLE = "gains"
@@ -83,11 +83,7 @@ class MoveGains(Observer):
     @staticmethod
     def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
         """--forget-all clears them; a single value's --forget leaves them (a gain is no failure)."""
-        if value is not None:
-            return 0
-        count = db[TABLE].count
-        db[TABLE].delete_where()
-        return count
+        return clear(db, TABLE, value)
 
     @staticmethod
     def listing(db: sqlite_utils.Database) -> dict:

@@ -15,7 +15,7 @@ import json
 
 import sqlite_utils
 
-from autocompile.engine.knowledge.schema import TIMES, Observer, open_file
+from autocompile.engine.knowledge.schema import TIMES, clear, Observer, open_file
 from autocompile.trial.result import Status
 
 TABLE = "paces"
@@ -32,6 +32,16 @@ def workload(settings: dict) -> str:
 
 def config_key(config: dict) -> str:
     return json.dumps(config, sort_keys=True)
+
+
+def runs_of(db: sqlite_utils.Database, table: str, key: dict, config: dict, study: str | None) -> list[dict]:
+    """The rows of `table` that hold `config` on `key`'s torch, device and workload, but those of `study`."""
+    where = "torch = ? and device = ? and model = ? and config = ?"
+    return [
+        r
+        for r in db[table].rows_where(where, [key["torch"], key["device"], key["model"], config_key(config)])
+        if r["study"] != study
+    ]
 
 
 def _pace(a: dict) -> float | None:
@@ -72,13 +82,7 @@ class Paces(Observer):
     def ceiling(self, config: dict, study: str | None = None) -> dict | None:
         """The fastest the configuration has run in other studies here (`steps_per_s`), the trial that did
         (`by`) and how many runs were stored (`of`); None where fewer than TIMES were."""
-        rows = [
-            r
-            for r in self.db[TABLE].rows_where(
-                "torch = ? and device = ? and model = ? and config = ?", [*self.key.values(), config_key(config)]
-            )
-            if r["study"] != study
-        ]
+        rows = runs_of(self.db, TABLE, self.key, config, study)
         if len(rows) < TIMES:
             return None
         best = max(rows, key=lambda r: r["steps_per_s"])
@@ -87,11 +91,7 @@ class Paces(Observer):
     @staticmethod
     def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
         """--forget-all clears them; a single value's --forget leaves them (a pace is no failure)."""
-        if value is not None:
-            return 0
-        count = db[TABLE].count
-        db[TABLE].delete_where()
-        return count
+        return clear(db, TABLE, value)
 
     @staticmethod
     def listing(db: sqlite_utils.Database) -> dict:

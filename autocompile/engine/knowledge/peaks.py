@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sqlite_utils
 
-from autocompile.engine.knowledge.paces import config_key
-from autocompile.engine.knowledge.schema import TIMES, Observer, open_file
+from autocompile.engine.knowledge.paces import config_key, runs_of
+from autocompile.engine.knowledge.schema import TIMES, clear, Observer, open_file
 
 TABLE = "peaks"
 MARGIN = 0.02  # a stored peak must be this much above a limit to rule a configuration out
@@ -41,13 +41,7 @@ class Peaks(Observer):
     def floor(self, config: dict, study: str | None = None) -> dict | None:
         """The least the configuration has peaked at in other studies here (`peak_gb`), the trials that say so
         (`by`) and how many runs were stored (`of`); None where fewer than TIMES were."""
-        rows = [
-            r
-            for r in self.db[TABLE].rows_where(
-                "torch = ? and device = ? and model = ? and config = ?", [*self.key.values(), config_key(config)]
-            )
-            if r["study"] != study
-        ]
+        rows = runs_of(self.db, TABLE, self.key, config, study)
         if len(rows) < TIMES:
             return None
         rows.sort(key=lambda r: r["peak_gb"])
@@ -57,11 +51,7 @@ class Peaks(Observer):
     @staticmethod
     def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
         """--forget-all clears them; a single value's --forget leaves them (a peak is no failure)."""
-        if value is not None:
-            return 0
-        count = db[TABLE].count
-        db[TABLE].delete_where()
-        return count
+        return clear(db, TABLE, value)
 
     @staticmethod
     def listing(db: sqlite_utils.Database) -> dict:

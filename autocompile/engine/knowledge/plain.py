@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite_utils
 
-from autocompile.engine.knowledge.schema import Observer, open_file
+from autocompile.engine.knowledge.schema import clear, Observer, open_file
 from autocompile.engine.records import Role
 from autocompile.trial.result import Status
 
@@ -62,11 +62,7 @@ class PlainCompiles(Observer):
     @staticmethod
     def forget(db: sqlite_utils.Database, value: tuple[str, str] | None) -> int:
         """--forget-all clears them; a single value's --forget leaves them (plain torch.compile has no value)."""
-        if value is not None:
-            return 0
-        count = db[TABLE].count
-        db[TABLE].delete_where()
-        return count
+        return clear(db, TABLE, value)
 
     @staticmethod
     def listing(db: sqlite_utils.Database) -> dict:

@@ -132,6 +132,16 @@ def parse(text: str) -> tuple[str, str]:
     return name, json.dumps(value)
 
 
+def clear(db: sqlite_utils.Database, table: str, value: tuple[str, str] | None) -> int:
+    """Forget a table whose rows hold no failing value: --forget-all (None) clears it, a single value's --forget
+    leaves it. How many rows went."""
+    if value is not None:
+        return 0
+    count = db[table].count
+    db[table].delete_where()
+    return count
+
+
 class Observer:
     """One question the store answers from finished trials. It is told each one as an Optuna
     callback, `observer(study, frozen_trial)`, which `take`s it; it answers with its own query
