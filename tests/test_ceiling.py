@@ -224,3 +224,34 @@ def test_the_runner_bounds_a_trial_by_the_lower_of_its_move_s_ceiling_and_its_co
     ceiling, because = runner._ceiling(neighbour)  # 1.2 x 1.05 = 1.26, below the pace's 1.61
     assert ceiling == pytest.approx(1.26) and "the most a move of mode has gained" in because
     assert runner._ceiling(SimpleNamespace(user_attrs={"config": {**config, "mode": "max-autotune"}})) == (None, "")
+
+
+def test_replayed_on_every_committed_study_a_known_peak_refuses_only_what_ran_over_the_memory_limit():
+    """The gate `over memory before`, replayed on every committed study searched under --max-memory-gb with the
+    peaks of the device's other studies of its workload: each measured trial it would have refused had peaked over
+    that study's limit, and it refuses the recipes that the lora-8b searches under eager's memory ran to find so."""
+    from autocompile.engine.gates import View, over_memory_before
+    from autocompile.engine.knowledge import Peaks
+    from autocompile.engine.studyview import StudyView
+
+    studies = list(_studies())
+    keyed = _keyed(studies)
+    refused = {}
+    for name, study in studies:
+        limit_was = (study.user_attrs.get("search_settings") or {}).get("max_memory_gb")
+        if name not in keyed or limit_was is None:
+            continue
+        peaks = Peaks(None, *keyed[name])
+        for other, other_study in studies:
+            if other != name and keyed.get(other) == keyed[name]:
+                for t in other_study.trials:
+                    peaks.take(other_study, t)
+        limit = StudyView(study).memory_limit(limit_was)
+        view = View(study, peaks=peaks, memory_limit_gb=limit)
+        for t in study.trials:
+            a = t.user_attrs
+            if a.get("peak_mem_gb") and a.get("wall_s") and over_memory_before(a["config"], view):
+                assert a["peak_mem_gb"] > limit, (name, t.number, a["peak_mem_gb"], limit)
+                refused.setdefault(name, []).append(t.number)
+    assert refused["lora-8b-1gpu-6"] == [1, 2] and refused["lora-8b-1gpu-5"] == [1, 2]
+    assert sum(map(len, refused.values())) >= 20
