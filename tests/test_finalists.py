@@ -10,6 +10,7 @@ import pytest
 from autocompile.engine import claims
 from autocompile.engine.finalists import gpu_footing, split
 from autocompile.engine.finalists.verdict import round_verdict, scaled
+from conftest import ROOT
 
 
 def _trial(number: int, steps_per_s: float, wall_s: float = 10.0, warmup_s: float = 2.0, value: float | None = None):
@@ -107,3 +108,26 @@ def test_a_worker_keeps_working_while_the_round_waits_for_another_workers_trial(
     assert mine.user_attrs["expected_end"] == pytest.approx(time.time() + 30.0, abs=1)  # MIN_TRIAL_S: none measured
     claims.expect_end(runner, mine, {"compile": True}, keep=280.0)
     assert mine.user_attrs["expected_end"] == pytest.approx(time.time() + 20.0, abs=1)
+
+
+def test_on_several_gpus_the_reconstructed_finalists_run_cold_at_once_where_their_gpu_would_wait():
+    """lora-8b-3gpu-5 (three H200, 2026-11-28): the round ran trial 14 cold on GPU 0 while GPUs 1 and 2 reran
+    trials 41 and 33 warm, then the verdict picked 41 (its warm-up reconstructed) and ran it cold, 104 s more,
+    while GPUs 0 and 2 waited. With each GPU's runs estimated, 41's and 33's cold runs end before GPU 0's: all
+    three run cold at once. On one GPU, or where a lane would end later, only the pick runs cold."""
+    from autocompile.engine.cost import cold_scale
+    from autocompile.engine.finalists.plan import cold_pick
+    from autocompile.engine.finalists.round import cold_runs
+
+    journal = optuna.storages.journal.JournalFileBackend(f"{ROOT}/studies/history/lora-8b-3gpu-5/journal.log")
+    study = optuna.load_study(study_name="lora-8b-3gpu-5", storage=optuna.storages.JournalStorage(journal))
+    eager, one, two, three = (study.trials[n] for n in (0, 14, 41, 33))
+    scale = cold_scale(study)
+    assert cold_pick([one, two, three], scale).number == 14
+    lanes = [("0", [one]), ("1", [two]), ("2", [three])]
+    assert cold_runs(lanes, eager, one, scale) == {14, 41, 33}
+    assert cold_runs([("0", [one, two, three])], eager, one, scale) == {14}  # one GPU: the pick alone
+    assert cold_runs([("0", [two]), ("1", [one, three])], eager, two, scale) == {41}  # 14 and 33 cold would end later
+    assert cold_runs(lanes, eager, None, scale) == set()
+    # what the round ran: one cold run in its first pass, and the verdict's second after it
+    assert [t.user_attrs.get("remeasure_of") for t in study.trials[76:80] if t.user_attrs.get("cold_check")] == [14, 41]

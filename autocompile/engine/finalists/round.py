@@ -12,7 +12,7 @@ from autocompile.engine.finalists.lanes import Lane, drive
 from autocompile.engine.horizon import budget_horizon
 from autocompile.engine.horizon import scoring as horizon_of
 from autocompile.engine.finalists.plan import cold_pick, contenders, plan_round, rerun_limit_s, say_left_out
-from autocompile.engine.finalists.verdict import WINNER_RULE, rechosen, round_verdict
+from autocompile.engine.finalists.verdict import WINNER_RULE, reconstructed, rechosen, round_verdict
 from autocompile.engine.records import Role, plain
 from autocompile.engine.runner import Prepared, new_trial
 from autocompile.engine.studyview import StudyView
@@ -58,18 +58,22 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1, gpus: list[str] | Non
         # this round was run already for these finalists, under the current numerics guard
         return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, horizon_of(runner.settings), progress.line)
     pick = cold_pick(finalists, cold_scale(study))
+    colds = cold_runs([(gpu, lane) for gpu, lane in zip(gpus, lanes) if lane], eager, pick, cold_scale(study))
     cold = (
         f"; trial {pick.number}, its warm-up reconstructed, from empty caches: its warm-up measured cold"
         if pick is not None
         else ""
     )
+    others = sorted(colds - {pick.number}) if pick is not None else []
+    if others:
+        cold += f" (trial{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} too, on GPUs that would wait for it)"
     progress.line(
         f"finalist round: trials {', '.join(map(str, numbers))} measured again, alternating with eager; "
         f"each starts from the code its first run compiled, whose cold warm-up and numerics it carries{cold}"
         + _where(lanes, gpus)
     )
     on = None if gpus == [None] else {t.number: gpu for gpu, lane in zip(gpus, lanes) for t in lane}
-    runs = _run_rounds(runner, eager, [(gpu, lane) for gpu, lane in zip(gpus, lanes) if lane], pick, overrun, rounds)
+    runs = _run_rounds(runner, eager, [(gpu, lane) for gpu, lane in zip(gpus, lanes) if lane], pick, colds, overrun, rounds)
     verdict = _verdict(runner, eager, finalists, runs, rounds, on)
     if _measure_again(runner, eager, finalists, runs, verdict["candidates"], rounds):
         verdict = _verdict(runner, eager, finalists, runs, rounds, on)
@@ -93,10 +97,37 @@ def _where(lanes: list[list], gpus: list) -> str:
     )
 
 
-def _run_rounds(runner: Runner, eager, lanes: list[tuple], pick, overrun: float, rounds: int) -> dict[int, list[dict]]:
+def cold_runs(lanes: list[tuple], eager, pick, scale: float) -> set[int]:
+    """The finalists whose first run in the round is from empty caches: `pick` (`cold_pick`), and on several
+    GPUs each other finalist whose warm-up was reconstructed where its GPU's runs, that one cold, are still
+    expected to end before the GPU that runs `pick` ends (`lanes`: each GPU's name and finalists). A GPU would
+    otherwise wait for that one, and then for the cold run that the verdict asks where it picks another
+    reconstructed finalist (`cold.cold_check`): the round's cold runs are all at once."""
+    if pick is None:
+        return set()
+    colds = {pick.number}
+    if len(lanes) < 2:
+        return colds
+    base = rerun_estimate_s(eager) if eager is not None else 0.0
+
+    def lane_s(lane: list, cold: set) -> float:
+        return base + sum(cold_run_s(t, scale) if t.number in cold else rerun_estimate_s(t) for t in lane)
+
+    longest = max(lane_s(lane, colds) for _, lane in lanes)
+    for _, lane in lanes:
+        for t in lane:
+            if t.number not in colds and reconstructed(t) and lane_s(lane, colds | {t.number}) <= longest:
+                colds.add(t.number)
+    return colds
+
+
+def _run_rounds(
+    runner: Runner, eager, lanes: list[tuple], pick, colds: set[int], overrun: float, rounds: int
+) -> dict[int, list[dict]]:
     """The round's runs, by the trial each measures again: each GPU's (`lanes`: its name and its
     finalists, the leader's first) at once, each its eager then its finalists, in reverse order every
-    other round; the first round's run of `pick` (`cold_pick`) from empty caches. The round was planned
+    other round; the first round's runs of `colds` (`cold_runs`: `pick`, `cold_pick`'s, and those beside
+    it on GPUs that would wait) from empty caches. The round was planned
     from what its runs took (the reserve): a run is left out only when what it took no longer fits, and
     the first round's eager, leader and pick always run."""
     progress = runner.progress
@@ -106,7 +137,7 @@ def _run_rounds(runner: Runner, eager, lanes: list[tuple], pick, overrun: float,
     drive(
         runner,
         [
-            _lane(runner, reference, lane, _must(reference, lane, lanes[0][1][0], pick), pick, overrun, rounds, gpu, runs)
+            _lane(runner, reference, lane, _must(reference, lane, lanes[0][1][0], pick), colds, overrun, rounds, gpu, runs)
             for gpu, lane in lanes
         ],
     )
@@ -125,7 +156,7 @@ def _lane(
     reference: list,
     finalists: list,
     must: set,
-    pick,
+    colds: set[int],
     overrun: float,
     rounds: int,
     gpu: str | None,
@@ -143,7 +174,8 @@ def _lane(
             ):
                 runner.progress.line(f"finalist round: search timeout reached, trial {original.number} not measured again")
                 break
-            runs[original.number].extend((yield from _runs_of(runner, original, r, overrun, r == 0 and original is pick, gpu)))
+            cold = r == 0 and original.number in colds
+            runs[original.number].extend((yield from _runs_of(runner, original, r, overrun, cold, gpu)))
 
 
 def _runs_of(runner: Runner, original, r: int, overrun: float, cold: bool, gpu: str | None) -> Lane:
