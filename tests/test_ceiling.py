@@ -247,7 +247,7 @@ def test_replayed_on_every_committed_study_a_known_peak_refuses_only_what_ran_ov
                 for t in other_study.trials:
                     peaks.take(other_study, t)
         limit = StudyView(study).memory_limit(limit_was)
-        view = View(study, peaks=peaks, memory_limit_gb=limit)
+        view = View(study, peaks=peaks, max_memory_gb=limit_was)
         for t in study.trials:
             a = t.user_attrs
             if a.get("peak_mem_gb") and a.get("wall_s") and over_memory_before(a["config"], view):

@@ -23,6 +23,7 @@ from autocompile.engine.cost import Predictor, rerun_estimate_s, too_slow, twin_
 from autocompile.engine.knowledge.peaks import MARGIN as PEAK_MARGIN
 from autocompile.engine.learned import measured_as
 from autocompile.engine.scoring import _judged_by_an_older_guard, best_score
+from autocompile.engine.studyview import StudyView
 from autocompile.space import DEFAULTS
 from autocompile.trial.result import Status
 
@@ -70,7 +71,7 @@ class View:
     before_round_s: float | None = None  # what is left of --timeout before the finalist round; None: no bound
     first: optuna.trial.FrozenTrial | None = None  # the finalist a rerun would measure again
     peaks: Peaks | None = None
-    memory_limit_gb: float | None = None  # --max-memory-gb, resolved ("eager": eager's measured peak)
+    max_memory_gb: float | str | None = None  # --max-memory-gb as given (a number, or "eager")
 
 
 @dataclass(frozen=True)
@@ -156,9 +157,11 @@ def over_memory_before(config: dict, view: View) -> tuple[str, dict] | None:
     TIMES times (the knowledge store's `Peaks.floor`, with its MARGIN): why, and the known peak and how far
     it is over, which the record keeps so that the configuration is moved down the activation-budget ladder
     as one measured over the limit would be (`strategy.fitting_move`)."""
-    limit = view.memory_limit_gb
-    known = view.peaks.floor(config, view.study.study_name) if view.peaks is not None and limit else None
-    if known is None or known["peak_gb"] <= limit * (1 + PEAK_MARGIN):
+    if view.peaks is None or view.max_memory_gb is None:
+        return None
+    known = view.peaks.floor(config, view.study.study_name)
+    limit = StudyView(view.study).memory_limit(view.max_memory_gb) if known else None  # "eager": its measured peak
+    if not limit or known["peak_gb"] <= limit * (1 + PEAK_MARGIN):
         return None
     reason = (
         f"over the memory limit before it runs: it peaked at {known['peak_gb']:.2f} GB or more in {known['of']} "

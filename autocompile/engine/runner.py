@@ -229,9 +229,7 @@ class Runner:
             self.predictor,
             horizon.scoring(settings) if settings.prune else None,
             peaks=self.peaks,
-            memory_limit_gb=StudyView(self.study).memory_limit(settings.max_memory_gb)
-            if self.peaks and settings.max_memory_gb is not None
-            else None,
+            max_memory_gb=settings.max_memory_gb,
             **asked,
         )
 

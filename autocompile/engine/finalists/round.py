@@ -57,8 +57,10 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1, gpus: list[str] | Non
     if done and done.get("finalists") == numbers and done.get("numerics_guard") == REPLAY_VERSION:
         # this round was run already for these finalists, under the current numerics guard
         return done if done.get("winner_rule") == WINNER_RULE else rechoose(study, horizon_of(runner.settings), progress.line)
-    pick = cold_pick(finalists, cold_scale(study))
-    colds = cold_runs([(gpu, lane) for gpu, lane in zip(gpus, lanes) if lane], eager, pick, cold_scale(study))
+    used = [(gpu, lane) for gpu, lane in zip(gpus, lanes) if lane]
+    scale = cold_scale(study)
+    pick = cold_pick(finalists, scale)
+    colds = cold_runs(used, eager, pick, scale)
     cold = (
         f"; trial {pick.number}, its warm-up reconstructed, from empty caches: its warm-up measured cold"
         if pick is not None
@@ -73,7 +75,7 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1, gpus: list[str] | Non
         + _where(lanes, gpus)
     )
     on = None if gpus == [None] else {t.number: gpu for gpu, lane in zip(gpus, lanes) for t in lane}
-    runs = _run_rounds(runner, eager, [(gpu, lane) for gpu, lane in zip(gpus, lanes) if lane], pick, colds, overrun, rounds)
+    runs = _run_rounds(runner, eager, used, pick, colds, overrun, rounds)
     verdict = _verdict(runner, eager, finalists, runs, rounds, on)
     if _measure_again(runner, eager, finalists, runs, verdict["candidates"], rounds):
         verdict = _verdict(runner, eager, finalists, runs, rounds, on)
