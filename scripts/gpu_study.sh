@@ -21,7 +21,7 @@ mkdir -p "$RUNS"
 export AUTOCOMPILE_CACHE="$RUNS/memory"
 mkdir -p "$AUTOCOMPILE_CACHE"
 [ -f "$AUTOCOMPILE_CACHE/failures.db" ] || [ ! -f studies/gpu-failures.db ] || cp studies/gpu-failures.db "$AUTOCOMPILE_CACHE/failures.db"
-# Collect: each queue's log, the failure memory, and one archive of every study and trial folder
+# Collect: each queue's log (and a script's, run beside the queues as $RUNS/search-NAME.log), the failure memory, and one archive of every study and trial folder
 # (their compile caches left out; at most 8 files come back from a call). `watch` collects every
 # COLLECT_S seconds and when it is stopped, so that a call cut by the device's limit (its time or
 # the session's device time running out) still brings back what had finished.
@@ -32,7 +32,8 @@ collect() {
   folders=()
   for d in "$RUNS"/*/; do
     s=$(basename "$d")
-    [ -f "$d/study.db" ] || [ -f "$d/journal.log" ] || [ -f "$d/spec.json" ] || [ -f "$d/cache-check.json" ] && folders+=("$s")
+    [ -f "$d/study.db" ] || [ -f "$d/journal.log" ] || [ -f "$d/spec.json" ] || [ -f "$d/cache-check.json" ] \
+      || [[ $s == probe-* ]] && folders+=("$s")  # probe-*: a script's output folder (--out)
   done
   [ ${#folders[@]} -gt 0 ] && tar -czf "$OUT/runs.tar.gz.part" -C "$RUNS" --exclude='cache' "${folders[@]}" \
     && mv "$OUT/runs.tar.gz.part" "$OUT/runs.tar.gz"

@@ -19,7 +19,7 @@ import time
 KINDS = [
     ("matmul", r"gemm|cutlass|sm90_xmma|nvjet|cublas|matmul|_mm_|\bmm\b|addmm|bmm"),
     ("attention", r"flash|fmha|attention|flex|sdpa|triton_tem_fused_flex"),
-    ("optimizer", r"adam|multi_tensor|foreach|_fused_"),
+    ("optimizer", r"adam|multi_tensor|foreach|^triton_for_"),  # a compiled step's kernels: triton_for_fused_N
     ("copy / memset", r"memcpy|memset|copy|cat|fill"),
     ("triton fused", r"^triton_"),
     ("reduction / norm", r"reduce|norm|softmax|cross_entropy|nll"),

@@ -4,6 +4,7 @@ limit in captioner-fresh-5 and captioner-fresh-6 (TPE's trial 11 in each, H200, 
 
 from autocompile.cli import main
 from autocompile.engine.knowledge import implicated
+from autocompile.engine.strategy import compile_cut_values
 from autocompile.engine.study import SearchSettings, compile_cuts as CompileMemory, load_study, open_search
 from conftest import ROOT, toy
 
@@ -137,3 +138,21 @@ def test_the_whole_model_cut_at_the_limit_in_each_study_is_refused_before_launch
     autotune = lora.reason({**full, "mode": "max-autotune-no-cudagraphs"}, 240)
     assert 'mode="max-autotune-no-cudagraphs" ran out' in autotune, autotune
     assert 'scope="full" ran out' in llama.reason(full, 240) and llama.reason(full, 400) is None
+
+
+def test_a_modular_configuration_counts_as_the_whole_model_where_the_whole_model_never_fitted():
+    """captioner-fresh-14 (H200, torch 2.11, 2026-11-28): its neighbour 21 compiled the encoder and the decoder
+    each whole (modular, default modes) and was cut at its 240 s limit while compiling: 243 s, where the search's
+    other neighbours took 33-80 s. Plain torch.compile of the captioner had run out of its limit in each of 13
+    earlier runs. The committed store refuses it now as the whole model it amounts to, a part's heavy mode named
+    as the mode; the search's regional winner is not refused."""
+    store = f"{ROOT}/studies/gpu-failures.db"
+    memory = CompileMemory(store, *H200, "captioner")
+    study = load_study("captioner-fresh-14", f"sqlite:///{HISTORY}/captioner-fresh-14/study.db")
+    modular, winner = study.trials[21].user_attrs, study.trials[15].user_attrs
+    assert modular["config"]["scope"] == "modular" and modular["status"] == "timeout" and modular["wall_s"] > 240
+    why = memory.reason(modular["config"], 240)
+    assert why.startswith('expected not to fit the 240 s trial limit: scope="full", which it amounts to, ran out'), why
+    assert memory.reason(winner["config"], 240) is None
+    autotune = {**modular["config"], "part_modes": {"encoder": "default", "decoder": "max-autotune"}}
+    assert dict(compile_cut_values(autotune)) == {"mode": "max-autotune", "scope": "full"}

@@ -347,3 +347,20 @@ def test_a_trial_of_the_shared_cache_compiles_its_triton_kernels_into_a_folder_o
             os.path.join(root, "inductor"),
             os.path.join(root, "triton"),
         )
+
+
+def test_a_compile_torch_left_unnamed_takes_its_frames_name():
+    """captioner-fresh-13 (H200, torch 2.11, 2026-11-28): trial 2's compiles 1/3 and 1/4 of the decoder block's
+    frame came from torch's metrics with no frame name, and the cost model, reading that record, stopped the
+    search (AttributeError in `is_optimizer`). They take the name of the frame's other compiles, and a record
+    written before that is read without error."""
+    path = os.path.join(os.path.dirname(__file__), "data", "captioner-fresh-13-trial-2-graphs.json")
+    with open(path) as f:
+        recorded = json.load(f)["graphs"]
+    unnamed = [g for g in recorded if g["frame"] is None]
+    assert [g["compile_id"] for g in unnamed] == ["1/3", "1/4"]
+    assert not any(graphs.is_optimizer(g) for g in recorded)
+    graphs.name_unnamed(recorded)
+    decoder = next(g for g in recorded if g["compile_id"] == "1/0")
+    assert all((g["frame"], g["file"]) == (decoder["frame"], decoder["file"]) for g in unnamed)
+    assert decoder["file"].endswith("gpt2/modeling_gpt2.py")

@@ -735,7 +735,7 @@ def test_a_configuration_that_peaked_over_the_limit_here_before_is_refused_and_m
     from autocompile.engine.knowledge.store import learn
     from autocompile.engine.records import Role
     from autocompile.engine.runner import Progress, Runner
-    from autocompile.engine.strategy import fitting_move
+    from autocompile.engine.strategy import fitting_move, next_neighbour
     from autocompile.engine.study import load_study
     from conftest import ROOT
 
@@ -770,6 +770,11 @@ def test_a_configuration_that_peaked_over_the_limit_here_before_is_refused_and_m
     move = fitting_move(space, study, lambda config, params: False)
     assert move["parent"] == 1 and move["params"]["activation_memory_budget"] == 0.2
     assert move["config"] == committed.trials[10].user_attrs["config"]  # what lora-8b-1gpu-6 ran next, and fitted
+    # the move's parent was refused, so it has no speed here: lora-8b-2gpu-1 (2026-11-28) stopped at this point
+    # with a KeyError; its speed counts as unknown, not as faster than the incumbent's
+    assert "steps_per_s" not in study.trials[move["parent"]].user_attrs
+    study.add_trials([committed.trials[4]])  # a recipe that fitted: the incumbent, 2.59 steps/s
+    assert next_neighbour(space, study, lambda config, params: False)["parent"] == study.trials[-1].number
 
     # a search with room for it runs it; and without knowledge (a first study here) it runs too
     roomy = Runner(

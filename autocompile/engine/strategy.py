@@ -107,25 +107,30 @@ COMPILE_HEAVY = {
 
 
 def compile_heavy_values(config: dict) -> list[tuple[str, object]]:
-    """The COMPILE_HEAVY values a configuration holds, as (dimension, value)."""
-    values = {
-        "mode": config.get("mode"),
-        "compiled_autograd": config.get("compiled_autograd"),
-        "inductor.coordinate_descent_tuning": (config.get("inductor") or {}).get("coordinate_descent_tuning"),
-    }
-    return [(name, value) for name, value in values.items() if any(_same(value, v) for v in COMPILE_HEAVY[name])]
+    """The COMPILE_HEAVY values a configuration holds, as (dimension, value); a modular configuration's part
+    modes count as its mode."""
+    modes = [config.get("mode"), *sorted((config.get("part_modes") or {}).values())]
+    values = [
+        *(("mode", mode) for mode in dict.fromkeys(modes)),
+        ("compiled_autograd", config.get("compiled_autograd")),
+        ("inductor.coordinate_descent_tuning", (config.get("inductor") or {}).get("coordinate_descent_tuning")),
+    ]
+    return [(name, value) for name, value in values if any(_same(value, v) for v in COMPILE_HEAVY[name])]
 
 
 # The compile cuts store (knowledge.cuts) also follows the whole model as one graph: a model of many
 # blocks compiles them one after another there, and where that never fits the trial limit, a whole-model
-# configuration is refused before launch as a compile-heavy value is (docs/decisions.md).
+# configuration is refused before launch as a compile-heavy value is (docs/decisions.md). A modular
+# configuration compiles the workload's parts each whole, the whole model in all: it counts as one
+# (as `cost.too_slow` counts it within a study).
 WHOLE_MODEL = ("scope", "full")
+_WHOLE_SCOPES = ("full", "modular")
 
 
 def compile_cut_values(config: dict) -> list[tuple[str, object]]:
     """What the compile cuts store keeps a configuration's outcome against: its COMPILE_HEAVY values and,
-    where it compiles the whole model as one graph, WHOLE_MODEL."""
-    return compile_heavy_values(config) + ([WHOLE_MODEL] if config.get("scope") == WHOLE_MODEL[1] else [])
+    where it compiles the whole model (as one graph, or its parts each whole), WHOLE_MODEL."""
+    return compile_heavy_values(config) + ([WHOLE_MODEL] if config.get("scope") in _WHOLE_SCOPES else [])
 
 
 # The value a dimension takes when a move makes it apply and neither parent had it.
@@ -318,7 +323,8 @@ def next_neighbour(space, study, tried, cost=None, fits=None, known=None) -> dic
     fit = fitting_move(space, study, tried, view)
     fit = fit if fit is None or fits is None or fits(fit) else None
     best, base = incumbent(space, study, view)
-    if best is None or (fit and view.trials[fit["parent"]].user_attrs["steps_per_s"] > (best.user_attrs.get("steps_per_s") or 0)):
+    speed = lambda t: t.user_attrs.get("steps_per_s") or 0  # noqa: E731  (a refused parent's: unknown, 0)
+    if best is None or (fit and speed(view.trials[fit["parent"]]) > speed(best)):
         return fit  # a configuration faster than any that fits, made to fit, goes first
     top, fast = fastest(space, study, view)
     # heavy with warm-up, unless a move that paid before here gains more than all of its warm-up could

@@ -80,6 +80,7 @@ class GraphLedger(logging.Handler):
             entry["s"] += (getattr(m, "duration_us", None) or 0) / 1e6
             entry["saved_s"] += (getattr(m, "distributed_ephemeral_timeout_us", None) or 0) / 1e6
         self.read = len(metrics)
+        name_unnamed(self.graphs.values())
         for cid, entry in self.graphs.items():
             if cid in self.keys:
                 entry["key"], entry["state"] = self.keys[cid]
@@ -96,6 +97,18 @@ class GraphLedger(logging.Handler):
                 self.written.add(g["compile_id"])
 
 
+def name_unnamed(graphs) -> None:
+    """Give a compile whose metrics name no frame (torch 2.11 leaves some of a frame's later
+    compiles unnamed: the captioner's decoder block, compiles 1/3 and 1/4) the frame and file of
+    another compile of the same frame id (its code object)."""
+    graphs = list(graphs)
+    named = {g["compile_id"].split("/")[0]: g for g in graphs if g.get("frame")}
+    for g in graphs:
+        sibling = named.get(g["compile_id"].split("/")[0])
+        if not g.get("frame") and sibling:
+            g["frame"], g["file"] = sibling["frame"], sibling["file"]
+
+
 def _short(path: str | None) -> str:
     """A frame's file from its package on (torch/optim/adamw.py), or its base name."""
     if not path:
@@ -109,9 +122,9 @@ def _short(path: str | None) -> str:
 def is_optimizer(graph: dict) -> bool:
     """Whether a compiled frame is the optimizer's step (torch.optim's code, or its step's wrappers)."""
     return (
-        graph.get("file", "").startswith("torch/optim/")
+        (graph.get("file") or "").startswith("torch/optim/")
         or graph.get("frame") in ("step", "wrapper", "inner")
-        or graph.get("frame", "").startswith("torch_dynamo_resume_in_wrapper")
+        or (graph.get("frame") or "").startswith("torch_dynamo_resume_in_wrapper")
     )
 
 

@@ -106,7 +106,9 @@ class CompileCuts(Observer):
         """Why `config` is expected not to warm up within `limit_s` here, or None. Where several of its values
         say so, the one with the fewest trials stored against it: the most particular to this configuration
         (a compile-heavy mode before the whole model, which every whole-model trial holds)."""
-        items = _all_items(config) if config.get("compile") else []
+        own = _all_items(config) if config.get("compile") else []
+        counted = [item(name, value) for name, value in self.heavy(config)] if config.get("compile") else []
+        items = list(dict.fromkeys(own + counted))  # with what it counts as (a modular one: the whole model)
         where = f"torch = ? and device = ? and model = ? and item in ({', '.join('?' * len(items))})"
         rows = list(self.db[TABLE].rows_where(where, [*self.key.values(), *items])) if items else []
         found = []
@@ -119,6 +121,7 @@ class CompileCuts(Observer):
             return None
         _, each, cut = min(found, key=lambda x: x[0])
         shown = ", ".join(f"study {r['study']} trial {r['trial']}" for r in cut[:4])
+        each += "" if each in own else ", which it amounts to,"
         return (
             f"expected not to fit the {limit_s:.0f} s trial limit: {each} ran out of its limit while "
             f"compiling {len(cut)} times here on {self.key['model']} ({shown}), and never warmed up "
