@@ -1,6 +1,7 @@
 """Where one configuration's training step spends its time: build the workload, apply the configuration's
 snippet as a trial does, warm up, then run torch.profiler over a few steps and print the GPU time by kind
-of kernel, the busiest kernels, and how much of the step's wall time the GPU was busy.
+of kernel, the busiest kernels, how much of the step's wall time the GPU was busy, and its idle gaps between
+kernels by what the host was doing then (`idle_gaps`).
 
     python3 scripts/profile_step.py MODEL CONFIG.json [--warmup 40] [--steps 8] [--out DIR]
 
@@ -69,7 +70,7 @@ def main() -> int:
     sync()
     plain = (time.perf_counter() - start) / args.steps
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
-    with torch.profiler.profile(activities=activities) as prof:
+    with torch.profiler.profile(activities=activities, with_stack=True) as prof:
         start = time.perf_counter()
         for i in range(args.warmup + args.steps, args.warmup + 2 * args.steps):
             training.step(i)
@@ -96,12 +97,42 @@ def main() -> int:
     lines.append("busiest kernels (ms a step, kind, name):")
     for name, ms in sorted(kernels.items(), key=lambda kv: -kv[1])[:40]:
         lines.append(f"  {ms / args.steps:8.3f}  {kind(name):<18}{name[:140]}")
+    lines += idle_gaps(torch, prof.events(), args.steps)
     text = "\n".join(lines)
     print(text)
     name = os.path.splitext(os.path.basename(args.config))[0]
     with open(os.path.join(args.out, f"profile-{name}.txt"), "w") as f:
         f.write(text + "\n")
     return 0
+
+
+def idle_gaps(torch, events, steps: int, least_us: float = 20.0) -> list[str]:
+    """The GPU's idle time between kernels (gaps of `least_us` or more), by what the host was doing then: the
+    innermost operation running at the gap's middle, with its innermost frame outside torch (with_stack)."""
+    kernels = sorted(
+        (e.time_range.start, e.time_range.end)
+        for e in events
+        if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+    )
+    host = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    by: dict[str, list[float]] = {}
+    end = kernels[0][1] if kernels else 0
+    for start, stop in kernels[1:]:
+        if start - end >= least_us:
+            middle = (start + end) / 2
+            running = [e for e in host if e.time_range.start <= middle <= e.time_range.end]
+            inner = min(running, key=lambda e: e.time_range.end - e.time_range.start, default=None)
+            frames = [f for f in (getattr(inner, "stack", None) or []) if "/torch/" not in f and "<built-in" not in f]
+            label = "the host in no operation" if inner is None else f"{inner.name[:60]}  {frames[0][-90:] if frames else ''}"
+            by.setdefault(label, []).append((start - end) / 1e3)
+        end = max(end, stop)
+    if not kernels:
+        return []
+    total = sum(sum(v) for v in by.values()) / steps
+    lines = [f"GPU idle between kernels (gaps of {least_us:g} us or more): {total:.1f} ms a step, by what the host did then:"]
+    for label, gaps in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:25]:
+        lines.append(f"  {sum(gaps) / steps:8.2f} ms  {len(gaps) / steps:6.1f} gaps  {label}")
+    return lines
 
 
 if __name__ == "__main__":
