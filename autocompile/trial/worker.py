@@ -194,7 +194,6 @@ class Training:
         self.workload_varying = workload.varying
         self.varying = next(iter(workload.varying), None)  # its prepared size: the tokens a step computes
         self.computed: dict[int, int] = {}  # batch index -> tokens computed for it (padding included)
-        self.prepared: dict[int, dict] = {}  # batch index -> the batch prepare_batch made of it
         self.backward = namespace.get("backward") or (lambda loss: loss.backward())
         self.step_context = contextlib.nullcontext  # around the optimizer's step (the numerics replay sets it)
         if workload.split_loss:  # the criterion apart from the model, compiled where the config says so
@@ -204,7 +203,10 @@ class Training:
             self.compute_loss = lambda batch: workload.loss(self.model, batch)
 
     def step(self, index: int):
-        loss = self.compute_loss(dict(self.batch(index % len(self.batches))))
+        batch = self.prepare_batch(dict(self.batches[index % len(self.batches)]))
+        if self.varying and index % len(self.batches) not in self.computed:
+            self.computed[index % len(self.batches)] = batch[self.varying].numel()
+        loss = self.compute_loss(batch)
         self.backward(loss)
         with self.step_context():
             self.optimizer.step()
@@ -212,17 +214,6 @@ class Training:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss
-
-    def batch(self, i: int) -> dict:
-        """Pool batch `i` as prepare_batch makes it, once: the collate's end, which a data loader runs
-        beside the training step, so it is not measured with the step (nor is the loading). Packing reads
-        each sequence's length on the host: on a batch already on the GPU, measured in the step, that
-        read would wait for the step before (docs/measurement.md)."""
-        if i not in self.prepared:
-            self.prepared[i] = self.prepare_batch(dict(self.batches[i]))
-            if self.varying:
-                self.computed[i] = self.prepared[i][self.varying].numel()
-        return self.prepared[i]
 
 
 @dataclass
