@@ -4,6 +4,7 @@ import os
 from types import SimpleNamespace
 
 import optuna
+import pytest
 
 from autocompile.api import run_search
 from autocompile.engine.claims import MANY_BLOCKS, plain_compile_last
@@ -164,3 +165,37 @@ def test_a_worker_refused_a_trial_for_its_time_takes_a_neighbour_that_fits_once(
     assert queued[0].user_attrs["role"] == "neighbour" and queued[0].user_attrs["parent"] == 44
     assert queued[0].user_attrs["changed"] == ["activation_memory_budget"]
     assert not _fit_instead(runner_with(100), reserve, loop)  # that one refused too: done
+
+
+def test_an_error_in_planning_is_contained_kept_in_the_study_and_said_at_the_end(monkeypatch, capsys):
+    """lora-8b-2gpu-1 (H200, 2026-11-28) lost both its workers within five minutes to a KeyError in choosing the
+    next neighbour: the parent of the move it chose, recipe 2, had been refused before launch and had no speed.
+    That line, on lora-8b-2gpu-2's recipe 2 (refused the same way), is contained now: the search goes on without
+    the answer (a gate that raises refuses nothing), the error goes to the log with its traceback and into the
+    study, and the search's last lines count it. In the suite (AUTOCOMPILE_STRICT) it is raised."""
+    from autocompile.engine.contained import ATTR, STRICT, contained, summary
+    from autocompile.engine.gates import Gate, Outcome, View
+    from conftest import ROOT
+
+    journal = optuna.storages.journal.JournalFileBackend(f"{ROOT}/studies/history/lora-8b-2gpu-2/journal.log")
+    committed = optuna.load_study(study_name="lora-8b-2gpu-2", storage=optuna.storages.JournalStorage(journal))
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), direction="maximize")
+    study.add_trials(committed.trials[:5])
+    refused = study.trials[2]
+    assert refused.user_attrs["reason"].startswith("rejected before launch: over the memory limit before it runs")
+    old_line = lambda: refused.user_attrs["steps_per_s"]  # noqa: E731  (strategy.next_neighbour before 32fc73b)
+    with pytest.raises(KeyError):
+        contained("choosing the next neighbour", study, None, old_line)
+    monkeypatch.delenv(STRICT)
+    assert contained("choosing the next neighbour", study, None, old_line) is None
+    broken = Gate("broken", Outcome.INFEASIBLE, lambda config, view: view.study.trials[2].user_attrs["steps_per_s"])
+    assert broken.why_not(refused.user_attrs["config"], View(study)) is None
+    err = capsys.readouterr().err
+    assert "autocompile: an internal error in choosing the next neighbour: KeyError: 'steps_per_s'; the search goes on" in err
+    assert err.count("Traceback (most recent call last)") == 2
+    assert study.user_attrs[ATTR] == {
+        "choosing the next neighbour: KeyError: 'steps_per_s'": 1,
+        "the gate 'broken': KeyError: 'steps_per_s'": 1,
+    }
+    assert summary(study).startswith("planning: 2 internal errors contained, the search went on without their answers")
+    assert summary(committed) is None

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import optuna
 
 from autocompile.errors import UserError
+from autocompile.engine.contained import contained
 from autocompile.engine.cost import (
     BASELINE_SHARE,
     MIN_TRIAL_S,
@@ -356,10 +357,11 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
         loop.recipes_queued = True
     within = loop.neighbours_turn_now() if loop.recipes_queued else None
     if loop.recipes_queued and (within is not None or neighbours_turn(study, loop.proposals)) and not waiting(study):
-        cost = runner.predictor().predict  # the cheaper of equally promising moves first
         fits = None if within is None else _fits(runner, within)
-        # alternating with TPE's proposals; what paid on this model before first
-        neighbour = next_neighbour(space, study, runner.tried, cost, fits, runner.known_gains())
+        # alternating with TPE's proposals; what paid on this model before first; the cheaper of equally promising
+        # moves first. Where choosing fails, TPE's proposal takes the turn (engine.contained).
+        choose = lambda: next_neighbour(space, study, runner.tried, runner.predictor().predict, fits, runner.known_gains())  # noqa: E731
+        neighbour = contained("choosing the next neighbour", study, None, choose)
         loop.fitted = within is not None and neighbour is not None
         if neighbour:
             study.enqueue_trial(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 
+from autocompile.engine.contained import contained
 from autocompile.engine.cost import Predictor, rerun_estimate_s, too_slow, twin_time
 from autocompile.engine.knowledge.peaks import MARGIN as PEAK_MARGIN
 from autocompile.engine.learned import measured_as
@@ -84,7 +85,7 @@ class Gate:
     check: Callable[[dict, View], str | tuple[str, dict] | None]  # a reason, or a reason and what the record keeps
 
     def why_not(self, config: dict, view: View) -> Refusal | None:
-        said = self.check(config, view)
+        said = contained(f"the gate '{self.name}'", view.study, None, self.check, config, view)
         if not said:
             return None
         reason, attrs = said if isinstance(said, tuple) else (said, {})

@@ -6,6 +6,7 @@ import json
 import os
 
 from autocompile.apply import describe_config
+from autocompile.engine.contained import summary as contained_summary
 from autocompile.engine.records import Role, full_record, speedup, status_of
 from autocompile.engine.strategy import effects
 from autocompile.engine.studyview import StudyView
@@ -257,6 +258,9 @@ def search_summary(runner) -> dict:
                 f"harness: this search took {wall:.0f} s on {gpus} GPUs for {trials:.0f} s of trials: "
                 f"{harness['gpu_share']:.3f} of the GPUs' time in trials"
             )
+    said = contained_summary(runner.study)
+    if said:
+        runner.progress.line(said)
     if summary["best"]:
         write_outputs(summary, settings.study_dir)
     return summary
