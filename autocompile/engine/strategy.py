@@ -109,7 +109,8 @@ COMPILE_HEAVY = {
 def compile_heavy_values(config: dict) -> list[tuple[str, object]]:
     """The COMPILE_HEAVY values a configuration holds, as (dimension, value); a modular configuration's part
     modes count as its mode."""
-    modes = [config.get("mode"), *sorted((config.get("part_modes") or {}).values())]
+    parts = (config.get("part_modes") or {}).values() if config.get("scope") == "modular" else ()
+    modes = [config.get("mode"), *sorted(parts)]
     values = [
         *(("mode", mode) for mode in dict.fromkeys(modes)),
         ("compiled_autograd", config.get("compiled_autograd")),
