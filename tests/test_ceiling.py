@@ -4,12 +4,14 @@ than the bound that assumes any speed, and, replayed on every committed study wi
 it would have cut no trial that won or came within noise of winning."""
 
 import glob
+from types import SimpleNamespace
 import os
 
+import optuna
 import pytest
 
 from autocompile.engine.knowledge import MoveGains, Paces, study_key, workload
-from autocompile.engine.knowledge.paces import MARGIN
+from autocompile.engine.knowledge.paces import MARGIN, _pace
 from autocompile.engine.scoring import PRUNE_SLACK, _at_most, optimistic_score
 from autocompile.engine.storage import load_study
 from conftest import ROOT
@@ -255,3 +257,21 @@ def test_replayed_on_every_committed_study_a_known_peak_refuses_only_what_ran_ov
                 refused.setdefault(name, []).append(t.number)
     assert refused["lora-8b-1gpu-6"] == [1, 2] and refused["lora-8b-1gpu-5"] == [1, 2]
     assert sum(map(len, refused.values())) >= 20
+
+
+def test_a_trial_whose_windows_never_settled_is_kept_at_its_fastest_window():
+    """lora-8b-2gpu-2 (H200, 2026-11-28) trial 31, reduce-overhead with coordinate descent, recorded 224 CUDA graphs
+    in its first measuring window and ran out of its limit after two: 0.50 then 2.83 steps/s, 0.85 in the mean.
+    Kept at 0.85, that pace would bound the configuration's next trial at 0.94 steps/s and prune it however fast it
+    runs once settled; it is kept at its fastest window, as a pruned trial's is."""
+    journal = optuna.storages.journal.JournalFileBackend(f"{ROOT}/studies/history/lora-8b-2gpu-2/journal.log")
+    study = optuna.load_study(study_name="lora-8b-2gpu-2", storage=optuna.storages.JournalStorage(journal))
+    unsettled = study.trials[31]
+    assert unsettled.user_attrs["status"] == "ok" and unsettled.user_attrs["steps_per_s"] < 0.9
+    assert max(unsettled.user_attrs["window_rates"]) > 2.8
+    paces = Paces(None, "2.11.0+cu130", "NVIDIA H200", "lora-8b")
+    for name in ("a", "b"):
+        assert paces.take(SimpleNamespace(study_name=name), unsettled)
+    assert paces.ceiling(unsettled.user_attrs["config"])["steps_per_s"] == max(unsettled.user_attrs["window_rates"])
+    steady = study.trials[15].user_attrs  # the winner, settled: its fastest window within 2% of its steady speed
+    assert steady["steps_per_s"] <= _pace(steady) <= 1.02 * steady["steps_per_s"]

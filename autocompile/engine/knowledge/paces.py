@@ -45,9 +45,11 @@ def runs_of(db: sqlite_utils.Database, table: str, key: dict, config: dict, stud
 
 
 def _pace(a: dict) -> float | None:
-    """A finished trial's pace: its steady speed, or the fastest of the measuring windows it was pruned after."""
+    """A finished trial's pace: the fastest it ran, its steady speed or, faster, one of its measuring windows (a
+    trial whose windows never settled, CUDA graphs still recorded in the first, ran slower in its mean: lora-8b-2gpu-2
+    trial 31, 0.85 steps/s from windows of 0.50 and 2.83); or the fastest of the windows it was pruned after."""
     if a.get("status") == Status.OK:
-        return a.get("steps_per_s")
+        return max([a.get("steps_per_s") or 0.0, *(a.get("window_rates") or [])]) or None
     if a.get("status") != Status.PRUNED:
         return None
     events = a.get("events")  # a long list may have been kept shortened to a text: no windows then
