@@ -28,10 +28,12 @@ def contained(where: str, study, fallback: T, call: Callable[..., T], *args, **k
         said = f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
         print(f"autocompile: an internal error in {said}; the search goes on without it (please report it)", file=sys.stderr)
         traceback.print_exc()
-        if study is not None:
+        try:
             kept = dict(study.user_attrs.get(ATTR) or {})
             kept[said] = kept.get(said, 0) + 1
             study.set_user_attr(ATTR, kept)
+        except Exception as unkept:  # no study, or one that cannot be written (a report on a read-only copy)
+            print(f"autocompile: the error is not kept in the study: {type(unkept).__name__}", file=sys.stderr)
         return fallback
 
 
