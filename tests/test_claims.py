@@ -199,3 +199,5 @@ def test_an_error_in_planning_is_contained_kept_in_the_study_and_said_at_the_end
     }
     assert summary(study).startswith("planning: 2 internal errors contained, the search went on without their answers")
     assert summary(committed) is None
+    assert contained("choosing the next neighbour", None, "fallback", old_line) == "fallback"  # nowhere to keep it
+    assert "the error is not kept in the study: AttributeError" in capsys.readouterr().err
