@@ -11,9 +11,7 @@ read (reads of CPU tensors, such as an eager AdamW's step counters, wait for not
 
 import argparse
 import collections
-import json
 import sys
-import tempfile
 import traceback
 
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "numpy", "cpu", "any", "all"}
@@ -28,8 +26,7 @@ def main() -> int:
     import torch
     from torch.overrides import TorchFunctionMode
 
-    from autocompile.engine.study import build_space
-    from autocompile.trial.worker import _apply, _build, _write_snippet
+    from _probe import training_for
 
     class Reads(TorchFunctionMode):
         def __init__(self):
@@ -45,16 +42,9 @@ def main() -> int:
             return func(*args, **(kwargs or {}))
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    with open(args.config) as f:
-        config = build_space(args.model, device, None, None, 0).validate({**json.load(f), "compile": False})
-    spec = {"model": args.model, "device": device, "config": config, "trial_dir": tempfile.mkdtemp()}
-    result: dict = {"notes": []}
-    setup, built = _build(spec, result)
-    _write_snippet(spec, result, setup)
-    training = _apply(spec, result, setup, built)
+    training = training_for(args.model, args.config, device, compile=False)
     for i in range(3):
         training.step(i)
-    training.prepared.clear()  # the step's prepare_batch counted too
     with Reads() as reads:
         training.step(0)
     print(f"{args.model} {args.config} ({device}, compile off): host reads in one step")

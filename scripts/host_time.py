@@ -10,10 +10,8 @@ has no backward on the CPU). A probe for issue 45, not a measurement of speed.
 """
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
 import time
 
 PHASES = ("prepare_batch", "forward and loss", "backward", "optimizer step", "schedule, zero_grad")
@@ -44,16 +42,9 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=40)
     p.add_argument("--steps", type=int, default=32)
     args = p.parse_args()
-    from autocompile.engine.study import build_space
-    from autocompile.trial.worker import _apply, _build, _write_snippet
+    from _probe import training_for
 
-    with open(args.config) as f:
-        config = build_space(args.model, "cpu", None, None, 0).validate({**json.load(f), "pack_attention": "model"})
-    spec = {"model": args.model, "device": "cpu", "config": config, "trial_dir": tempfile.mkdtemp()}
-    result: dict = {"notes": []}
-    setup, built = _build(spec, result)
-    _write_snippet(spec, result, setup)
-    t = _apply(spec, result, setup, built)
+    t = training_for(args.model, args.config, "cpu", pack_attention="model")
     start = time.perf_counter()
     for i in range(args.warmup):
         t.step(i)

@@ -13,7 +13,6 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 import time
 
 # The kind of each kernel, by its name: the first pattern that matches.
@@ -42,22 +41,12 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args()
-    import json
-
     import torch
 
-    from autocompile.engine.study import build_space
-    from autocompile.trial.worker import _apply, _build, _write_snippet
+    from _probe import training_for
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    with open(args.config) as f:
-        config = build_space(args.model, device, None, None, 0).validate(json.load(f))
-    spec = {"model": args.model, "device": device, "config": config, "trial_dir": tempfile.mkdtemp()}
-    result: dict = {"notes": []}
-    setup, built = _build(spec, result)
-    _write_snippet(spec, result, setup)
-    training = _apply(spec, result, setup, built)
-    del built
+    training = training_for(args.model, args.config, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     start = time.perf_counter()
     for i in range(args.warmup):
