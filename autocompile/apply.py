@@ -37,6 +37,7 @@ class ModelInfo:
     parallel: str = "none"  # --parallel: ddp or fsdp2 wraps the model inside apply_compilation (autocompile.parallel)
     checkpointing: ModelCheckpointing | None = None  # the model's own activation checkpointing, where it has some
     layout: SequenceLayout | None = None  # how the varying sequences reach the model (packing)
+    rows: int = 0  # the rows (sequences) of the workload's largest batch: what packed rows hold at most
 
 
 def find_repeated_blocks(model) -> list[str]:
@@ -703,6 +704,73 @@ def flex_attention_on(model):
 '''.splitlines()
 
 
+VARLEN_ATTENTION = '''
+from torch.nn.attention.varlen import varlen_attn
+
+
+def varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, position_ids=None, **kwargs):
+    """A packed row's attention as Flash Attention over variable-length sequences (torch's varlen_attn):
+    each sequence (where its position ids restart at 0) attends causally to itself only, and nothing
+    across sequences is computed, not even masked. The model builds no mask for it (attention_mask None)."""
+    if dropout:
+        raise ValueError("varlen_attention: attention dropout is not supported")
+    batch, heads, length, dim = query.shape
+    if position_ids is None or position_ids.numel() != batch * length:
+        raise ValueError("varlen_attention: the forward must pass the packed batch's position ids")
+    tokens = batch * length
+    starts = torch.nonzero_static(position_ids.reshape(-1) == 0, size=MAX_SEQUENCES, fill_value=tokens)
+    cu_seq = torch.cat([starts.reshape(-1), starts.new_full((1,), tokens)]).to(torch.int32)
+    query, key, value = (x.transpose(1, 2).reshape(tokens, x.shape[1], dim) for x in (query, key, value))
+{gqa}    out = varlen_attn(query, key, value, cu_seq, cu_seq, MAX_LEN, MAX_LEN, {causal})
+    return out.view(batch, length, heads, dim), None
+
+
+def varlen_attention_on(model):
+    """The model's attention as varlen_attention (registered with Hugging Face's AttentionInterface, set on
+    the model, or on the one a wrapper such as peft's holds)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register("autocompile_varlen", varlen_attention)
+    for module in model.modules():
+        if callable(getattr(type(module), "set_attn_implementation", None)):
+            module.set_attn_implementation("autocompile_varlen")
+            return
+    raise ValueError("varlen_attention_on: no Hugging Face model in this model")
+'''
+
+# In pack, under varlen attention: the sequences a packed batch holds fit the attention's fixed count.
+VARLEN_CHECK = [
+    "    if positions.count(0) > MAX_SEQUENCES:  # each sequence, and each row's tail, starts at position 0",
+    '        raise ValueError(f"pack: {positions.count(0)} sequences in a packed batch, MAX_SEQUENCES is {MAX_SEQUENCES}")',
+]
+
+
+def varlen_attention_lines() -> list[str]:
+    """VARLEN_ATTENTION as the installed torch calls it: causal by window (torch 2.11 on) or by flag (2.10),
+    grouped key/value heads given as they are where varlen_attn takes them, repeated where it does not."""
+    import inspect
+
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = inspect.signature(varlen_attn).parameters
+    causal = "window_size=(-1, 0)" if "window_size" in params else "is_causal=True"
+    causal += ", scale=scaling" if "scale" in params else ""
+    gqa = ""
+    if "enable_gqa" in params:
+        causal += ", enable_gqa=key.shape[1] != heads"
+    else:
+        gqa = (
+            "    if key.shape[1] != heads:  # grouped key/value heads: this torch's varlen_attn takes them repeated\n"
+            "        key, value = (x.repeat_interleave(heads // x.shape[1], dim=1) for x in (key, value))\n"
+        )
+    if "scale" not in params:
+        gqa += (
+            "    if scaling is not None and abs(scaling - dim**-0.5) > 1e-6:  # this torch's varlen_attn: 1/sqrt(dim)\n"
+            '        raise ValueError("varlen_attention: this torch\'s varlen_attn takes no scale")\n'
+        )
+    return VARLEN_ATTENTION.format(gqa=gqa, causal=causal).splitlines()[1:]
+
+
 def _pack_apply_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
     """What apply_compilation does for packed batches: the encoder mask's dtype taken from the model, and
     the attention switched to FlexAttention where the configuration says so."""
@@ -718,6 +786,9 @@ def _pack_apply_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[st
     if config.get("pack_attention", "model") == "flex":
         body += ["    flex_attention_on(model)  # packed rows: a document mask, blocks across sequences skipped"]
         return body, FLEX_ATTENTION[1:] + ["", ""]
+    if config.get("pack_attention", "model") == "varlen":
+        body += ["    varlen_attention_on(model)  # packed rows: Flash Attention over each sequence, nothing across"]
+        return body, varlen_attention_lines() + ["", ""]
     return body, []
 
 
@@ -743,10 +814,18 @@ def _pack_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str], li
         if layout.mask and not layout.causal
         else "MASK_DTYPE = None  # no block-diagonal mask: MASK is None or CAUSAL"
     )
+    function = PACK[1:]
+    if config.get("pack_attention", "model") == "varlen":
+        settings += [
+            f"MAX_SEQUENCES = {2 * max(info.rows, 1)}  # varlen attention: sequences in a packed batch, tails too, at most",
+            f"MAX_LEN = {info.max_len}  # varlen attention: the longest sequence",
+        ]
+        at = function.index("    batch[POSITIONS] = torch.tensor(positions, device=device).view(shape)")
+        function = function[:at] + VARLEN_CHECK + function[at:]
     body = ["    batch = pack(batch)"]
     if config["compile"] and info.device_type == "cuda" and uses_cuda_graphs(config):
         body += CUDA_GRAPH_STEP
-    return body, settings, PACK[1:] + ["", ""]
+    return body, settings, function + ["", ""]
 
 
 _LOADED = itertools.count()
@@ -804,7 +883,7 @@ def describe_config(config: dict) -> str:
         parts.append(
             "pack"
             + (f"=one-row{config['pad_multiple']}" if one_row else "=rows")
-            + ("-flex" if config.get("pack_attention", "model") == "flex" else "")
+            + ("" if config.get("pack_attention", "model") == "model" else f"-{config['pack_attention']}")
         )
     elif config["padding"] != "longest":
         parts.append(f"pad={config['padding']}" + (f"{config['pad_multiple']}" if config["padding"] == "multiple" else ""))

@@ -87,6 +87,97 @@ def test_packed_batches_train_like_the_padded_batch(model, config):
             assert after["attention_mask"].dim() == 4  # the block-diagonal mask the encoder needs
 
 
+def _sequences(cu_seq_q, cu_seq_k, max_q, max_k, query):
+    assert torch.equal(cu_seq_q, cu_seq_k) and cu_seq_q.dtype == torch.int32
+    bounds = cu_seq_q.tolist()
+    assert bounds[0] == 0 and bounds == sorted(bounds) and bounds[-1] == query.shape[0]
+    assert all(end - start <= min(max_q, max_k) for start, end in zip(bounds, bounds[1:]))
+    return [(start, end) for start, end in zip(bounds, bounds[1:]) if end > start]
+
+
+def _probabilities(q, k, causal, scale):
+    """Per head: softmax(q k^T * scale), causal where asked; k's grouped heads repeated to q's."""
+    scores = torch.einsum("thd,shd->hts", q, k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)) * scale
+    if causal:
+        scores = scores.masked_fill(torch.ones(scores.shape[1:], dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1)
+
+
+def _flash_varlen_forward_on_the_cpu(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, scale=None, *rest):
+    window_size = rest[0] if rest else None
+    causal, scale = is_causal or list(window_size or ()) == [-1, 0], scale or query.shape[-1] ** -0.5
+    out = torch.zeros_like(query)
+    for a, b in _sequences(cu_seq_q, cu_seq_k, max_q, max_k, query):
+        p = _probabilities(query[a:b], key[a:b], causal, scale)
+        out[a:b] = torch.einsum("hts,shd->thd", p, value[a:b].repeat_interleave(query.shape[1] // value.shape[1], dim=1))
+    return out, torch.zeros(query.shape[1], query.shape[0], dtype=torch.float32), torch.zeros(2, dtype=torch.uint64)
+
+
+def _flash_varlen_backward_on_the_cpu(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, causal, _, *rest):
+    scale, window_size = (list(rest) + [None, None])[:2]
+    causal, scale = causal or list(window_size or ()) == [-1, 0], scale or query.shape[-1] ** -0.5
+    group = query.shape[1] // key.shape[1]
+    dq, dk, dv = (torch.zeros_like(x) for x in (query, key, value))
+    for a, b in _sequences(cu_seq_q, cu_seq_k, max_q, max_k, query):
+        q, k, v, do = query[a:b], key[a:b].repeat_interleave(group, 1), value[a:b].repeat_interleave(group, 1), grad_out[a:b]
+        p = _probabilities(q, key[a:b], causal, scale)
+        dp = torch.einsum("thd,shd->hts", do, v)
+        ds = p * (dp - (dp * p).sum(-1, keepdim=True)) * scale
+        dq[a:b] = torch.einsum("hts,shd->thd", ds, k)
+        dk[a:b] = torch.einsum("hts,thd->shd", ds, q).unflatten(1, (-1, group)).sum(2)
+        dv[a:b] = torch.einsum("hts,thd->shd", p, do).unflatten(1, (-1, group)).sum(2)
+    return dq, dk, dv
+
+
+@pytest.fixture(scope="module")
+def varlen_on_the_cpu():
+    """torch's varlen_attn op, its autograd and its fake (what Dynamo and Inductor see) as they are, with the
+    Flash Attention kernels it calls on CUDA done on the CPU sequence by sequence with SDPA: the snippet's
+    plumbing (sequences found from the position ids, the layout, grouped heads) is checked here against
+    the padded batch; on the GPU the trial's numerics guard checks the kernels the same way."""
+    from torch.nn.attention import varlen
+
+    library = torch.library.Library("torch_attn", "IMPL")  # noqa: TOR901
+    library.impl("_varlen_attn", _flash_varlen_forward_on_the_cpu, "CPU")
+    library.impl("_varlen_attn_backward", _flash_varlen_backward_on_the_cpu, "CPU")
+    assert varlen.varlen_attn is not None
+    yield
+    library._destroy()
+
+
+def test_varlen_attention_trains_each_packed_sequence_like_the_padded_batch(varlen_on_the_cpu):
+    """pack_attention varlen: the snippet registers an attention function of its own with the model, which
+    finds each packed sequence where its position ids restart and hands them to varlen_attn, one causal
+    sequence each (grouped key/value heads as they are), so nothing across sequences is computed. With
+    varlen_attn's kernels done sequence by sequence on the CPU, the losses equal eager's on the padded
+    batch, each decoder layer compiled alone around the op; a batch of more sequences than MAX_SEQUENCES is
+    refused by pack, never silently cut."""
+    workload = get_workload("tiny-llama")
+    batches = workload.batches(OPTIONS, 3)
+    model, optimizer = workload.build(OPTIONS)
+    varlen = {**DEFAULTS, "scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 8}
+    varlen["pack_attention"] = "varlen"
+    info = _info(workload, model)
+    info.rows = max(b["input_ids"].shape[0] for b in batches)
+    source = render_snippet(varlen, info)
+    assert f"MAX_SEQUENCES = {2 * info.rows}" in source and 'set_attn_implementation("autocompile_varlen")' in source
+    snippet = load_snippet(source)
+    model, optimizer = snippet["apply_compilation"](model, optimizer)
+    losses = []
+    for batch in batches * 2:
+        batch = snippet["prepare_batch"](dict(batch))
+        loss = workload.criterion(workload.forward(model, batch), batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss))
+    padded, _ = _train(workload, EAGER, batches * 2)
+    assert losses == pytest.approx(padded, rel=1e-3)
+    snippet["MAX_SEQUENCES"] = 2
+    with pytest.raises(ValueError, match="sequences in a packed batch, MAX_SEQUENCES is 2"):
+        snippet["prepare_batch"](dict(batches[0]))
+
+
 def test_packed_shapes_repeat_within_the_row_count_rule():
     """Rows of the workload's longest: every batch packs into one of at most `rows` shapes (the row count),
     so a whole-model compile with dynamic=False compiles no more graphs than that rule counts."""

@@ -61,7 +61,11 @@ PROMISE = (
         "small model, A100; slower on the captioner too: docs/decisions.md)",
     ),
     ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets); packed, no padding computed"),
-    ("pack_attention", "packed rows under FlexAttention: the blocks where one sequence would see another skipped"),
+    (
+        "pack_attention",
+        "packed rows under FlexAttention (the blocks where one sequence would see another skipped) or "
+        "Flash Attention over each sequence (varlen_attn: nothing across sequences computed)",
+    ),
     ("pack_length", "packed rows of the longest sequence (one length, fewer rows) or the batch in one row"),
     ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
     ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
@@ -93,7 +97,7 @@ PROMISING = {
     "activation_memory_budget": {0.8, 0.5},
     "activation_checkpointing": {"off"},
     "padding": {"pack"},
-    "pack_attention": {"flex"},
+    "pack_attention": {"flex", "varlen"},
 }
 # Moves that multiply what a compile does: Inductor benchmarking kernel candidates (the max-autotune
 # modes turn coordinate descent on too), or the whole backward compiled again as one graph per length

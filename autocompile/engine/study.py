@@ -68,7 +68,8 @@ def workload_traits(workload, options) -> WorkloadTraits:
     from autocompile.space.optimizer import foreach_map_refusal
     from autocompile.workloads import checkpointing, packing
 
-    regions, fusable, refusal, found, flex, blocks = None, False, WorkloadTraits.foreach_map_refusal, None, False, 0
+    regions, fusable, refusal, found, blocks = None, False, WorkloadTraits.foreach_map_refusal, None, 0
+    flex = varlen = False
     try:
         import dataclasses
 
@@ -78,7 +79,9 @@ def workload_traits(workload, options) -> WorkloadTraits:
         fusable = "fused" in getattr(optimizer, "defaults", {})
         refusal = foreach_map_refusal(optimizer)
         found = checkpointing.find(model, workload.checkpointing)
-        flex = bool(workload.layout and workload.layout.causal) and packing.flex_switchable(model)
+        causal = bool(workload.layout and workload.layout.causal)
+        flex = causal and packing.flex_switchable(model)
+        varlen = causal and packing.varlen_switchable(model)
         del model, optimizer
     except UserError:
         raise  # the workload cannot be built here (a missing package): say so
@@ -99,6 +102,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         checkpoint_in_forward=bool(found and found.in_forward),
         pack_refusal=packing.refusal(workload),
         flex_attention=flex,
+        varlen_attention=varlen,
         blocks=blocks,
     )
 

@@ -274,31 +274,43 @@ class SearchSpace:
             lambda c: c["padding"] == "multiple" or (packs(c) and c["pack_length"] == "batch"),
             where="padding is multiple, or pack in one row" if "pack" in paddings else "",
         )
-        if "pack" in paddings and self.traits.flex_attention and not self.caps.cuda:
-            self.left_out.append(
-                (
-                    "pack_attention",
-                    f"FlexAttention has no backward on the CPU (torch {self.caps.torch_version}): training with it needs a GPU",
-                )
+        if "pack" in paddings:
+            self._pack_attention_dimension(packs)
+
+    def _pack_attention_dimension(self, packs) -> None:
+        """Under packing, the attention: the model's own (a dense block-diagonal mask), FlexAttention (a
+        document mask) or varlen_attn (Flash Attention over each sequence), each where the model's attention
+        can be switched to it here; what is left out says why."""
+        caps, traits = self.caps, self.traits
+        why_not = {}
+        if not traits.flex_attention:
+            why_not["flex"] = (
+                "FlexAttention under packing is offered for causal decoders of Hugging Face's that support it "
+                "(they build its document mask from the position ids), with FlexAttention in this torch"
             )
-        elif "pack" in paddings and self.traits.flex_attention:
+        elif not caps.cuda:
+            why_not["flex"] = (
+                f"FlexAttention has no backward on the CPU (torch {caps.torch_version}): training with it needs a GPU"
+            )
+        if not traits.varlen_attention:
+            why_not["varlen"] = (
+                "varlen_attn under packing is offered for causal decoders of Hugging Face's that take a registered "
+                "attention function, with torch.nn.attention.varlen in this torch"
+            )
+        elif not caps.cuda:
+            why_not["varlen"] = "varlen_attn runs Flash Attention's CUDA kernels: it needs a GPU"
+        choices = [how for how in PACK_ATTENTION if how not in why_not]
+        if len(choices) > 1:
             self._add(
                 "pack_attention",
-                PACK_ATTENTION,
-                "the model's own attention under packing (a dense "
-                "block-diagonal mask), or FlexAttention with a document mask (blocks across sequences skipped)",
+                choices,
+                "the model's own attention under packing (a dense block-diagonal mask), FlexAttention with a "
+                "document mask (blocks across sequences skipped), or Flash Attention over each sequence (varlen_attn)",
                 packs,
                 where="padding is pack",
             )
-        elif "pack" in paddings:
-            self.left_out.append(
-                (
-                    "pack_attention",
-                    "FlexAttention under packing is offered for causal decoders of "
-                    "Hugging Face's that support it (they build its document mask from the position "
-                    "ids), with FlexAttention in this torch",
-                )
-            )
+        for how, why in why_not.items():
+            self.left_out.append((f"pack_attention={how}", why))
 
     def _parallel_dimensions(self) -> None:
         """What exists only under DDP or FSDP2. Never offered without --parallel, so a

@@ -17,7 +17,9 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 SCOPES = ("full", "regional", "modular")
 PADDINGS = ("longest", "multiple", "buckets", "max", "pack")
 PACK_LENGTHS = ("longest", "batch")  # packed rows of the workload's longest sequence, or the whole batch in one row
-PACK_ATTENTION = ("model", "flex")  # under packing: the model's own attention, or FlexAttention with a document mask
+# under packing: the model's own attention, FlexAttention with a document mask, or Flash Attention over each
+# sequence (torch's varlen_attn)
+PACK_ATTENTION = ("model", "flex", "varlen")
 MARK_DYNAMIC = ("off", "mark", "maybe")
 PARALLEL = ("none", "ddp", "fsdp2")  # how a trial's ranks share the model (--parallel)
 PARALLEL_KEYS = ("optimize_ddp", "fsdp_compile_order", "reshard_after_forward")
@@ -41,7 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "padding": "longest",  # of the varying batch dimensions; "pack": the batch's sequences packed into rows
     "pad_multiple": None,  # with padding == "multiple", or a packed row's length (pack_length "batch")
     "pack_length": "longest",  # with padding == "pack": rows of the workload's longest, or one row for the batch
-    "pack_attention": "model",  # with padding == "pack": the model's attention, or FlexAttention (a document mask)
+    "pack_attention": "model",  # with padding == "pack": the model's attention, FlexAttention (a document mask) or varlen
     "mark_dynamic": "off",  # mark the varying dimensions dynamic: off | mark | maybe
     "inductor": {},  # Inductor config options that differ from the installed defaults
     "recompile_limit": None,  # None: torch's own
@@ -302,6 +304,7 @@ class WorkloadTraits:
     # why its variable-length batches cannot be packed (workloads.packing.refusal), or None
     pack_refusal: str | None = "the workload's batch layout is not known"
     flex_attention: bool = False  # its model's attention can be switched to FlexAttention
+    varlen_attention: bool = False  # ... or to a function of the snippet's (varlen_attn over each packed sequence)
     # why the foreach_map step cannot stand in for the optimizer's (space/optimizer.py), or None
     foreach_map_refusal: str | None = "the workload's optimizer is not known"
 

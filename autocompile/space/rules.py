@@ -264,11 +264,14 @@ def _inductor_rejection(c: dict, caps) -> str | None:
 def _packing_rejection(space, c: dict) -> str | None:
     """Packing where the workload's layout allows it; its attention switched where the model can."""
     if c["padding"] != "pack":
-        return "pack_attention flex: only with padding pack" if c.get("pack_attention", "model") != "model" else None
+        how = c.get("pack_attention", "model")
+        return f"pack_attention {how}: only with padding pack" if how != "model" else None
     if space.traits.pack_refusal:
         return f"padding pack: {space.traits.pack_refusal}"
     if c.get("pack_attention", "model") == "flex" and not space.traits.flex_attention:
         return "pack_attention flex: the model's attention cannot be switched to FlexAttention here"
+    if c.get("pack_attention", "model") == "varlen" and not (space.traits.varlen_attention and space.caps.cuda):
+        return "pack_attention varlen: Flash Attention over each sequence needs a GPU and a causal Hugging Face model here"
     return None
 
 

@@ -353,7 +353,7 @@ def _build(spec: dict, result: dict) -> tuple[Setup, tuple]:
     parts["batches"], mark = time.perf_counter() - mark, time.perf_counter()
     model, optimizer = workload.build(options)
     parts["model_and_optimizer"] = time.perf_counter() - mark
-    info = _model_info(workload, options, model, result, spec.get("parallel", "none"))
+    info = _model_info(workload, options, model, batches, result, spec.get("parallel", "none"))
     return Setup(workload, options, pool, batches, counts, info), (model, optimizer)
 
 
@@ -552,8 +552,8 @@ def _versions(torch, device: str, result: dict) -> None:
     result["device_name"] = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
 
 
-def _model_info(workload, options, model, result: dict, parallel: str = "none") -> ModelInfo:
-    """What the snippet needs to know of the model."""
+def _model_info(workload, options, model, batches: list, result: dict, parallel: str = "none") -> ModelInfo:
+    """What the snippet needs to know of the model, and of its batches' rows."""
     import torch._dynamo.config as dynamo_config
 
     from autocompile.workloads import checkpointing
@@ -574,6 +574,7 @@ def _model_info(workload, options, model, result: dict, parallel: str = "none") 
         parallel=parallel,
         checkpointing=found,
         layout=workload.layout,
+        rows=max((batch[next(iter(workload.varying))].shape[0] for batch in batches), default=0) if workload.varying else 0,
     )
 
 

@@ -1,5 +1,5 @@
 """Whether a workload's variable-length batches can be packed, and whether its model's attention can be
-switched to FlexAttention under packing.
+switched to FlexAttention, or to torch's varlen_attn, under packing.
 
 Packed, a batch's sequences share rows (first fit, longest first), each sequence whole in one row, so
 no padding is computed but the rows' tail; each sequence must attend only to itself, which the model
@@ -42,7 +42,22 @@ def flex_switchable(model) -> bool:
         import torch.nn.attention.flex_attention  # noqa: F401
     except ImportError:
         return False
+    return _hugging_face_flag(model, "_supports_flex_attn")
+
+
+def varlen_switchable(model) -> bool:
+    """Whether the model is a Hugging Face model (itself, or inside a wrapper) that takes an attention function
+    registered with its AttentionInterface (`_supports_attention_backend`), with torch's varlen_attn here."""
+    try:
+        import torch.nn.attention.varlen  # noqa: F401
+    except ImportError:
+        return False
+    return _hugging_face_flag(model, "_supports_attention_backend")
+
+
+def _hugging_face_flag(model, flag: str) -> bool:
+    """The flag on the outermost Hugging Face model in `model` (False where there is none)."""
     for module in model.modules():
         if callable(getattr(type(module), "set_attn_implementation", None)):
-            return bool(getattr(module, "_supports_flex_attn", False))
+            return bool(getattr(module, flag, False))
     return False
