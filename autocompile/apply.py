@@ -717,10 +717,14 @@ def varlen_attention(module, query, key, value, attention_mask, scaling=None, dr
     batch, heads, length, dim = query.shape
     if position_ids is None or position_ids.numel() != batch * length:
         raise ValueError("varlen_attention: the forward must pass the packed batch's position ids")
-    tokens = batch * length
-    starts = torch.nonzero_static(position_ids.reshape(-1) == 0, size=MAX_SEQUENCES, fill_value=tokens)
-    cu_seq = torch.cat([starts.reshape(-1), starts.new_full((1,), tokens)]).to(torch.int32)
-    query, key, value = (x.transpose(1, 2).reshape(tokens, x.shape[1], dim) for x in (query, key, value))
+    # Where each sequence ends (the next token's position is 0, or the row's last token), in a fixed count
+    # of MAX_SEQUENCES: the count not used ends where the last sequence does (zero-length sequences). No
+    # value depends on the row's length, so one compiled graph serves every length.
+    positions = position_ids.reshape(-1)
+    ends = torch.cat([positions[1:] == 0, torch.ones_like(positions[:1], dtype=torch.bool)])
+    ends = torch.nonzero_static(ends, size=MAX_SEQUENCES, fill_value=-1).reshape(-1) + 1
+    cu_seq = torch.cat([torch.zeros_like(ends[:1]), ends.cummax(0).values]).to(torch.int32)
+    query, key, value = (x.transpose(1, 2).reshape(batch * length, x.shape[1], dim) for x in (query, key, value))
 {gqa}    out = varlen_attn(query, key, value, cu_seq, cu_seq, MAX_LEN, MAX_LEN, {causal})
     return out.view(batch, length, heads, dim), None
 

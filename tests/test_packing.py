@@ -152,8 +152,13 @@ def test_varlen_attention_trains_each_packed_sequence_like_the_padded_batch(varl
     varlen_attn's kernels done sequence by sequence on the CPU, the losses equal eager's on the padded
     batch, each decoder layer compiled alone around the op; a batch of more sequences than MAX_SEQUENCES is
     refused by pack, never silently cut."""
+    from torch._dynamo.utils import counters
+
     workload = get_workload("tiny-llama")
-    batches = workload.batches(OPTIONS, 3)
+    batches = workload.batches(OPTIONS, 4)
+    assert len({b["input_ids"].numel() for b in batches}) == 4  # four sizes (they pack to four lengths)
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
     model, optimizer = workload.build(OPTIONS)
     varlen = {**DEFAULTS, "scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 8}
     varlen["pack_attention"] = "varlen"
@@ -171,6 +176,9 @@ def test_varlen_attention_trains_each_packed_sequence_like_the_padded_batch(varl
         optimizer.step()
         optimizer.zero_grad()
         losses.append(float(loss))
+    # each decoder layer (one code): its first length, then one graph for every length; the GPU's first try
+    # compiled once per length (a value from the row's length in the attention), to the recompile limit
+    assert counters["stats"]["unique_graphs"] - before == 2
     padded, _ = _train(workload, EAGER, batches * 2)
     assert losses == pytest.approx(padded, rel=1e-3)
     snippet["MAX_SEQUENCES"] = 2
