@@ -186,6 +186,35 @@ def test_varlen_attention_trains_each_packed_sequence_like_the_padded_batch(varl
         snippet["prepare_batch"](dict(batches[0]))
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_packing_check_runs_the_packed_batch_through_the_attention_it_packs_with(causal, varlen_on_the_cpu, tmp_path):
+    """The trial's packing check (eager, before the compile) runs the packed batch under the attention the
+    configuration switches to (varlen_attn here), the padded batch under the model's own: an attention that
+    lets packed tokens see what they must not (here non-causal, each token seeing its sequence's later ones)
+    is refused there, with the guard's reason, before anything compiles."""
+    from autocompile.trial.worker import Events, Setup, _packed_alike
+
+    workload = get_workload("tiny-llama")
+    batches = workload.batches(OPTIONS, 1)
+    model, _ = workload.build(OPTIONS)
+    config = {**DEFAULTS, "scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 8}
+    config["pack_attention"] = "varlen"
+    info = _info(workload, model)
+    info.rows = batches[0]["input_ids"].shape[0]
+    snippet = render_snippet(config, info)
+    if not causal:
+        snippet = snippet.replace("window_size=(-1, 0)", "window_size=(-1, -1)")
+    setup = Setup(workload, OPTIONS, 1, batches, [workload.count(b) for b in batches], info, snippet)
+    result: dict = {}
+    alike = _packed_alike(torch, {"config": config}, Events(str(tmp_path / "events.jsonl")), result, setup, model)
+    assert model.config._attn_implementation == "autocompile_varlen"
+    assert alike is causal, result
+    if causal:
+        assert result["packing_check"]["max_rel_diff"] < 1e-5
+    else:
+        assert result["status"] == "infeasible" and result["reason"].startswith("numerics (packing check)")
+
+
 def test_packed_shapes_repeat_within_the_row_count_rule():
     """Rows of the workload's longest: every batch packs into one of at most `rows` shapes (the row count),
     so a whole-model compile with dynamic=False compiles no more graphs than that rule counts."""

@@ -467,7 +467,8 @@ PACKED_TOLERANCE = {"cpu": 1e-3, "cuda": 5e-2}
 
 def _packed_alike(torch, spec: dict, events: Events, result: dict, setup: Setup, model) -> bool:
     """For a packed configuration, whether the model, eager and before anything is compiled, gives each real
-    token of the first batch the same output packed as padded: each packed sequence attends only to itself.
+    token of the first batch the same output packed (under the attention the configuration packs with) as
+    padded (under the model's own): each packed sequence attends only to itself.
     Where it does not, the trial is infeasible with that reason (the numerics guard's, found before the
     compile). The outputs compared are the forward's (the loss's where the workload gives it as one)."""
     if spec["config"].get("padding") != "pack" or not setup.info.varying:
@@ -488,6 +489,9 @@ def _packed_alike(torch, spec: dict, events: Events, result: dict, setup: Setup,
     with torch.random.fork_rng(devices=devices), torch.no_grad():
         torch.manual_seed(0)
         padded = run(dict(batch)).float()
+        for name in ("flex_attention_on", "varlen_attention_on"):  # the attention packed rows go through
+            if name in snippet:
+                snippet[name](model)  # (as apply_compilation sets it next)
         torch.manual_seed(0)
         packed = run(snippet["prepare_batch"](dict(batch))).float()
     if workload.split_loss and padded.dim() >= 2:
