@@ -297,6 +297,41 @@ def test_ctrl_c_kills_the_running_trial_marks_it_interrupted_and_keeps_the_finis
     assert stopped.state == optuna.trial.TrialState.FAIL and stopped.user_attrs["reason"] == "interrupted"
 
 
+def test_a_trial_failed_as_stale_while_its_worker_ran_it_keeps_its_result_as_a_trial_of_its_own(tmp_path):
+    """Another worker fails a running trial as stale where its heartbeats came late (a loaded host: in a CI run
+    of 2026-11-28 the PostgreSQL pair's worker then crashed telling its finished trial, "Trial#1 has already
+    finished and can not be updated", and its result was lost). Here the test fails trial 1 as another worker's
+    fail_stale would, while it runs: the search goes on, says so, and keeps the result as a trial of its own."""
+    from autocompile.engine.storage import open_storage
+
+    search = {**SEARCH, "trials": 2, "baseline_timeout_s": 120}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED.format(here=HERE, directory=str(tmp_path), search=search)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    process_file, deadline = tmp_path / "c" / "trials" / "0001" / "process.json", time.time() + 300
+    while not process_file.exists() and time.time() < deadline and parent.poll() is None:
+        time.sleep(0.2)
+    assert process_file.exists(), "trial 1 never started"
+    url = "sqlite:///" + str(tmp_path / "c" / "study.db")
+    storage = open_storage(url)
+    running = load_study("c", url).trials[1]
+    storage.set_trial_user_attr(running._trial_id, "reason", "stale: failed by another worker")
+    storage.set_trial_state_values(running._trial_id, state=optuna.trial.TrialState.FAIL)
+    out, _ = parent.communicate(timeout=300)
+    assert parent.returncode == 0, out
+    study = load_study("c", url)
+    stale = study.trials[1]
+    [kept] = [t for t in study.trials if t.user_attrs.get("kept_from") == 1]
+    assert "trial 1: failed as stale by another worker while it ran" in out and f"kept as trial {kept.number}" in out
+    assert stale.state == optuna.trial.TrialState.FAIL and "status" not in stale.user_attrs
+    assert kept.state.is_finished() and kept.user_attrs["config"] == stale.user_attrs["config"]
+    assert kept.user_attrs["status"] in ("ok", "timeout", "pruned") and kept.user_attrs["role"] == stale.user_attrs["role"]
+    assert (tmp_path / "c" / "trials" / "0001" / "result.json").exists()  # the whole record, in the stale trial's folder
+
+
 RACE = """
 import sys, time
 from autocompile.engine.storage import create_or_load, open_storage

@@ -25,6 +25,7 @@ from autocompile.engine.records import (
     Role,
     carried,
     full_record,
+    plain,
     save_record,
     set_attrs,
     snippet_header,
@@ -422,7 +423,11 @@ class Runner:
             first = prepared.first
             record = carried(record, full_record(first, self.settings.study_dir), first.number, warm_up=not prepared.cold)
         self._await_eager(trial, prepared.label)
-        record = self._tell(trial, prepared.request, record, prepared.limit_s)
+        running = self.storage.get_trial(trial._trial_id).state == optuna.trial.TrialState.RUNNING
+        record = self._tell(trial, prepared.request, record, prepared.limit_s, tell=running)
+        if not running:  # another worker failed it as stale while it ran
+            cut = prepared.request.timeout_s < prepared.limit_s
+            trial = self._kept_apart(self.storage.get_trial(trial._trial_id), record, cut)
         self.progress.done += 1
         self._report(trial.number, prepared.label, record)
         self._told(trial)
@@ -465,9 +470,10 @@ class Runner:
             self.settings.shared_cache and bool(config["compile"]) and first is None and role not in (*BASELINES, Role.FINALIST)
         )
 
-    def _tell(self, trial, request: TrialRequest, record: Record, limit_s: float) -> Record:
+    def _tell(self, trial, request: TrialRequest, record: Record, limit_s: float, tell: bool = True) -> Record:
         """Judge the record, keep it whole in the trial's folder and concise in the study, tell the
-        study; the judged record."""
+        study (not where `tell` is False: its trial failed meanwhile, and `finish` keeps it apart);
+        the judged record."""
         settings = self.settings
         view = StudyView(self.study)
         record = judge(record, view.eager_record(settings.study_dir), settings.device, view.memory_limit(settings.max_memory_gb))
@@ -480,6 +486,8 @@ class Runner:
         horizon.settle(self, record)  # without --horizon-steps: from the first speed measured (eager's)
         record["score"] = score(record, horizon.scoring(settings))
         save_record(request.trial_dir, record)  # the whole record; the study keeps it concise
+        if not tell:
+            return record
         set_attrs(trial, to_attrs(record))
         if record["status"] == Status.PRUNED:
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
@@ -492,6 +500,34 @@ class Runner:
             trial.set_constraint("failed", violation(record))
             self.study.tell(trial, record["score"])
         return record
+
+    def _kept_apart(self, stale, record: Record, cut_by_search: bool):
+        """The result of a trial another worker failed as stale while this worker ran it (its heartbeats came
+        late: a host too loaded to beat in time), kept as a trial of its own: a finished trial is never lost.
+        The configuration queued again for the stale one is then a duplicate, refused when it is claimed."""
+        if record["status"] == Status.PRUNED:
+            state, value = optuna.trial.TrialState.PRUNED, None
+        elif record["status"] == Status.TIMEOUT and cut_by_search:
+            state, value = optuna.trial.TrialState.FAIL, None
+        else:
+            state, value = optuna.trial.TrialState.COMPLETE, record["score"]
+        attrs = {**stale.user_attrs, **to_attrs(record), "kept_from": stale.number}
+        self.study.add_trial(
+            optuna.trial.create_trial(
+                state=state,
+                value=value,
+                params=stale.params,
+                distributions=stale.distributions,
+                user_attrs={key: plain(item) for key, item in attrs.items()},
+                constraints={"failed": violation(record)} if value is not None else None,
+            )
+        )
+        kept = next(t for t in reversed(self.study.get_trials(deepcopy=False)) if t.user_attrs.get("kept_from") == stale.number)
+        self.progress.line(
+            f"trial {stale.number}: failed as stale by another worker while it ran (its heartbeats came late); "
+            f"its result is kept as trial {kept.number}"
+        )
+        return kept
 
     def abandon(self, trial) -> None:
         """Ctrl-C during a trial, or between its end and its tell: failed as interrupted (a trial already
@@ -548,7 +584,7 @@ class Runner:
         self._told(trial)
 
     def _told(self, trial) -> None:
-        frozen = self.storage.get_trial(trial._trial_id)
+        frozen = self.storage.get_trial(trial._trial_id) if hasattr(trial, "_trial_id") else trial
         for callback in self.callbacks:
             callback(self.study, frozen)
 
