@@ -329,6 +329,7 @@ def test_a_trial_failed_as_stale_while_its_worker_ran_it_keeps_its_result_as_a_t
     assert stale.state == optuna.trial.TrialState.FAIL and "status" not in stale.user_attrs
     assert kept.state.is_finished() and kept.user_attrs["config"] == stale.user_attrs["config"]
     assert kept.user_attrs["status"] in ("ok", "timeout", "pruned") and kept.user_attrs["role"] == stale.user_attrs["role"]
+    assert not kept.user_attrs.get("reason", "").startswith("stale")
     assert (tmp_path / "c" / "trials" / "0001" / "result.json").exists()  # the whole record, in the stale trial's folder
 
 

@@ -511,7 +511,8 @@ class Runner:
             state, value = optuna.trial.TrialState.FAIL, None
         else:
             state, value = optuna.trial.TrialState.COMPLETE, record["score"]
-        attrs = {**stale.user_attrs, **to_attrs(record), "kept_from": stale.number}
+        claimed = {key: item for key, item in stale.user_attrs.items() if key != "reason"}  # not the staleness
+        attrs = {**claimed, **to_attrs(record), "kept_from": stale.number}
         self.study.add_trial(
             optuna.trial.create_trial(
                 state=state,
