@@ -17,8 +17,9 @@ import time
 
 # The kind of each kernel, by its name: the first pattern that matches.
 KINDS = [
-    ("matmul", r"gemm|cutlass|sm90_xmma|nvjet|cublas|matmul|_mm_|\bmm\b|addmm|bmm"),
+    # before matmul: Flash Attention's kernels are CUTLASS's (the 2026-11-28 varlen profile counted them as matmul)
     ("attention", r"flash|fmha|attention|flex|sdpa|triton_tem_fused_flex"),
+    ("matmul", r"gemm|cutlass|sm90_xmma|nvjet|cublas|matmul|_mm_|\bmm\b|addmm|bmm"),
     ("optimizer", r"adam|multi_tensor|foreach|^triton_for_"),  # a compiled step's kernels: triton_for_fused_N
     ("copy / memset", r"memcpy|memset|copy|cat|fill"),
     ("triton fused", r"^triton_"),

@@ -192,7 +192,8 @@ def test_the_packing_check_runs_the_packed_batch_through_the_attention_it_packs_
     configuration switches to (varlen_attn here), the padded batch under the model's own: an attention that
     lets packed tokens see what they must not (here non-causal, each token seeing its sequence's later ones)
     is refused there, with the guard's reason, before anything compiles."""
-    from autocompile.trial.worker import Events, Setup, _packed_alike
+    from autocompile.trial.packing_check import packed_alike
+    from autocompile.trial.worker import Events, Setup
 
     workload = get_workload("tiny-llama")
     batches = workload.batches(OPTIONS, 1)
@@ -206,13 +207,18 @@ def test_the_packing_check_runs_the_packed_batch_through_the_attention_it_packs_
         snippet = snippet.replace("window_size=(-1, 0)", "window_size=(-1, -1)")
     setup = Setup(workload, OPTIONS, 1, batches, [workload.count(b) for b in batches], info, snippet)
     result: dict = {}
-    alike = _packed_alike(torch, {"config": config}, Events(str(tmp_path / "events.jsonl")), result, setup, model)
+    alike = packed_alike(torch, {"config": config}, Events(str(tmp_path / "events.jsonl")), result, setup, model)
     assert model.config._attn_implementation == "autocompile_varlen"
     assert alike is causal, result
+    check = result["packing_check"]
     if causal:
-        assert result["packing_check"]["max_rel_diff"] < 1e-5
-    else:
+        assert check["max_rel_diff"] < 1e-5
+        assert check["other_sequences_moved"] == check["earlier_tokens_moved"] == 0  # bit for bit
+    else:  # each token sees its sequence's later ones, not the other sequences
         assert result["status"] == "infeasible" and result["reason"].startswith("numerics (packing check)")
+        assert check["other_sequences_moved"] == 0 and check["earlier_tokens_moved"] > 1e-3
+        assert "changing a packed sequence's later tokens, its earlier tokens' outputs moved" in result["reason"]
+        assert result["numerics"]["method"] == "packing check"
 
 
 def test_packed_shapes_repeat_within_the_row_count_rule():
@@ -257,13 +263,15 @@ def test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard(tmp_path):
     )
     assert record["status"] == "infeasible" and record["reason"].startswith("numerics (packing check)")
     assert "the sequences of a packed row see each other" in record["reason"]
-    assert record["packing_check"]["max_rel_diff"] > 0.1 and "warmup_s" not in record  # refused before compiling
+    assert record["packing_check"]["other_sequences_moved"] > 1e-3 and "warmup_s" not in record  # refused before compiling
     record = run_trial(
         TrialRequest(
             model="tiny-llama", config=packed, device="cpu", trial_dir=str(tmp_path / "kept"), timeout_s=300, measure=measure
         )
     )
-    assert record["status"] == "ok" and record["packing_check"]["max_rel_diff"] < 1e-5
+    check = record["packing_check"]
+    assert record["status"] == "ok" and check["max_rel_diff"] < 1e-5
+    assert check["other_sequences_moved"] == check["earlier_tokens_moved"] == 0
     assert 0 < record["padding_share"] < 0.5  # rows of the longest: the rows' tails
     assert record["regions"] == ["model.layers"]
     assert record["graph_breaks"] == 0 and record["steps_per_s"] > 0

@@ -373,3 +373,24 @@ def test_measurement_stops_once_its_windows_agree(tmp_path):
     cut = record["settling_windows"]
     assert cut == settled(rates) and record["interval"] == pytest.approx(interval(rates[cut:]))
     assert min(rates[cut:]) <= record["steps_per_s"] <= max(rates[cut:])
+
+
+def test_a_configuration_the_packing_check_refused_is_not_proposed_again():
+    """llama-8b-fresh-13 (2026-11-28, one host of four H200s) ran the same varlen neighbour 13 times: each was
+    refused by the packing check, whose record said no method, so each was taken as judged by a guard since
+    replaced and measured again. A refusal of the current check stands (already tried); one of the first
+    check (5% against the padded batch, no version) is measured again."""
+    import optuna
+
+    from autocompile.engine.gates import already_tried
+    from autocompile.trial.protocol import PACKING_CHECK_VERSION
+
+    config = {**DEFAULTS, "scope": "regional", "padding": "pack", "pack_length": "batch"}
+    reason = "numerics (packing check): changing the first sequence of a packed row, ..."
+    for numerics, tried in (({"method": "packing check", "version": PACKING_CHECK_VERSION}, True), ({}, False)):
+        study = optuna.create_study(direction="maximize")
+        attrs = dict(role="neighbour", status="infeasible", reason=reason, config=config)
+        if numerics:
+            attrs["numerics"] = numerics
+        study.add_trial(optuna.trial.create_trial(value=0.0, user_attrs=attrs))
+        assert already_tried(study, config, {}, 300) is tried

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from autocompile.trial.protocol import REPLAY_VERSION
+from autocompile.trial.protocol import PACKING_CHECK_VERSION, REPLAY_VERSION
 from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
@@ -277,9 +277,10 @@ class CannotWinPruner(optuna.pruners.BasePruner):
 
 def _judged_by_an_older_guard(attrs: dict) -> bool:
     """A trial made infeasible for its numerics by a guard since replaced: before the verdict said
-    how it was reached (the first losses of runs whose dropout masks differed), or by a replay of
-    an older version. Its configuration is measured again."""
+    how it was reached (the first losses of runs whose dropout masks differed, or the packing check's
+    first version), or by a replay or packing check of an older version. Its configuration is measured again."""
     if attrs.get("status") != Status.INFEASIBLE or not attrs.get("reason", "").startswith("numerics"):
         return False
     numerics = attrs.get("numerics", {})
-    return "method" not in numerics or (numerics["method"] == "replay" and numerics.get("version", 1) < REPLAY_VERSION)
+    current = {"replay": REPLAY_VERSION, "packing check": PACKING_CHECK_VERSION}
+    return "method" not in numerics or numerics.get("version", 1) < current.get(numerics["method"], 1)

@@ -151,6 +151,14 @@ _PROMISING_VALUE = {
 WARMUP_SHARE = 0.1
 
 
+def trial_params(space, trial) -> dict:
+    """A trial's Optuna parameters, with the dimensions it predates at their defaults (a study measured
+    before the space gained them: its moves then change only what they move); plain torch.compile's:
+    every dimension at its default."""
+    own = dict(trial.params)
+    return {**space.params_for(own), **own} if own else space.params_for({})
+
+
 def incumbent(space, study, view: StudyView | None = None):
     """The best-scoring trial that ran cleanly (`StudyView.incumbent`), with its Optuna parameters: a
     recipe, neighbour or TPE trial, or plain torch.compile (its parameters: every dimension at its
@@ -159,7 +167,7 @@ def incumbent(space, study, view: StudyView | None = None):
     best = (view or StudyView(study)).incumbent
     if best is None:
         return None, None
-    return best, dict(best.params) if best.params else space.params_for({})
+    return best, trial_params(space, best)
 
 
 def effects(study, view: StudyView | None = None) -> list[dict]:
@@ -250,7 +258,7 @@ def fastest(space, study, view: StudyView | None = None):
     fast is worth borrowing. (trial, params), or (None, {})."""
     ok = [t for t in (view or StudyView(study)).searched if t.user_attrs.get("status") == Status.OK]
     top = max(ok, key=lambda t: t.user_attrs.get("steps_per_s") or 0, default=None)
-    return (None, {}) if top is None else (top, dict(top.params) if top.params else space.params_for({}))
+    return (None, {}) if top is None else (top, trial_params(space, top))
 
 
 def warmup_share(study, trial) -> float:
@@ -378,7 +386,7 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
     for t in sorted(over, key=lambda t: -(t.user_attrs.get("steps_per_s") or 0)):
         if _fitted(view, t.user_attrs["config"]):
             continue  # a rung of its ladder fits already: a lower one recomputes more for no memory needed
-        base = dict(t.params) if t.params else space.params_for({})
+        base = trial_params(space, t)
         lower = sorted((v for v in dim.choices if v is not None and v < (base.get(BUDGET) or 1.0)), reverse=True)
         limit = _peak(t.user_attrs) - t.user_attrs["over_memory_gb"]
         peaks = _peaks_by_budget(view, t.user_attrs["config"])

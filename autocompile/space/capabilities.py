@@ -10,6 +10,7 @@ from autocompile.space.dimensions import (
     INDUCTOR_OPTIONS_AUTOTUNE,
     INDUCTOR_OPTIONS_CUDA,
     INDUCTOR_OPTIONS_CUDAGRAPHS,
+    INDUCTOR_OPTIONS_HOST,
 )
 
 
@@ -40,7 +41,13 @@ class Capabilities:
         import torch._dynamo.config as dynamo_config
         import torch._inductor.config as inductor_config
 
-        wanted = {**INDUCTOR_OPTIONS, **INDUCTOR_OPTIONS_CUDA, **INDUCTOR_OPTIONS_AUTOTUNE, **INDUCTOR_OPTIONS_CUDAGRAPHS}
+        wanted = {
+            **INDUCTOR_OPTIONS,
+            **INDUCTOR_OPTIONS_CUDA,
+            **INDUCTOR_OPTIONS_AUTOTUNE,
+            **INDUCTOR_OPTIONS_CUDAGRAPHS,
+            **INDUCTOR_OPTIONS_HOST,
+        }
         present = {}
         for key in wanted:
             value = _inductor_default(inductor_config, key)

@@ -188,6 +188,14 @@ INDUCTOR_OPTIONS: dict[str, tuple] = {
 INDUCTOR_OPTIONS_CUDA: dict[str, tuple] = {
     "coordinate_descent_tuning": (False, True),
 }
+# The host's work between kernels, where a step waits on it (llama-8b packed: 118 ms of kernels in a step of
+# 152-165 ms, the GPU idle while the host ran the compiled graphs' Python wrappers and Dynamo's guards,
+# studies/README.md "One host of four H200s an eighth time"): the wrapper's size and stride checks left
+# out, the wrapper itself as C++ (each graph's wrapper compiled too: more warm-up).
+INDUCTOR_OPTIONS_HOST: dict[str, tuple] = {
+    "size_asserts": (True, False),
+    "cpp_wrapper": (False, True),
+}
 INDUCTOR_OPTIONS_AUTOTUNE: dict[str, tuple] = {
     "max_autotune_gemm_backends": ("ATEN,TRITON", "TRITON", "ATEN"),
 }
@@ -216,6 +224,7 @@ def uses_autotune(config: dict) -> bool:
 _OPTION_GROUPS = (
     (INDUCTOR_OPTIONS, None, lambda c: True, None),
     (INDUCTOR_OPTIONS_CUDA, "tunes Triton kernels: needs CUDA", lambda c: True, None),
+    (INDUCTOR_OPTIONS_HOST, "the host's launch work between GPU kernels: needs CUDA", lambda c: True, None),
     (
         INDUCTOR_OPTIONS_AUTOTUNE,
         "max-autotune GEMM backends: needs CUDA",

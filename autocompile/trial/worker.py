@@ -28,6 +28,7 @@ from autocompile.apply import ModelInfo, alone, find_repeated_blocks, load_snipp
 from autocompile.space import DEFAULTS, uses_cuda_graphs
 from autocompile.space.capabilities import compiled_autograd_api_name
 from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
+from autocompile.trial.packing_check import packed_alike
 from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL, rank_result_path
 from autocompile.trial.result import Status
 
@@ -263,7 +264,7 @@ def run(spec: dict, events: Events, result: dict) -> None:
         _accuracy_only(torch, spec, result, setup, built)
         return
     _check_randomness(torch, spec, events, result, setup, built[0])
-    if not _packed_alike(torch, spec, events, result, setup, built[0]):
+    if not packed_alike(torch, spec, events, result, setup, built[0]):
         return  # packed, its sequences see each other: nothing worth compiling
     training = _apply(spec, result, setup, built)
     del built  # the model and optimizer live on in `training` only
@@ -455,63 +456,6 @@ def _check_randomness(torch, spec: dict, events: Events, result: dict, setup: Se
     elif spec["config"]["compile"]:
         events.emit(phase="checking randomness")
         result["rng_dependent"] = _rng_dependent(torch, setup.workload, model, setup.batches[0], result)
-
-
-# How far the model's outputs on a packed batch may part from the padded batch's, as the norm of the
-# difference over the norm of the padded batch's: packing is exact up to rounding (1e-7 on the CPU in
-# float32; bf16 rounding of another attention kernel over 32 layers is a few 1e-3); a model whose packed
-# sequences see each other parts by tens of percent. (The largest difference over the largest output
-# was 5.0-5.5% in bf16 on the 8B Llamas, too close to the tolerance to tell anything.)
-PACKED_TOLERANCE = {"cpu": 1e-3, "cuda": 5e-2}
-
-
-def _packed_alike(torch, spec: dict, events: Events, result: dict, setup: Setup, model) -> bool:
-    """For a packed configuration, whether the model, eager and before anything is compiled, gives each real
-    token of the first batch the same output packed (under the attention the configuration packs with) as
-    padded (under the model's own): each packed sequence attends only to itself.
-    Where it does not, the trial is infeasible with that reason (the numerics guard's, found before the
-    compile). The outputs compared are the forward's (the loss's where the workload gives it as one)."""
-    if spec["config"].get("padding") != "pack" or not setup.info.varying:
-        return True
-    from autocompile.trial.divergence import first_tensor
-
-    events.emit(phase="checking packing")
-    snippet = load_snippet(setup.snippet, "<packing check>")
-    batch = setup.batches[0]
-    source = torch.tensor(snippet["pack_plan"](dict(batch))[0], device=next(model.parameters()).device)
-    workload = setup.workload
-    run = (
-        (lambda b: first_tensor(workload.forward(model, b)))
-        if workload.split_loss
-        else (lambda b: workload.loss(model, b).reshape(1))
-    )
-    devices = [torch.cuda.current_device()] if source.is_cuda else []
-    with torch.random.fork_rng(devices=devices), torch.no_grad():
-        torch.manual_seed(0)
-        padded = run(dict(batch)).float()
-        for name in ("flex_attention_on", "varlen_attention_on"):  # the attention packed rows go through
-            if name in snippet:
-                snippet[name](model)  # (as apply_compilation sets it next)
-        torch.manual_seed(0)
-        packed = run(snippet["prepare_batch"](dict(batch))).float()
-    if workload.split_loss and padded.dim() >= 2:
-        padded = padded.reshape(-1, *padded.shape[2:])[source[source >= 0]]
-        packed = packed.reshape(-1, *packed.shape[2:])[source >= 0]
-    apart = float((padded - packed).norm() / padded.norm().clamp(min=1e-12))
-    tolerance = PACKED_TOLERANCE["cuda" if source.is_cuda else "cpu"]
-    result["packing_check"] = {"max_rel_diff": apart, "tolerance": tolerance}
-    if apart <= tolerance:
-        return True
-    result.update(
-        status=Status.INFEASIBLE,
-        reason=(
-            f"numerics (packing check): packed, the first batch's outputs part from the padded batch's by {apart:.1%} (norm) "
-            f"(tolerance {tolerance:.1%}), eager, before anything compiled: the sequences of a packed row see each other; "
-            "the workload's forward must pass the position ids to the model (a causal decoder takes its mask from them), "
-            "or, for an encoder, the block-diagonal mask (SequenceLayout)"
-        ),
-    )
-    return False
 
 
 def _apply(spec: dict, result: dict, setup: Setup, built: tuple) -> Training:

@@ -1,0 +1,162 @@
+"""Whether a packed configuration trains what the padded batch trains: the trial's packing check, run eager
+on the first batches before anything compiles (the numerics guard's, found before the compile's cost).
+
+Two questions, asked apart because rounding answers one and not the other:
+
+- **What each token sees** (`blind_to`). Outputs that must not depend on some tokens must not move when
+  those tokens change: the other sequences of a packed row when its first sequence changes, and, in a causal
+  decoder, a sequence's earlier tokens when its later ones change. The two runs compared have the same
+  shapes and kernels, so such outputs stay the same bit for bit (masked scores add exact zeros); a model
+  whose packed sequences see each other moves them by the attention's share of its outputs. No rounding
+  of bf16 over 32 layers comes near, which is why this is the check that separates.
+- **Agreement with the padded batch** (`apart`). Packed, the real tokens' outputs against the padded
+  batch's, under the model's own attention: a gross check (tokens gathered to the wrong places, an
+  attention that computes something else). Other shapes and kernels round otherwise: 4.2-5.5% (norm) on
+  the 8B Llamas in bf16 (H200, 2026-11-28), 1e-7 on the CPU in float32; hence the tolerances.
+"""
+
+from __future__ import annotations
+
+from autocompile.apply import load_snippet
+from autocompile.trial.protocol import PACKING_CHECK_VERSION
+from autocompile.trial.result import Status
+
+# How far the packed batch's outputs may part from the padded batch's (norm of the difference over the padded's).
+PACKED_TOLERANCE = {"cpu": 1e-3, "cuda": 0.2}
+# How far outputs that must not see some tokens may move when those change: nothing, but a margin for a
+# kernel whose rounding would depend on another row's values.
+BLIND_TOLERANCE = 1e-4
+# Batches of the pool looked at for one whose packed rows hold two sequences or more (what `blind_to` needs).
+LOOK_AT = 8
+SEE_EACH_OTHER = (
+    "the sequences of a packed row see each other; the workload's forward must pass the position ids to the model "
+    "(a causal decoder takes its mask from them), or, for an encoder, the block-diagonal mask (SequenceLayout)"
+)
+
+
+def packed_alike(torch, spec: dict, events, result: dict, setup, model) -> bool:
+    """For a packed configuration: whether the model, eager and before anything is compiled, gives the packed
+    batch (under the attention the configuration packs with) what it gives the padded batch (under its own),
+    its sequences blind to each other and, causal, to their own later tokens. Where not, the trial is
+    infeasible with the reason, and the check's figures go to `result["packing_check"]`."""
+    if spec["config"].get("padding") != "pack" or not setup.info.varying:
+        return True
+    events.emit(phase="checking packing")
+    snippet = load_snippet(setup.snippet, "<packing check>")
+    check = Check(torch, setup, snippet, model)
+    padded = check.run(dict(setup.batches[0]))
+    for name in ("flex_attention_on", "varlen_attention_on"):  # the attention packed rows go through
+        if name in snippet:
+            snippet[name](model)  # (as apply_compilation sets it next)
+    found = {"tolerance": check.tolerance, **check.apart(padded)}
+    if check.per_token:
+        found.update(check.blind())
+    result["packing_check"] = found
+    why = _why_not(found, check)
+    if why is None:
+        return True
+    result.update(
+        status=Status.INFEASIBLE,
+        reason=f"numerics (packing check): {why}, eager, before anything compiled",
+        numerics={
+            "method": "packing check",
+            "version": PACKING_CHECK_VERSION,
+            **found,
+        },  # judged by this check (not a guard since replaced)
+    )
+    return False
+
+
+def _why_not(found: dict, check) -> str | None:
+    moved = [(what, found[key]) for key, what in BLIND_QUESTIONS if found.get(key, 0) > BLIND_TOLERANCE]
+    if moved:
+        what, by = moved[0]
+        return f"{what} moved by {by:.2%} (norm; nothing may move): {SEE_EACH_OTHER}"
+    if found["max_rel_diff"] > check.tolerance:
+        return (
+            f"packed, the first batch's outputs part from the padded batch's by {found['max_rel_diff']:.1%} (norm) "
+            f"(tolerance {check.tolerance:.1%}): the packed batch computes something else than the padded one"
+        )
+    return None
+
+
+# What `blind` measures, and what each says when it moves.
+BLIND_QUESTIONS = (
+    ("other_sequences_moved", "changing the first sequence of a packed row, its other sequences' outputs"),
+    ("earlier_tokens_moved", "changing a packed sequence's later tokens, its earlier tokens' outputs"),
+)
+
+
+class Check:
+    """The model's outputs on batches of the pool, padded and packed (the snippet's `pack_plan`, `prepare_batch`)."""
+
+    def __init__(self, torch, setup, snippet: dict, model):
+        self.torch, self.setup, self.snippet, self.model = torch, setup, snippet, model
+        self.device = next(model.parameters()).device
+        self.tolerance = PACKED_TOLERANCE["cuda" if self.device.type == "cuda" else "cpu"]
+        self.per_token = bool(setup.workload.split_loss)  # outputs per token, not one loss
+
+    def run(self, batch: dict):
+        """The forward's first output per token (the loss, where the workload gives only that), float, seeded."""
+        from autocompile.trial.divergence import first_tensor
+
+        torch, workload = self.torch, self.setup.workload
+        devices = [torch.cuda.current_device()] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            torch.manual_seed(0)
+            if self.per_token:
+                return first_tensor(workload.forward(self.model, batch)).float()
+            return workload.loss(self.model, batch).reshape(1).float()
+
+    def apart(self, padded) -> dict:
+        """The packed batch's outputs against the padded batch's, over the real tokens."""
+        torch, batch = self.torch, self.setup.batches[0]
+        packed = self.run(self.snippet["prepare_batch"](dict(batch)))
+        if self.per_token and padded.dim() >= 2:
+            source = torch.tensor(self.snippet["pack_plan"](dict(batch))[0], device=self.device)
+            padded = padded.reshape(-1, *padded.shape[2:])[source[source >= 0]]
+            packed = packed.reshape(-1, *packed.shape[2:])[source >= 0]
+        return {"max_rel_diff": _moved(padded, packed)}
+
+    def blind(self) -> dict:
+        """Outputs that must not see some tokens, moved when those change (0 where they do not); on the first
+        batch of the pool whose packed rows hold two sequences or more."""
+        for index, batch in enumerate(self.setup.batches[:LOOK_AT]):
+            _, _, sequence, _, shape = self.snippet["pack_plan"](dict(batch))
+            sequence = self.torch.tensor(sequence, device=self.device).view(shape)
+            packed = self.snippet["prepare_batch"](dict(batch))
+            real = self._real(packed)
+            shared = ((sequence == 1) & real).any(1, keepdim=True)  # rows holding a second sequence
+            if not bool(shared.any()):
+                continue
+            first = (sequence == 0) & shared
+            outputs = self.run(packed)
+            found = {
+                "blind_batch": index,
+                "other_sequences_moved": self._moved_by(packed, outputs, first, real & shared & ~first),
+            }
+            if getattr(self.setup.workload.layout, "causal", False):
+                later = first & (self.torch.cumsum(first.int(), 1) > first.sum(1, keepdim=True) // 2)
+                found["earlier_tokens_moved"] = self._moved_by(packed, outputs, later, first & ~later)
+            return found
+        return {"blind_batch": None}  # no row of the batches looked at held two sequences: not asked
+
+    def _real(self, packed: dict):
+        varying = self.snippet["VARYING"]
+        return self.torch.stack([packed[key] != pad for key, (_, pad) in varying.items()]).any(0)
+
+    def _moved_by(self, packed: dict, outputs, change, keep) -> float:
+        """How far the outputs at `keep` (`outputs`: the packed batch's) move when the inputs at `change` take
+        another value (each key's first value in the batch: a token the model knows)."""
+        if not bool(keep.any()) or not bool(change.any()):
+            return 0.0
+        altered = dict(packed)
+        for key in self.snippet["VARYING"]:
+            tensor = packed[key].clone()
+            tensor[change] = tensor.reshape(-1, *tensor.shape[2:])[0]
+            altered[key] = tensor
+        return _moved(outputs[keep], self.run(altered)[keep])
+
+
+def _moved(reference, other) -> float:
+    return float((reference - other).norm() / reference.norm().clamp(min=1e-12))
