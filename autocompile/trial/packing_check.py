@@ -125,7 +125,7 @@ class Check:
             _, _, sequence, _, shape = self.snippet["pack_plan"](dict(batch))
             sequence = self.torch.tensor(sequence, device=self.device).view(shape)
             packed = self.snippet["prepare_batch"](dict(batch))
-            real = self._real(packed)
+            real = real_tokens(packed, {key: pad for key, (_, pad) in self.snippet["VARYING"].items()})
             shared = ((sequence == 1) & real).any(1, keepdim=True)  # rows holding a second sequence
             if not bool(shared.any()):
                 continue
@@ -140,10 +140,6 @@ class Check:
                 found["earlier_tokens_moved"] = self._moved_by(packed, outputs, later, first & ~later)
             return found
         return {"blind_batch": None}  # no row of the batches looked at held two sequences: not asked
-
-    def _real(self, packed: dict):
-        varying = self.snippet["VARYING"]
-        return self.torch.stack([packed[key] != pad for key, (_, pad) in varying.items()]).any(0)
 
     def _moved_by(self, packed: dict, outputs, change, keep) -> float:
         """How far the outputs at `keep` (`outputs`: the packed batch's) move when the inputs at `change` take
@@ -160,3 +156,10 @@ class Check:
 
 def _moved(reference, other) -> float:
     return float((reference - other).norm() / reference.norm().clamp(min=1e-12))
+
+
+def real_tokens(batch: dict, varying: dict):
+    """Where a batch's varying keys ({key: pad value}) hold a real token (any key not at its pad value)."""
+    import torch
+
+    return torch.stack([batch[key] != pad for key, pad in varying.items()]).any(0)

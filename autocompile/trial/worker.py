@@ -28,7 +28,7 @@ from autocompile.apply import ModelInfo, alone, find_repeated_blocks, load_snipp
 from autocompile.space import DEFAULTS, uses_cuda_graphs
 from autocompile.space.capabilities import compiled_autograd_api_name
 from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
-from autocompile.trial.packing_check import packed_alike
+from autocompile.trial.packing_check import packed_alike, real_tokens
 from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL, rank_result_path
 from autocompile.trial.result import Status
 
@@ -737,15 +737,8 @@ def _padding_share(training: Training) -> dict:
     if not training.computed:
         return {}
     varying = {key: pad for key, (_, pad) in training.workload_varying.items()}
-    real = sum(int(_real(training.batches[i], varying).sum()) for i in training.computed)
+    real = sum(int(real_tokens(training.batches[i], varying).sum()) for i in training.computed)
     return {"padding_share": 1 - real / sum(training.computed.values()), "tokens_computed": sum(training.computed.values())}
-
-
-def _real(batch: dict, varying: dict):
-    """Where a batch's varying keys hold a real token (any key not at its pad value)."""
-    import torch
-
-    return torch.stack([batch[key] != pad for key, pad in varying.items()]).any(0)
 
 
 def _group():
