@@ -12,7 +12,8 @@ Two questions, asked apart because rounding answers one and not the other:
 - **Agreement with the padded batch** (`apart`). Packed, the real tokens' outputs against the padded
   batch's, under the model's own attention: a gross check (tokens gathered to the wrong places, an
   attention that computes something else). Other shapes and kernels round otherwise: 4.2-5.5% (norm) on
-  the 8B Llamas in bf16 (H200, 2026-11-28), 1e-7 on the CPU in float32; hence the tolerances.
+  the 8B Llamas in bf16 (H200, 2026-11-28), 0.17% for a 6-layer one in bf16 on the CPU, 1e-7 in float32;
+  hence tolerances by the weights' precision.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from autocompile.apply import load_snippet
 from autocompile.trial.protocol import PACKING_CHECK_VERSION
 from autocompile.trial.result import Status
 
-# How far the packed batch's outputs may part from the padded batch's (norm of the difference over the padded's).
-PACKED_TOLERANCE = {"cpu": 1e-3, "cuda": 0.2}
+# How far the packed batch's outputs may part from the padded batch's (norm of the difference over the padded's),
+# by the precision of the model's weights: rounding is the dtype's, not the device's (a 6-layer Llama in bf16
+# on the CPU: 0.17%; the 8B Llamas in bf16 on CUDA: 4-5.5%).
+PACKED_TOLERANCE = {"float32": 1e-3, "half": 0.2}
 # How far outputs that must not see some tokens may move when those change: nothing, but a margin for a
 # kernel whose rounding would depend on another row's values.
 BLIND_TOLERANCE = 1e-4
@@ -92,8 +95,10 @@ class Check:
 
     def __init__(self, torch, setup, snippet: dict, model):
         self.torch, self.setup, self.snippet, self.model = torch, setup, snippet, model
-        self.device = next(model.parameters()).device
-        self.tolerance = PACKED_TOLERANCE["cuda" if self.device.type == "cuda" else "cpu"]
+        weight = next(model.parameters())
+        self.device = weight.device
+        full = not weight.is_floating_point() or torch.finfo(weight.dtype).bits >= 32
+        self.tolerance = PACKED_TOLERANCE["float32" if full else "half"]
         self.per_token = bool(setup.workload.split_loss)  # outputs per token, not one loss
 
     def run(self, batch: dict):
