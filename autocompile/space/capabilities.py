@@ -5,13 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autocompile.space.dimensions import (
-    INDUCTOR_OPTIONS,
-    INDUCTOR_OPTIONS_AUTOTUNE,
-    INDUCTOR_OPTIONS_CUDA,
-    INDUCTOR_OPTIONS_CUDAGRAPHS,
-    INDUCTOR_OPTIONS_HOST,
-)
+from autocompile.space.dimensions import _OPTION_GROUPS
 
 
 @dataclass
@@ -41,13 +35,7 @@ class Capabilities:
         import torch._dynamo.config as dynamo_config
         import torch._inductor.config as inductor_config
 
-        wanted = {
-            **INDUCTOR_OPTIONS,
-            **INDUCTOR_OPTIONS_CUDA,
-            **INDUCTOR_OPTIONS_AUTOTUNE,
-            **INDUCTOR_OPTIONS_CUDAGRAPHS,
-            **INDUCTOR_OPTIONS_HOST,
-        }
+        wanted = {key: values for options, *_ in _OPTION_GROUPS for key, values in options.items()}
         present = {}
         for key in wanted:
             value = _inductor_default(inductor_config, key)
