@@ -16,7 +16,7 @@ import sys
 import types
 from dataclasses import dataclass, field, replace
 
-from autocompile.space import bucket_lengths, uses_cuda_graphs  # noqa: F401  (bucket_lengths: a snippet's BUCKETS)
+from autocompile.space import INDUCTOR_OPTIONS_HOST, bucket_lengths, uses_cuda_graphs  # noqa: F401  (bucket_lengths: a snippet's BUCKETS)
 from autocompile.parallel import literal as _literal
 from autocompile.space.optimizer import foreach_map_refusal
 from autocompile.workloads import SequenceLayout
@@ -83,6 +83,14 @@ def _kwargs(config: dict, mode: str, device_type: str) -> dict:
     if config["fullgraph"]:
         kwargs["fullgraph"] = True
     return kwargs
+
+
+def _host_options(config: dict) -> dict:
+    """The configuration's Inductor options of the host's launch work (INDUCTOR_OPTIONS_HOST): they concern each
+    compiled graph's wrapper, so every compile of the snippet takes them, the loss's and the optimizer step's too."""
+    if config.get("backend", "inductor") != "inductor":
+        return {}
+    return {key: value for key, value in config["inductor"].items() if key in INDUCTOR_OPTIONS_HOST}
 
 
 def alone(config: dict, info: ModelInfo, path: str) -> tuple[dict, ModelInfo]:
@@ -232,9 +240,9 @@ def _optimizer_lines(config: dict) -> list[str]:
         body += _lr_tensor_lines()
     if config["compile"] and config["compile_optimizer"]:
         backend = config.get("backend", "inductor")  # another backend only in failure triage
-        body.append(
-            "    optimizer.step = torch.compile(optimizer.step" + (f", backend={backend!r})" if backend != "inductor" else ")")
-        )
+        host = _host_options(config)
+        extra = f", backend={backend!r}" if backend != "inductor" else f", options={_literal(host)}" if host else ""
+        body.append(f"    optimizer.step = torch.compile(optimizer.step{extra})")
         if config.get("static_grads"):
             body.append("    static_grads(optimizer)  # gradients at fixed addresses for CUDA graphs")
     return body
@@ -513,6 +521,8 @@ def _step_lines(config: dict) -> tuple[list[str], list[str]]:
     backend = config.get("backend", "inductor")  # another backend only in failure triage
     if backend != "inductor":
         kwargs["backend"] = backend
+    if _host_options(config):
+        kwargs["options"] = _host_options(config)
     settings = [f"STEP_COMPILE_KWARGS = {_literal(kwargs)}  # the foreach_map optimizer step: a graph of its own"]
     functions += inspect.getsource(foreach_map_refusal).splitlines() + ["", ""] + FOREACH_MAP_STEP[1:] + ["", ""]
     return settings, functions
@@ -571,6 +581,8 @@ def _compile_loss_lines(config: dict) -> tuple[list[str], list[str]]:
         kwargs["backend"] = backend
     if config["dynamic"] is not None:
         kwargs["dynamic"] = config["dynamic"]
+    if _host_options(config):
+        kwargs["options"] = _host_options(config)
     settings = [f"LOSS_COMPILE_KWARGS = {_literal(kwargs)}  # the loss: one graph of its own"]
     return settings, ["def compile_loss(loss_fn):"] + doc + [
         "    return torch.compile(loss_fn, fullgraph=True, **LOSS_COMPILE_KWARGS)"

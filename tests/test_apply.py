@@ -168,6 +168,39 @@ def test_compile_loss_compiles_the_criterion_apart_and_trains_a_fresh_model():
     assert torch.allclose(loss, reference, rtol=1e-4)
 
 
+def test_the_host_options_reach_every_graph_the_snippet_compiles():
+    """The Inductor options of the host's launch work (space INDUCTOR_OPTIONS_HOST) concern each compiled graph's
+    wrapper: the model's blocks, the loss and the optimizer step all take them. With size_asserts off, no
+    wrapper Inductor writes for a training step checks its inputs' sizes and strides (with it on, they do),
+    and the step trains like eager."""
+    from torch._inductor.utils import run_and_get_code
+
+    losses, codes = {}, {}
+    for asserts in (True, False):
+        torch._dynamo.reset()
+        inductor = {"size_asserts": asserts, "epilogue_fusion": False}
+        cfg = config(scope="regional", compile_loss=True, compile_optimizer=True, lr_tensor=True, inductor=inductor)
+        source = render_snippet(cfg, info())
+        assert f"optimizer.step = torch.compile(optimizer.step, options={{'size_asserts': {asserts}}})" in source
+        model, optimizer = WORKLOAD.build(OPTIONS)
+        namespace = load_snippet(source)
+        model, optimizer = namespace["apply_compilation"](model, optimizer)
+        criterion = namespace["compile_loss"](WORKLOAD.criterion)
+        batch = namespace["prepare_batch"](dict(WORKLOAD.batches(OPTIONS, 1)[0]))
+
+        def step():
+            loss = criterion(WORKLOAD.forward(model, batch), batch)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        losses[asserts], codes[asserts] = run_and_get_code(step)
+    assert len(codes[False]) >= 4  # the block's forward and backward, the loss's, the optimizer step's
+    assert all("assert_size_stride(" in code for code in codes[True])  # a call (the name is imported in any case)
+    assert not any("assert_size_stride(" in code for code in codes[False])
+    assert torch.allclose(losses[False], losses[True])
+
+
 @pytest.mark.parametrize("lr_tensor", [False, True])
 def test_a_tensor_lr_keeps_a_scheduled_compiled_step_from_recompiling(lr_tensor):
     """An LR that changes every step: a float LR is a constant of the compiled step (a new
