@@ -218,6 +218,7 @@ def test_the_packing_check_runs_the_packed_batch_through_the_attention_it_packs_
         assert result["status"] == "infeasible" and result["reason"].startswith("numerics (packing check)")
         assert check["other_sequences_moved"] == 0 and check["earlier_tokens_moved"] > 1e-3
         assert "changing a packed sequence's later tokens, its earlier tokens' outputs moved" in result["reason"]
+        assert result["reason"].endswith("the attention it packs with is not causal")
         assert result["numerics"]["method"] == "packing check"
 
 

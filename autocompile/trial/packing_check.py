@@ -29,11 +29,21 @@ PACKED_TOLERANCE = {"float32": 1e-3, "half": 0.2}
 # How far outputs that must not see some tokens may move when those change: nothing, but a margin for a
 # kernel whose rounding would depend on another row's values.
 BLIND_TOLERANCE = 1e-4
-# Batches of the pool looked at for one whose packed rows hold two sequences or more (what `blind_to` needs).
+# Batches of the pool looked at for one whose packed rows hold two sequences or more (what `Check.blind` needs).
 LOOK_AT = 8
-SEE_EACH_OTHER = (
-    "the sequences of a packed row see each other; the workload's forward must pass the position ids to the model "
-    "(a causal decoder takes its mask from them), or, for an encoder, the block-diagonal mask (SequenceLayout)"
+# What `Check.blind` measures: what each says when it moves, and why it did.
+BLIND_QUESTIONS = (
+    (
+        "other_sequences_moved",
+        "changing the first sequence of a packed row, its other sequences' outputs",
+        "the sequences of a packed row see each other; the workload's forward must pass the position ids to the model "
+        "(a causal decoder takes its mask from them), or, for an encoder, the block-diagonal mask (SequenceLayout)",
+    ),
+    (
+        "earlier_tokens_moved",
+        "changing a packed sequence's later tokens, its earlier tokens' outputs",
+        "packed, a causal decoder's tokens see their sequence's later ones: the attention it packs with is not causal",
+    ),
 )
 
 
@@ -55,39 +65,31 @@ def packed_alike(torch, spec: dict, events, result: dict, setup, model) -> bool:
     if check.per_token:
         found.update(check.blind())
     result["packing_check"] = found
+    if check.per_token and found["blind_batch"] is None:
+        result.setdefault("notes", []).append(
+            f"packing check: no packed row of the first {LOOK_AT} batches held two sequences, so what each sequence "
+            "sees was not asked (only the agreement with the padded batch)"
+        )
     why = _why_not(found, check)
     if why is None:
         return True
-    result.update(
-        status=Status.INFEASIBLE,
-        reason=f"numerics (packing check): {why}, eager, before anything compiled",
-        numerics={
-            "method": "packing check",
-            "version": PACKING_CHECK_VERSION,
-            **found,
-        },  # judged by this check (not a guard since replaced)
-    )
+    verdict = {"method": "packing check", "version": PACKING_CHECK_VERSION, **found}  # not a guard since replaced
+    result.update(status=Status.INFEASIBLE, reason=f"numerics (packing check): {why}", numerics=verdict)
     return False
 
 
 def _why_not(found: dict, check) -> str | None:
-    moved = [(what, found[key]) for key, what in BLIND_QUESTIONS if found.get(key, 0) > BLIND_TOLERANCE]
-    if moved:
-        what, by = moved[0]
-        return f"{what} moved by {by:.2%} (norm; nothing may move): {SEE_EACH_OTHER}"
+    """Why the packed batch does not train what the padded one does (eager, before anything compiled), or None."""
+    for key, what, why in BLIND_QUESTIONS:
+        if found.get(key, 0) > BLIND_TOLERANCE:
+            return f"{what} moved by {found[key]:.2%} (norm; nothing may move), eager, before anything compiled: {why}"
     if found["max_rel_diff"] > check.tolerance:
         return (
             f"packed, the first batch's outputs part from the padded batch's by {found['max_rel_diff']:.1%} (norm) "
-            f"(tolerance {check.tolerance:.1%}): the packed batch computes something else than the padded one"
+            f"(tolerance {check.tolerance:.1%}), eager, before anything compiled: the packed batch computes "
+            "something else than the padded one"
         )
     return None
-
-
-# What `blind` measures, and what each says when it moves.
-BLIND_QUESTIONS = (
-    ("other_sequences_moved", "changing the first sequence of a packed row, its other sequences' outputs"),
-    ("earlier_tokens_moved", "changing a packed sequence's later tokens, its earlier tokens' outputs"),
-)
 
 
 class Check:
