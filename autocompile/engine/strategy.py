@@ -70,12 +70,6 @@ PROMISE = (
     ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
     ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
     (
-        "inductor.size_asserts",
-        "the compiled wrappers' size and stride checks left out: host time a host-bound step waits on "
-        "(llama-8b packed: 118.5 ms of kernels in a 152-165 ms step, studies/README.md)",
-    ),
-    ("inductor.cpp_wrapper", "the compiled wrappers as C++: less host time a step, each wrapper compiled in the warm-up"),
-    (
         "compiled_autograd",
         "the whole backward as one compiled graph (002: dynamic backward graphs, hooks, FSDP); "
         "late: a whole backward per padded length, minutes of warm-up for no speed on the GPU "
@@ -100,7 +94,6 @@ PROMISING = {
     "lr_tensor": {True},
     "mode": {"reduce-overhead"},
     "inductor.shape_padding": {True},
-    "inductor.size_asserts": {False},  # the wrapper's checks left out: host time saved, nothing compiled more
     "activation_memory_budget": {0.8, 0.5},
     "activation_checkpointing": {"off"},
     "padding": {"pack"},
