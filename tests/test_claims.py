@@ -201,3 +201,38 @@ def test_an_error_in_planning_is_contained_kept_in_the_study_and_said_at_the_end
     assert summary(committed) is None
     assert contained("choosing the next neighbour", None, "fallback", old_line) == "fallback"  # nowhere to keep it
     assert "the error is not kept in the study: AttributeError" in capsys.readouterr().err
+
+
+def test_a_neighbour_that_would_not_be_started_is_not_proposed(tmp_path):
+    """llama-8b-fresh-14 (one H200, 2026-11-29): with 76 s left before the finalist round, the neighbour moving
+    trial 15 to FlexAttention (its twin, trial 11, took 111 s) was proposed, refused as not fitting, and proposed
+    again on each turn after (trials 17, 19 and 21). A turn now passes over a neighbour the time gate would refuse
+    (`claims._startable`, the question `Runner.out_of_time` asks)."""
+    from autocompile.engine.claims import _startable
+    from autocompile.engine.runner import Progress, Runner
+    from autocompile.engine.strategy import next_neighbour
+
+    folder = f"{ROOT}/studies/history/llama-8b-fresh-14"
+    committed = load_study("llama-8b-fresh-14", f"sqlite:///{folder}/study.db")
+    flex = committed.trials[17].user_attrs
+    assert flex["status"] == "not started" and flex["config"]["pack_attention"] == "flex" and flex["parent"] == 15
+    space = build_space("llama-8b", "cuda")
+    settings = SearchSettings(model="tiny-llama", device="cpu", study="p", directory=str(tmp_path), trial_timeout_s=240)
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([t for t in committed.trials if t.number < 17])
+    # the moves left untried: that one and trial 18's (CUDA graphs); among moves as promising, the cheaper first,
+    # flex's here, as on that GPU (its store's estimates then)
+    untried = [flex["config"], committed.trials[18].user_attrs["config"]]
+    tried = lambda config, params: config not in untried  # noqa: E731
+    cost = lambda config: 1.0 if config["pack_attention"] == "flex" else None  # noqa: E731
+
+    runner = Runner(study, study._storage, "memory", settings, Progress(2), deadline=None)
+
+    def proposed(left_s: float) -> dict:
+        fits = _startable(runner, left_s)
+        assert fits({"config": flex["config"]}) is (left_s > 111)
+        return next_neighbour(space, study, tried, cost, fits=fits)
+
+    assert next_neighbour(space, study, tried, cost)["config"] == flex["config"]
+    assert proposed(1000)["config"] == flex["config"]  # time enough: the move it was
+    assert proposed(76)["config"] == untried[1]  # 76 s: the other move

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import re
 
@@ -398,3 +399,24 @@ def test_trial_runs_a_configuration_the_search_predicts_to_fail_with_a_note(caps
     assert err.startswith("note: a search would not launch this configuration (") and err.count("\n") == 1
     with pytest.raises(UserError, match="mark_dynamic with padding 'max'"):
         _refuse_or_note(space, space.validate({"mark_dynamic": "mark", "padding": "max"}))
+
+
+def test_the_varlen_recipe_is_offered_where_varlen_attention_is():
+    def varlen(points):
+        return [p for p in points if p.get("pack_attention") == "varlen"]
+
+    cuda = varlen(build_space("tiny-llama", "cuda").starting_points())
+    assert len(cuda) == 1 and cuda[0]["padding"] == "pack" and cuda[0]["compile_optimizer"] and cuda[0]["lr_tensor"]
+    assert varlen(build_space("tiny-llama", "cpu").starting_points()) == []  # Flash Attention's kernels: CUDA only
+    assert varlen(build_space(toy(), "cuda").starting_points()) == []  # a model that cannot pack
+
+
+def test_the_cpp_wrapper_is_predicted_to_fail_on_the_release_it_failed_on():
+    """llama-8b (H200, torch 2.11, 2026-11-29): the C++ wrapper failed to compile both configurations tried; on
+    that release the search does not launch it, on another it does (the rule is the release's, not the option's)."""
+    space = build_space("tiny-llama", "cuda")
+    config = space.validate({"scope": "regional", "inductor": {"cpp_wrapper": True}})
+    for release, refused in (("2.11.0+cu130", True), ("2.13.0", False)):
+        caps = dataclasses.replace(space.caps, torch_version=release)
+        why = doomed({**DEFAULTS, **config}, space.traits, caps)
+        assert (why is not None and "cpp_wrapper=true" in why) is refused, (release, why)

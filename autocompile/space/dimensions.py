@@ -149,6 +149,19 @@ STARTING_POINTS: list[dict] = [
         "pad_multiple": 64,
     },
     {"scope": "regional"},  # each block compiled once: short warm-up, usually near full speed
+    # Where Flash Attention over each packed sequence is offered (CUDA, a causal Hugging Face decoder): the batch
+    # in one row, the optimizer step compiled with a tensor LR (llama-8b: 6.59 steps/s against 6.43 under the
+    # model's attention and 6.03 with fused AdamW, H200, 2026-11-28/29: docs/decisions.md)
+    {
+        "scope": "regional",
+        "compile_optimizer": True,
+        "lr_tensor": True,
+        "compile_loss": True,
+        "padding": "pack",
+        "pack_length": "batch",
+        "pad_multiple": 64,
+        "pack_attention": "varlen",
+    },
     # Where the batches can be packed: the whole batch in one row, no padding computed but its tail (llama-8b
     # computed 27% padding padded to its longest, a LoRA fine-tune's batches of 4 50%)
     {

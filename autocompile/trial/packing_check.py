@@ -156,7 +156,8 @@ class Check:
         altered = dict(packed)
         for key in self.snippet["VARYING"]:
             tensor = packed[key].clone()
-            tensor[change] = tensor.reshape(-1, *tensor.shape[2:])[0]
+            # (a copy of the first value: CUDA refuses to write a tensor from a view of itself)
+            tensor[change] = tensor.reshape(-1, *tensor.shape[2:])[0].clone()
             altered[key] = tensor
         return _moved(outputs[keep], self.run(altered)[keep])
 
