@@ -327,3 +327,39 @@ def test_in_bf16_what_a_packed_token_must_not_see_moves_nothing_at_all(tmp_path)
     check = result["packing_check"]
     assert next(model.parameters()).dtype == torch.bfloat16 and check["blind_batch"] == 0
     assert check["other_sequences_moved"] == check["earlier_tokens_moved"] == 0.0
+
+
+class _NoWriteFromItself(torch.utils._python_dispatch.TorchDispatchMode):
+    """Raises where an indexed write or a copy reads from the memory it writes, as CUDA does and the CPU does not
+    ("some elements of the input tensor and the written-to tensor refer to a single memory location")."""
+
+    WRITES = {torch.ops.aten.index_put_.default: 2, torch.ops.aten.copy_.default: 1}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        source = self.WRITES.get(func)
+        if source is not None and isinstance(args[source], torch.Tensor):
+            shared = args[0].untyped_storage().data_ptr() == args[source].untyped_storage().data_ptr()
+            assert not shared, f"{func} writes a tensor from a view of itself"
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_packing_check_writes_no_tensor_from_a_view_of_itself(tmp_path):
+    """On CUDA (H200, 2026-11-29) the check's question of what each token sees wrote the changed tokens from a view
+    of the tensor it wrote, which CUDA refuses: every packed trial failed in its check; the CPU ran it. The check,
+    run here under a mode that refuses what CUDA refuses, writes from a copy."""
+    from autocompile.trial.packing_check import packed_alike
+    from autocompile.trial.worker import Events, Setup
+
+    workload = get_workload("tiny-llama")
+    batches = workload.batches(OPTIONS, 4)
+    model, _ = workload.build(OPTIONS)
+    packed = {**DEFAULTS, "scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 8}
+    info = _info(workload, model)
+    setup = Setup(workload, OPTIONS, 4, batches, [workload.count(b) for b in batches], info, render_snippet(packed, info))
+    with pytest.raises(AssertionError, match="writes a tensor from a view of itself"), _NoWriteFromItself():
+        tensor = torch.arange(6)
+        tensor[tensor > 3] = tensor[0]  # what the check did
+    result: dict = {}
+    with _NoWriteFromItself():
+        alike = packed_alike(torch, {"config": packed}, Events(str(tmp_path / "events.jsonl")), result, setup, model)
+    assert alike and result["packing_check"]["blind_batch"] is not None, result
