@@ -366,14 +366,11 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
         loop.recipes_queued = True
     within = loop.neighbours_turn_now() if loop.recipes_queued else None
     if loop.recipes_queued and (within is not None or neighbours_turn(study, loop.proposals)) and not waiting(study):
-        remaining = runner.remaining()
-        fits = (
-            _fits(runner, within)
-            if within is not None
-            else None
-            if remaining is None
-            else _startable(runner, remaining - loop.reserve)
-        )
+        if within is not None:
+            fits = _fits(runner, within)
+        else:  # under --timeout, the moves that would be started with what is left before the round
+            remaining = runner.remaining()
+            fits = None if remaining is None else _startable(runner, remaining - loop.reserve)
         # alternating with TPE's proposals; what paid on this model before first; the cheaper of equally promising
         # moves first. Where choosing fails, TPE's proposal takes the turn (engine.contained).
         choose = lambda: next_neighbour(space, study, runner.tried, runner.predictor().predict, fits, runner.known_gains())  # noqa: E731
