@@ -1,7 +1,9 @@
 """Where one configuration's training step spends its time: build the workload, apply the configuration's
 snippet as a trial does, warm up, then run torch.profiler over a few steps and print the GPU time by kind
 of kernel, the busiest kernels, how much of the step's wall time the GPU was busy, and its idle gaps between
-kernels by what the host was doing then (`idle_gaps`).
+kernels by what the host was doing then (`idle_gaps`), each compiled graph's calls, host time and kernels (which
+graph is the optimizer's step, the loss's, a block's: `graph_table`), where the host waited for the GPU
+(`host_waits`), and the allocator's calls to the driver a step (`allocator_lines`).
 
     python3 scripts/profile_step.py MODEL CONFIG.json [--warmup 40] [--steps 8] [--out DIR]
 
@@ -54,11 +56,13 @@ def main() -> int:
         training.step(i)
     sync()
     warm = time.perf_counter() - start
+    before = torch.cuda.memory_stats() if device == "cuda" else {}
     start = time.perf_counter()
     for i in range(args.warmup, args.warmup + args.steps):
         training.step(i)
     sync()
     plain = (time.perf_counter() - start) / args.steps
+    allocations = allocator_lines(before, torch.cuda.memory_stats() if device == "cuda" else {}, args.steps)
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
     with torch.profiler.profile(activities=activities, with_stack=True) as prof:
         start = time.perf_counter()
@@ -88,6 +92,9 @@ def main() -> int:
     for name, ms in sorted(kernels.items(), key=lambda kv: -kv[1])[:40]:
         lines.append(f"  {ms / args.steps:8.3f}  {kind(name):<18}{name[:140]}")
     lines += idle_gaps(torch, prof.events(), args.steps)
+    lines += graph_table(torch, prof.events(), args.steps)
+    lines += host_waits(torch, prof.events(), args.steps)
+    lines += allocations
     text = "\n".join(lines)
     print(text)
     name = os.path.splitext(os.path.basename(args.config))[0]
@@ -123,6 +130,80 @@ def idle_gaps(torch, events, steps: int, least_us: float = 20.0) -> list[str]:
     for label, gaps in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:25]:
         lines.append(f"  {sum(gaps) / steps:8.2f} ms  {len(gaps) / steps:6.1f} gaps  {label}")
     return lines
+
+
+GRAPH_CALL = "## Call CompiledFxGraph"
+
+
+def graph_table(torch, events, steps: int) -> list[str]:
+    """Each compiled graph's calls a step, its host time (the call's own span) and the GPU time of the kernels
+    it launched, itself or through the operations it called, by kind: which graph is the optimizer's step,
+    the loss's or a block's, so that a graph named in the idle gaps above has a role."""
+    rows = []
+    for name, calls in _graph_calls(events).items():
+        kernels: dict[str, float] = {}
+        for call in calls:
+            for launched in _launched(call):
+                kernels[kind(launched.name)] = kernels.get(kind(launched.name), 0.0) + launched.duration / 1e3
+        host = sum(c.time_range.end - c.time_range.start for c in calls) / 1e3
+        kinds = ", ".join(f"{label} {ms / steps:.2f}" for label, ms in sorted(kernels.items(), key=lambda kv: -kv[1]))
+        graph = name[len(GRAPH_CALL) :].strip()[:40]
+        rows.append((host / steps, f"{len(calls) / steps:5.1f} {host / steps:8.2f}  {graph:<40} {kinds or '-'}"))
+    if not rows:
+        return []
+    head = "compiled graphs a step: calls, host ms (the call's span), graph, GPU ms of its kernels by kind:"
+    return [head] + ["  " + row for _, row in sorted(rows, key=lambda r: -r[0])[:20]]
+
+
+def _graph_calls(events) -> dict:
+    calls: dict[str, list] = {}
+    for e in events:
+        if e.name.startswith(GRAPH_CALL):
+            calls.setdefault(e.name, []).append(e)
+    return calls
+
+
+def _launched(event):
+    """The kernels `event` and the operations under it launched (the profiler's links by correlation id)."""
+    stack = [event]
+    while stack:
+        e = stack.pop()
+        yield from e.kernels
+        stack += e.cpu_children
+
+
+# The CUDA runtime's calls that can keep the host until the GPU is done: the synchronisations, and the copies
+# (one to or from pageable host memory waits for the stream; their time says which did).
+WAITS = r"Synchronize|cudaMemcpy"
+
+
+def host_waits(torch, events, steps: int) -> list[str]:
+    """Where the host waited for the GPU (the runtime's synchronising calls), by the operation that made
+    the call: after each wait the GPU idles until the host launches again."""
+    by: dict[str, list[float]] = {}
+    for e in events:
+        if e.device_type == torch.autograd.DeviceType.CPU and re.search(WAITS, e.name):
+            parent = e.cpu_parent.name[:60] if e.cpu_parent is not None else "no operation"
+            by.setdefault(f"{e.name[:28]:<28} in {parent}", []).append((e.time_range.end - e.time_range.start) / 1e3)
+    if not by:
+        return ["the host's waits for the GPU: none in the profiled steps"]
+    lines = ["the host's waits for the GPU a step (count, ms), by the call and the operation that made it:"]
+    for label, waits in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:12]:
+        lines.append(f"  {len(waits) / steps:6.1f} {sum(waits) / steps:8.2f} ms  {label}")
+    return lines
+
+
+def allocator_lines(before: dict, after: dict, steps: int) -> list[str]:
+    """The caching allocator's calls to the driver a step (cudaMalloc, cudaFree, retries after a failed
+    allocation): each a host stall, where the step's memory does not settle."""
+    if not after:
+        return []
+    keys = ("num_device_alloc", "num_device_free", "num_alloc_retries")
+    delta = {k: (after.get(k, 0) - before.get(k, 0)) / steps for k in keys}
+    return [
+        f"the allocator a step: {delta['num_device_alloc']:.1f} cudaMalloc, {delta['num_device_free']:.1f} cudaFree,"
+        f" {delta['num_alloc_retries']:.1f} retries (peak {after.get('allocated_bytes.all.peak', 0) / 2**30:.1f} GiB)"
+    ]
 
 
 if __name__ == "__main__":

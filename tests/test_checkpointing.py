@@ -125,7 +125,7 @@ def _losses(workload, config, batches):
     "model, config",
     [
         ("tiny-lora", {"scope": "regional", "activation_checkpointing": "off", "activation_memory_budget": 0.5}),
-        ("tiny-lora", {"scope": "full", "activation_checkpointing": "selective"}),
+        ("tiny-lora", {"scope": "regional", "activation_checkpointing": "selective"}),
         (toy("toy_checkpointed"), {"scope": "full", "activation_checkpointing": "off", "activation_memory_budget": 0.05}),
         (toy("toy_checkpointed"), {"scope": "full", "activation_checkpointing": "selective"}),
     ],

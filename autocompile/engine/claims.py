@@ -220,9 +220,14 @@ def _fit_instead(runner: Runner, reserve: float, loop: LoopState) -> bool:
     """After a proposal refused as not fitting before the finalist round: a neighbour expected to fit
     what is left goes next, so that this GPU does not idle while the others finish (True); False where
     none is, or where the refused one had been chosen to fit (this worker is done)."""
-    left = (runner.remaining() or 0.0) - reserve
+    remaining = runner.remaining() or 0.0
+    left = remaining - reserve
     cost = None if loop.fitted or not loop.recipes_queued else _fitting_neighbour_s(runner, left)
     if cost is None:
+        runner.progress.line(
+            f"search timeout of {runner.settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
+            f"{reserve:.0f} s of it kept for the finalist round; the next proposal is not expected to fit, nor a neighbour"
+        )
         return False
     loop.neighbour_goes_next(left)
     runner.progress.line(f"{max(left, 0):.0f} s left before the finalist round: a neighbour of about {cost:.0f} s goes next")

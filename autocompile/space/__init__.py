@@ -362,9 +362,9 @@ class SearchSpace:
                 "static_grads",
                 (False, True),
                 "gradients zeroed in place and marked static before the compiled "
-                "step: its effect is on CUDA graphs, which then read them in place instead of copying them in "
-                "(001 step #3); where the step is compiled under a CUDA-graph mode (reduce-overhead, "
-                "max-autotune)",
+                "step, for CUDA graphs to read them in place instead of copying them in (001 step #3); offered "
+                "where the model's mode records CUDA graphs (reduce-overhead, max-autotune), though the step "
+                "itself compiles in the default mode (measured slower on llama-8b and the captioner)",
                 lambda c: c["compile_optimizer"] and uses_cuda_graphs(c),
             )
         if not caps.has_foreach_map:

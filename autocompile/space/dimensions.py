@@ -58,7 +58,8 @@ DEFAULTS: dict[str, Any] = {
     "compiled_autograd": False,
     # Gradients zeroed in place and marked static (torch._dynamo.mark_static_address) before the
     # compiled optimizer step, so CUDA graphs read them where they are instead of copying each one
-    # in (001 step #3); with compile_optimizer under a CUDA-graph mode
+    # in (001 step #3); with compile_optimizer where the model's mode records CUDA graphs (the step
+    # itself compiles in the default mode)
     "static_grads": False,
     # The optimizer step as one compiled function of foreach_map ops (Adam and AdamW; 001 step #4),
     # instead of torch's own foreach, fused or compiled step
