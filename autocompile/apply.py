@@ -229,21 +229,29 @@ def _scope_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
 
 def _optimizer_lines(config: dict) -> list[str]:
     """apply_compilation's lines for the optimizer: fused kernels, the learning rate as a tensor, the
-    step compiled (its gradients at fixed addresses where the configuration says so)."""
+    step compiled, under CUDA graphs of its own where the configuration says so (graph_step), its
+    gradients at fixed addresses there and where static_grads says so."""
     body: list[str] = []
     if config["fused_optimizer"]:
         body += [
             "    for group in optimizer.param_groups:  # one fused kernel per step instead of foreach",
             '        group["foreach"], group["fused"] = False, True',
         ]
+    graphed = bool(config["compile"] and config.get("graph_step"))
     if config["compile"] and config.get("lr_tensor"):
-        body += _lr_tensor_lines()
+        body += _lr_tensor_lines(on_device=graphed)
     if config["compile"] and config["compile_optimizer"]:
         backend = config.get("backend", "inductor")  # another backend only in failure triage
         host = _host_options(config)
-        extra = f", backend={backend!r}" if backend != "inductor" else f", options={_literal(host)}" if host else ""
-        body.append(f"    optimizer.step = torch.compile(optimizer.step{extra})")
-        if config.get("static_grads"):
+        if backend != "inductor":
+            extra = f", backend={backend!r}"
+        elif graphed:  # reduce-overhead's one option, beside the host's options (a mode and options do not mix)
+            extra = f", options={_literal({'triton.cudagraphs': True, **host})}" if host else ', mode="reduce-overhead"'
+        else:
+            extra = f", options={_literal(host)}" if host else ""
+        note = "  # one CUDA graph replayed a step" if graphed else ""
+        body.append(f"    optimizer.step = torch.compile(optimizer.step{extra}){note}")
+        if graphed or config.get("static_grads"):
             body.append("    static_grads(optimizer)  # gradients at fixed addresses for CUDA graphs")
     return body
 
@@ -513,7 +521,7 @@ def _step_lines(config: dict) -> tuple[list[str], list[str]]:
     """The settings and functions the optimizer step's options need: static_grads' and the
     foreach_map step's (with the refusal of optimizers it cannot stand in for, space/optimizer.py)."""
     functions: list[str] = []
-    if config["compile"] and config["compile_optimizer"] and config.get("static_grads"):
+    if config["compile"] and config["compile_optimizer"] and (config.get("static_grads") or config.get("graph_step")):
         functions += STATIC_GRADS[1:] + ["", ""]
     if not (config["compile"] and config.get("foreach_map_optimizer")):
         return [], functions
@@ -544,19 +552,31 @@ def _backward_lines(config: dict, info: ModelInfo) -> list[str]:
     ]
 
 
-def _lr_tensor_lines() -> list[str]:
+def _lr_tensor_lines(on_device: bool = False) -> list[str]:
     """PyTorch's recipe for a compiled optimizer step under an LR scheduler: the learning rate
     as a tensor, whose value the scheduler fills in (LRScheduler updates a tensor LR in place).
     As a Python float it is a constant of the compiled step, which then recompiles at every
-    change (once per step under a warm-up), soon hitting the recompile limit."""
-    return [
+    change (once per step under a warm-up), soon hitting the recompile limit. `on_device`: on the
+    parameters' device, where the step's CUDA graphs read it (a CPU tensor keeps a graph from being
+    recorded)."""
+    lines = [
         "    # The learning rate as a tensor, so an LR scheduler's new value does not recompile the",
         "    # compiled optimizer step (a float LR is a constant of the compiled code).",
         "    for group in optimizer.param_groups:",
         '        device = group["params"][0].device',
-        "        # A fused kernel reads a tensor LR on the parameters' device (a CPU one it reads back",
-        "        # as a number, which a CUDA graph would freeze); compiled steps take it on the CPU.",
-        '        group["lr"] = torch.tensor(float(group["lr"]), device=device if group.get("fused") else "cpu")',
+    ]
+    if on_device:
+        lines += [
+            "        # on the parameters' device: the step's CUDA graphs read it where the scheduler fills it in",
+            '        group["lr"] = torch.tensor(float(group["lr"]), device=device)',
+        ]
+    else:
+        lines += [
+            "        # A fused kernel reads a tensor LR on the parameters' device (a CPU one it reads back",
+            "        # as a number, which a CUDA graph would freeze); compiled steps take it on the CPU.",
+            '        group["lr"] = torch.tensor(float(group["lr"]), device=device if group.get("fused") else "cpu")',
+        ]
+    return lines + [
         '        if group.get("foreach") and not group.get("capturable") and device.type == "cpu":',
         "            # foreach takes a tensor LR only when capturable, which needs an accelerator",
         "            # (on a GPU, torch.compile makes a fresh optimizer capturable itself)",

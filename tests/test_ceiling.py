@@ -193,6 +193,21 @@ def test_a_pace_is_kept_from_a_steady_speed_or_the_windows_a_trial_was_pruned_af
     assert workload({"model": "captioner", "seed": 0, "parallel": "ddp", "nproc": 2}) == "captioner|parallel=ddp|nproc=2"
 
 
+def test_a_pace_stored_before_a_setting_was_added_still_bounds_the_same_configuration():
+    """A configuration stored before graph_step was a key of DEFAULTS is found by the same configuration with it
+    at its default; with it on, it is another configuration."""
+    from autocompile.space import DEFAULTS
+
+    study = SimpleNamespace(study_name="s")
+    before = {k: v for k, v in DEFAULTS.items() if k != "graph_step"}
+    paces = Paces(None, "2.11", "NVIDIA H200", "llama-8b")
+    for number, speed in enumerate((6.5, 6.4)):  # a pace bounds once seen TIMES times
+        attrs = {"status": "ok", "steps_per_s": speed, "config": before}
+        assert paces.take(study, SimpleNamespace(number=number, user_attrs=attrs))
+    assert paces.ceiling(dict(DEFAULTS)) == {"steps_per_s": 6.5, "of": 2, "by": "s trial 0"}
+    assert paces.ceiling({**DEFAULTS, "graph_step": True}) is None
+
+
 def test_the_runner_bounds_a_trial_by_the_lower_of_its_move_s_ceiling_and_its_configuration_s_pace():
     """Runner._ceiling: a trial whose configuration ran in two other studies is bounded by the faster of those
     runs plus MARGIN, with the reason saying so; a neighbour whose move has a lower ceiling takes that one."""

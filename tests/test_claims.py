@@ -11,7 +11,7 @@ from autocompile.engine.claims import MANY_BLOCKS, plain_compile_last
 from autocompile.engine.knowledge import PlainCompiles
 from autocompile.engine.settings import SearchSettings
 from autocompile.engine.study import build_space, load_study
-from autocompile.space import EAGER
+from autocompile.space import DEFAULTS, EAGER
 from autocompile.trial import TrialRequest, run_trial
 from conftest import FAST, PLAIN_GRAPHS, ROOT, toy
 
@@ -83,6 +83,12 @@ def test_a_trial_cut_while_compiling_says_how_far_the_compile_got(tmp_path):
     assert ("finished by then" in record["reason"]) == (record["failed_phase"] == "compiling"), record["reason"]
 
 
+def _full(config: dict) -> dict:
+    """A configuration as the engine compares it (gates.already_tried): DEFAULTS filled in, for one stored
+    before a setting was added."""
+    return {**DEFAULTS, **config}
+
+
 def _lora_3gpu_before(number: int):
     """lora-8b-3gpu-1 (four H200s, 2026-11-27), its journal's trials before `number`, in a study of their own;
     the lora-8b space as that search built it."""
@@ -105,13 +111,14 @@ def test_a_gpu_whose_next_neighbour_does_not_fit_before_the_round_takes_one_that
 
     committed, study, folder, space = _lora_3gpu_before(47)
     predictor = Predictor(study, folder)
-    measured = [t.user_attrs.get("config") for t in study.trials]
+    # configurations as the engine compares them: DEFAULTS filled in (a study stored before a setting was added)
+    measured = [_full(t.user_attrs["config"]) for t in study.trials if "config" in t.user_attrs]
     # the incumbent's first two moves (the loss not compiled apart, CUDA graphs) taken, as on that GPU
     for _ in range(2):
         measured.append(next_neighbour(space, study, lambda config, params: config in measured, predictor.predict)["config"])
-    tried = lambda config, params: config in measured  # noqa: E731
+    tried = lambda config, params: _full(config) in measured  # noqa: E731
     first = next_neighbour(space, study, tried, predictor.predict)
-    assert first["config"] == committed.trials[47].user_attrs["config"] and first["parent"] == 44
+    assert first["config"] == _full(committed.trials[47].user_attrs["config"]) and first["parent"] == 44
     assert neighbour_s(study, predictor, first) == neighbour_cost(space, study, predictor, tried) > 137
     fits = lambda neighbour: (neighbour_s(study, predictor, neighbour) or 1e9) <= 137  # noqa: E731
     fitting = next_neighbour(space, study, tried, predictor.predict, fits)
@@ -222,8 +229,8 @@ def test_a_neighbour_that_would_not_be_started_is_not_proposed(tmp_path):
     study.add_trials([t for t in committed.trials if t.number < 17])
     # the moves left untried: that one and trial 18's (CUDA graphs); among moves as promising, the cheaper first,
     # flex's here, as on that GPU (its store's estimates then)
-    untried = [flex["config"], committed.trials[18].user_attrs["config"]]
-    tried = lambda config, params: config not in untried  # noqa: E731
+    untried = [_full(flex["config"]), _full(committed.trials[18].user_attrs["config"])]
+    tried = lambda config, params: _full(config) not in untried  # noqa: E731
     cost = lambda config: 1.0 if config["pack_attention"] == "flex" else None  # noqa: E731
 
     runner = Runner(study, study._storage, "memory", settings, Progress(2), deadline=None)
@@ -233,6 +240,6 @@ def test_a_neighbour_that_would_not_be_started_is_not_proposed(tmp_path):
         assert fits({"config": flex["config"]}) is (left_s > 111)
         return next_neighbour(space, study, tried, cost, fits=fits)
 
-    assert next_neighbour(space, study, tried, cost)["config"] == flex["config"]
-    assert proposed(1000)["config"] == flex["config"]  # time enough: the move it was
+    assert next_neighbour(space, study, tried, cost)["config"] == untried[0]
+    assert proposed(1000)["config"] == untried[0]  # time enough: the move it was
     assert proposed(76)["config"] == untried[1]  # 76 s: the other move

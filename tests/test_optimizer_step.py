@@ -33,7 +33,7 @@ def test_the_space_lists_both_with_their_conditions_and_what_is_left_out(capsys)
     assert dims["foreach_map_optimizer"]["choices"] == [False, True] and "foreach_map" in dims["foreach_map_optimizer"]["help"]
     assert "static_grads" not in dims and "its effect is on CUDA graphs" in left_out["static_grads"]
     cuda = {d["name"]: d for d in _listing(capsys, "--device", "cuda")["dimensions"]}  # listed on a CPU machine
-    assert "its effect is on CUDA graphs" in cuda["static_grads"]["help"]
+    assert "the step itself compiles in the default mode" in cuda["static_grads"]["help"]  # what it reaches, said
     space = build_space(toy(), "cuda")
     static, step = space.dimension("static_grads"), space.dimension("foreach_map_optimizer")
     assert static.active(config(compile_optimizer=True, mode="reduce-overhead"))
@@ -53,6 +53,52 @@ def test_the_space_lists_both_with_their_conditions_and_what_is_left_out(capsys)
     lacking = dict(SearchSpace(caps, WorkloadTraits(foreach_map_refusal=None)).left_out)
     assert "has no torch._higher_order_ops.foreach_map" in lacking["foreach_map_optimizer"]
     assert "has no torch._dynamo.mark_static_address" in lacking["static_grads"]
+    assert "has no torch._dynamo.mark_static_address" in lacking["graph_step"]
+
+
+def test_the_step_under_cuda_graphs_of_its_own_is_offered_on_cuda_with_its_conditions(capsys):
+    """graph_step: listed where CUDA is (its reason where not), with a compiled step and, under a schedule,
+    a tensor LR; static_grads then is not offered beside it, and a hand-written mix is refused saying why."""
+    cpu = _listing(capsys, "--device", "cpu")
+    assert "graph_step" not in {d["name"] for d in cpu["dimensions"]}
+    assert "CUDA graphs need a CUDA device" in dict((i["name"], i["why"]) for i in cpu["left_out"])["graph_step"]
+    unscheduled = build_space(toy(), "cuda")  # the toy's LR never changes: a float LR is a fine constant
+    assert unscheduled.dimension("graph_step").active(config(compile_optimizer=True))
+    space = build_space("tiny-llama", "cuda")  # under an LR schedule
+    graphed, static = space.dimension("graph_step"), space.dimension("static_grads")
+    assert "under CUDA graphs of its own" in graphed.help
+    assert graphed.active(config(compile_optimizer=True, lr_tensor=True))
+    assert not graphed.active(config(compile_optimizer=True)) and not graphed.active(config(lr_tensor=True))
+    assert not static.active(config(compile_optimizer=True, lr_tensor=True, mode="reduce-overhead", graph_step=True))
+    for changes, why in (
+        ({"lr_tensor": True}, "the step is not compiled"),
+        ({"compile_optimizer": True}, "needs lr_tensor"),
+        ({"compile_optimizer": True, "lr_tensor": True, "mode": "reduce-overhead", "static_grads": True}, "marks the gradients"),
+    ):
+        assert why in space.rejection(config(graph_step=True, **changes))
+    assert space.rejection(config(graph_step=True, compile_optimizer=True, lr_tensor=True)) is None
+    assert "CUDA graphs need a CUDA device" in build_space("tiny-llama", "cpu").rejection(
+        config(graph_step=True, compile_optimizer=True, lr_tensor=True)
+    )
+
+
+def test_the_pasted_graph_step_snippet_trains_like_eager():
+    """The snippet of graph_step compiles the step under reduce-overhead (with the host's options, under
+    reduce-overhead's one option), its LR a tensor on the parameters' device and its gradients static.
+    Pasted into a plain loop on the CPU, where Inductor records no CUDA graph, it trains with eager's
+    numerics, one graph for every step under the schedule, gradients at the same addresses every step."""
+    graphed = config(compile_optimizer=True, lr_tensor=True, graph_step=True)
+    source = render_snippet(graphed, ModelInfo())
+    assert 'optimizer.step = torch.compile(optimizer.step, mode="reduce-overhead")' in source
+    assert "    static_grads(optimizer)" in source and "def static_grads(optimizer):" in source
+    assert 'group["lr"] = torch.tensor(float(group["lr"]), device=device)' in source
+    host = render_snippet({**graphed, "inductor": {"size_asserts": False}}, ModelInfo())
+    assert "torch.compile(optimizer.step, options={'triton.cudagraphs': True, 'size_asserts': False})" in host
+    eager, *_ = _train(config(compile=False), torch.optim.AdamW, weight_decay=0.05)
+    losses, model, optimizer, graphs = _train(graphed, torch.optim.AdamW, weight_decay=0.05)
+    assert not compare_losses(losses, eager, "cpu")["differs"], (losses, eager)
+    assert graphs[-1] == graphs[1], graphs  # the step compiled at the first step, never again as the LR changes
+    assert all(getattr(p.grad, "_dynamo_static_input_type", None) is not None for p in model.parameters())
 
 
 def _groups(model) -> list[dict]:

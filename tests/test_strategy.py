@@ -769,7 +769,7 @@ def test_a_configuration_that_peaked_over_the_limit_here_before_is_refused_and_m
     assert peaks.take(study, study.trials[-1]) is False
     move = fitting_move(space, study, lambda config, params: False)
     assert move["parent"] == 1 and move["params"]["activation_memory_budget"] == 0.2
-    assert move["config"] == committed.trials[10].user_attrs["config"]  # what lora-8b-1gpu-6 ran next, and fitted
+    assert move["config"] == {**DEFAULTS, **committed.trials[10].user_attrs["config"]}  # what lora-8b-1gpu-6 ran next, and fitted
     # the move's parent was refused, so it has no speed here: lora-8b-2gpu-1 (2026-11-28) stopped at this point
     # with a KeyError; its speed counts as unknown, not as faster than the incumbent's
     assert "steps_per_s" not in study.trials[move["parent"]].user_attrs

@@ -193,7 +193,7 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
     """Whether the next trial is not expected to fit what is left of --timeout, less the finalist
     round's reserve. A typical trial (expected_trial_s) is the bound, unless a neighbour is expected to
     fit (neighbour_cost): then it goes next, before TPE's turn."""
-    remaining, settings = runner.remaining(), runner.settings
+    remaining = runner.remaining()
     if remaining is None:
         return False
     expected = MIN_TRIAL_S if _owed_baselines(runner) else expected_trial_s(runner.study)
@@ -208,12 +208,16 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
                 f"{expected:.0f} s, a neighbour about {cost:.0f} s; it goes next"
             )
         return False
-    runner.progress.line(
-        f"search timeout of {settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
-        f"{reserve:.0f} s of it kept for the finalist round, and a trial is expected to take "
-        f"{expected:.0f} s"
-    )
+    _say_timeout(runner, remaining, reserve, f"a trial is expected to take {expected:.0f} s")
     return True
+
+
+def _say_timeout(runner: Runner, remaining: float, reserve: float, why: str) -> None:
+    """The line that says --timeout ends the search's trials: what is left, kept for the round, and why."""
+    runner.progress.line(
+        f"search timeout of {runner.settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
+        f"{reserve:.0f} s of it kept for the finalist round, and {why}"
+    )
 
 
 def _fit_instead(runner: Runner, reserve: float, loop: LoopState) -> bool:
@@ -224,10 +228,7 @@ def _fit_instead(runner: Runner, reserve: float, loop: LoopState) -> bool:
     left = remaining - reserve
     cost = None if loop.fitted or not loop.recipes_queued else _fitting_neighbour_s(runner, left)
     if cost is None:
-        runner.progress.line(
-            f"search timeout of {runner.settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
-            f"{reserve:.0f} s of it kept for the finalist round; the next proposal is not expected to fit, nor a neighbour"
-        )
+        _say_timeout(runner, remaining, reserve, "neither the proposal refused nor a neighbour is expected to fit")
         return False
     loop.neighbour_goes_next(left)
     runner.progress.line(f"{max(left, 0):.0f} s left before the finalist round: a neighbour of about {cost:.0f} s goes next")

@@ -195,7 +195,7 @@ class SearchSpace:
 
     def _optimizer_dimensions(self) -> None:
         """The optimizer's step: compiled (its learning rate a tensor under a schedule), or fused where the
-        optimizer has a fused implementation; then static_grads and the foreach_map step."""
+        optimizer has a fused implementation; then the step under CUDA graphs, static_grads and the foreach_map step."""
         traits = self.traits
         self._add("compile_optimizer", (False, True), "torch.compile(optimizer.step)")
         if traits.schedule:
@@ -349,15 +349,27 @@ class SearchSpace:
             self.left_out.append(("optimize_ddp, fsdp_compile_order, reshard_after_forward", "only under --parallel ddp|fsdp2"))
 
     def _step_dimensions(self) -> None:
-        """static_grads and the foreach_map step (001 steps #3 and #4), each where it means something."""
+        """The step under CUDA graphs of its own, static_grads and the foreach_map step (001 steps #3 and #4),
+        each where it means something."""
         caps, traits = self.caps, self.traits
         if not caps.has_mark_static_address:
             self.left_out.append(("static_grads", f"torch {caps.torch_version} has no torch._dynamo.mark_static_address"))
+            self.left_out.append(("graph_step", f"torch {caps.torch_version} has no torch._dynamo.mark_static_address"))
         elif not caps.cuda:
             self.left_out.append(
                 ("static_grads", "its effect is on CUDA graphs (mode reduce-overhead or max-autotune), which need a CUDA device")
             )
+            self.left_out.append(("graph_step", "the step under CUDA graphs of its own: CUDA graphs need a CUDA device"))
         else:
+            self._add(
+                "graph_step",
+                (False, True),
+                "the compiled step under CUDA graphs of its own (mode reduce-overhead), its gradients static and "
+                "its tensor LR on the device: one graph replayed a step instead of the step's launches, where "
+                "the model's graphs cannot be recorded (varying lengths, packed rows); with compile_optimizer, "
+                "and lr_tensor under a schedule",
+                lambda c: c["compile_optimizer"] and (c["lr_tensor"] or not traits.schedule),
+            )
             self._add(
                 "static_grads",
                 (False, True),
@@ -365,7 +377,7 @@ class SearchSpace:
                 "step, for CUDA graphs to read them in place instead of copying them in (001 step #3); offered "
                 "where the model's mode records CUDA graphs (reduce-overhead, max-autotune), though the step "
                 "itself compiles in the default mode (measured slower on llama-8b and the captioner)",
-                lambda c: c["compile_optimizer"] and uses_cuda_graphs(c),
+                lambda c: c["compile_optimizer"] and uses_cuda_graphs(c) and not c["graph_step"],
             )
         if not caps.has_foreach_map:
             self.left_out.append(
@@ -713,6 +725,7 @@ def _check_switches(full: dict) -> None:
         "compile_loss",
         "compiled_autograd",
         "static_grads",
+        "graph_step",
         "foreach_map_optimizer",
     ):
         _check(name, full[name], (False, True))

@@ -61,6 +61,10 @@ DEFAULTS: dict[str, Any] = {
     # in (001 step #3); with compile_optimizer where the model's mode records CUDA graphs (the step
     # itself compiles in the default mode)
     "static_grads": False,
+    # The compiled optimizer step under CUDA graphs of its own (mode reduce-overhead), whatever the
+    # model's mode: its gradients marked static (as static_grads does) and its tensor LR on the device,
+    # so that each step replays one graph instead of launching the step's kernels
+    "graph_step": False,
     # The optimizer step as one compiled function of foreach_map ops (Adam and AdamW; 001 step #4),
     # instead of torch's own foreach, fused or compiled step
     "foreach_map_optimizer": False,
@@ -112,6 +116,7 @@ GRAPHS: dict[str, Graphs] = {
     "activation_memory_budget": _M,
     "compiled_autograd": _T | _M | _B,
     "static_grads": _M,
+    "graph_step": _S,
     "foreach_map_optimizer": _M | _B,
     "optimize_ddp": _T | _M,
     "fsdp_compile_order": _T | _M,

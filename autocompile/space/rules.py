@@ -174,6 +174,7 @@ def rejection(space, config: dict) -> str | None:
         or _packing_rejection(space, c)
         or _optimizer_rejection(c, traits)
         or _static_grads_rejection(c, caps)
+        or _graph_step_rejection(c, caps, traits)
         or _foreach_map_rejection(c, caps, traits)
         or _inductor_rejection(c, caps)
     )
@@ -316,6 +317,24 @@ def _static_grads_rejection(c: dict, caps) -> str | None:
         return (
             "static_grads: its effect is on CUDA graphs (mode reduce-overhead or max-autotune), and this configuration uses none"
         )
+    return None
+
+
+def _graph_step_rejection(c: dict, caps, traits) -> str | None:
+    """The compiled step under CUDA graphs of its own: on CUDA, its gradients marked static, its LR a
+    tensor where a schedule changes it (a float LR is a constant of the recorded graph)."""
+    if not c.get("graph_step"):
+        return None
+    if not caps.has_mark_static_address:
+        return f"graph_step: torch {caps.torch_version} has no torch._dynamo.mark_static_address"
+    if not caps.cuda:
+        return f"graph_step: CUDA graphs need a CUDA device (this is {caps.device})"
+    if not c["compile_optimizer"]:
+        return "graph_step records the compiled optimizer step under CUDA graphs; the step is not compiled"
+    if traits.schedule and not c["lr_tensor"]:
+        return "graph_step under an LR schedule needs lr_tensor: a float LR is a constant of the step's graph"
+    if c["static_grads"]:
+        return "graph_step marks the gradients static itself; static_grads is for a step in the default mode"
     return None
 
 

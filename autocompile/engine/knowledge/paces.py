@@ -16,6 +16,7 @@ import json
 import sqlite_utils
 
 from autocompile.engine.knowledge.schema import TIMES, clear, Observer, open_file
+from autocompile.space import DEFAULTS
 from autocompile.trial.result import Status
 
 TABLE = "paces"
@@ -31,16 +32,19 @@ def workload(settings: dict) -> str:
 
 
 def config_key(config: dict) -> str:
-    return json.dumps(config, sort_keys=True)
+    """A configuration as the store keys it: every setting, DEFAULTS' value for one it was written without (a
+    row stored before a setting was added holds the same configuration as one with that setting at its default)."""
+    return json.dumps({**DEFAULTS, **config}, sort_keys=True)
 
 
 def runs_of(db: sqlite_utils.Database, table: str, key: dict, config: dict, study: str | None) -> list[dict]:
     """The rows of `table` that hold `config` on `key`'s torch, device and workload, but those of `study`."""
-    where = "torch = ? and device = ? and model = ? and config = ?"
+    where = "torch = ? and device = ? and model = ?"
+    want = config_key(config)
     return [
         r
-        for r in db[table].rows_where(where, [key["torch"], key["device"], key["model"], config_key(config)])
-        if r["study"] != study
+        for r in db[table].rows_where(where, [key["torch"], key["device"], key["model"]])
+        if r["study"] != study and config_key(json.loads(r["config"])) == want
     ]
 
 
