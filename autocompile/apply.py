@@ -251,9 +251,14 @@ def _optimizer_lines(config: dict) -> list[str]:
             extra = f", options={_literal(host)}" if host else ""
         note = "  # one CUDA graph replayed a step" if graphed else ""
         body.append(f"    optimizer.step = torch.compile(optimizer.step{extra}){note}")
-        if graphed or config.get("static_grads"):
+        if _marks_grads(config):
             body.append("    static_grads(optimizer)  # gradients at fixed addresses for CUDA graphs")
     return body
+
+
+def _marks_grads(config: dict) -> bool:
+    """Whether the snippet marks the compiled step's gradients static: static_grads, or graph_step's own."""
+    return bool(config["compile"] and config["compile_optimizer"] and (config.get("static_grads") or config.get("graph_step")))
 
 
 # The warm start, the same in every snippet: a compile cache saved by `autocompile export`.
@@ -521,7 +526,7 @@ def _step_lines(config: dict) -> tuple[list[str], list[str]]:
     """The settings and functions the optimizer step's options need: static_grads' and the
     foreach_map step's (with the refusal of optimizers it cannot stand in for, space/optimizer.py)."""
     functions: list[str] = []
-    if config["compile"] and config["compile_optimizer"] and (config.get("static_grads") or config.get("graph_step")):
+    if _marks_grads(config):
         functions += STATIC_GRADS[1:] + ["", ""]
     if not (config["compile"] and config.get("foreach_map_optimizer")):
         return [], functions

@@ -71,7 +71,8 @@ def main() -> int:
         sync()
         wall = time.perf_counter() - start
     kernels: dict[str, float] = {}
-    for event in prof.events():
+    events = prof.events()
+    for event in events:
         # a range a user annotated (Optimizer.step#AdamW.step) spans the kernels it launched: not one of them
         if event.device_type == torch.autograd.DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
             kernels[event.name] = kernels.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3  # ms
@@ -91,9 +92,9 @@ def main() -> int:
     lines.append("busiest kernels (ms a step, kind, name):")
     for name, ms in sorted(kernels.items(), key=lambda kv: -kv[1])[:40]:
         lines.append(f"  {ms / args.steps:8.3f}  {kind(name):<18}{name[:140]}")
-    lines += idle_gaps(torch, prof.events(), args.steps)
-    lines += graph_table(torch, prof.events(), args.steps)
-    lines += host_waits(torch, prof.events(), args.steps)
+    lines += idle_gaps(torch, events, args.steps)
+    lines += graph_table(torch, events, args.steps)
+    lines += host_waits(torch, events, args.steps)
     lines += allocations
     text = "\n".join(lines)
     print(text)
