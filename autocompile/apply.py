@@ -665,6 +665,10 @@ PACK_DOC = '''    """Packs the batch's sequences into rows for the compiled mode
     where set: None for a causal decoder (it takes its mask from the position ids), or, for an encoder,
     a block-diagonal mask that keeps each sequence to itself. The loss covers the same tokens as the
     padded batch's: the real items are unchanged.
+
+    Give it the batch on the host, in the collate or before moving it to the GPU: it reads each
+    sequence's length, which on a GPU batch waits for the GPU to finish the step before. Then move the
+    packed batch pinned and with non_blocking=True, as a DataLoader with pin_memory=True does.
     """'''.splitlines()
 
 # Packing itself (torch only): the batch's sequences, read as right-padded rows, gathered into new rows.

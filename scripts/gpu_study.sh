@@ -64,6 +64,13 @@ case "$1" in
     echo "started queue $queue${GPU:+ (GPU $GPU)}: $(wc -l < "$RUNS/commands-$queue.txt") jobs, log $RUNS/search-$queue.log"
     ;;
   watch)
+    # A fresh machine has no queue: the last call's machine was given back (idle, or its 30 minutes), and
+    # its studies with it. Say so at once instead of watching nothing until the call's end (2026-11-29:
+    # a watch spent the session's last 560 s of device time so).
+    if ! compgen -G "$RUNS/commands-*.txt" > /dev/null; then
+      echo "gpu_study.sh watch: no queue on this machine (a fresh one: the machine that ran the last call was given back, its studies with it); resume with start" >&2
+      exit 3
+    fi
     end=$((SECONDS + ${2:-500})); next=$((SECONDS + ${COLLECT_S:-120}))
     trap 'collect; exit 143' TERM INT
     while [ $SECONDS -lt $end ]; do

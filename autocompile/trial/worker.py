@@ -192,6 +192,11 @@ class Training:
         self.cache_loaded = namespace["load_compile_cache"](load_cache) if load_cache else None
         self.model, self.optimizer = namespace["apply_compilation"](model, optimizer)
         self.prepare_batch, self.batches = namespace["prepare_batch"], batches
+        # A packing prepare_batch reads each sequence's length on the host, which on a GPU batch waits for the
+        # GPU's queue to drain: it packs the host's copy, as a DataLoader's collate does, and the packed batch
+        # goes to the GPU as a DataLoader with pin_memory sends it, without waiting.
+        self.gpu = _gpu_of(batches) if "pack" in namespace else None
+        self.host_batches = [_on_host(batch) for batch in batches] if self.gpu else None
         self.workload_varying = workload.varying
         self.varying = next(iter(workload.varying), None)  # its prepared size: the tokens a step computes
         self.computed: dict[int, int] = {}  # batch index -> tokens computed for it (padding included)
@@ -204,7 +209,10 @@ class Training:
             self.compute_loss = lambda batch: workload.loss(self.model, batch)
 
     def step(self, index: int):
-        batch = self.prepare_batch(dict(self.batches[index % len(self.batches)]))
+        if self.host_batches is None:
+            batch = self.prepare_batch(dict(self.batches[index % len(self.batches)]))
+        else:
+            batch = _to_gpu(self.prepare_batch(dict(self.host_batches[index % len(self.host_batches)])), self.gpu)
         if self.varying and index % len(self.batches) not in self.computed:
             self.computed[index % len(self.batches)] = batch[self.varying].numel()
         loss = self.compute_loss(batch)
@@ -215,6 +223,23 @@ class Training:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss
+
+
+def _gpu_of(batches: list):
+    """The GPU the batches are on, if they are."""
+    return next((value.device for batch in batches[:1] for value in batch.values() if getattr(value, "is_cuda", False)), None)
+
+
+def _on_host(batch: dict) -> dict:
+    return {key: value.cpu() if hasattr(value, "is_cuda") else value for key, value in batch.items()}
+
+
+def _to_gpu(batch: dict, device) -> dict:
+    """A batch prepared on the host, on the GPU: pinned, copied without waiting for the GPU's queue."""
+    return {
+        key: value.pin_memory().to(device, non_blocking=True) if hasattr(value, "is_cuda") else value
+        for key, value in batch.items()
+    }
 
 
 @dataclass
@@ -463,6 +488,8 @@ def _apply(spec: dict, result: dict, setup: Setup, built: tuple) -> Training:
     training = Training(setup.workload, built, setup.batches, setup.snippet, setup.snippet_path, spec.get("load_cache"))
     if training.cache_loaded is not None:
         result["cache_loaded"] = training.cache_loaded
+    if training.host_batches is not None:
+        result["packed_on_host"] = True  # each step's batch packed on the host and sent pinned (Training)
     return training
 
 
