@@ -49,12 +49,6 @@ PROMISE = (
         "5.54 steps/s, A100; the guide expects larger models to gain)",
     ),
     (
-        "graph_step",
-        "the compiled step replayed as one CUDA graph where the model's graphs are not recorded: the "
-        "step's host work (its guards, its wrapper over every parameter, gradient and state, its launches) "
-        "off a step the host holds back (llama-8b under varlen: 118.5 ms of kernels in a 150 ms step)",
-    ),
-    (
         "activation_memory_budget",
         "offered only where memory is the constraint: recomputing activations "
         "is what lets a configuration fit (AOTAutograd's partitioner)",
@@ -65,6 +59,12 @@ PROMISE = (
         "under CUDA graphs with a compiled step, gradients read in place instead of copied in: "
         "001's step #3, tried right after a CUDA-graph mode (5.32 against 5.54 steps/s on its "
         "small model, A100; slower on the captioner too: docs/decisions.md)",
+    ),
+    (
+        "graph_step",
+        "the compiled step replayed as one CUDA graph where the model's graphs are not recorded: the "
+        "step's host work off the step, at the cost of static gradients zeroed and added into each step "
+        "(llama-8b under varlen: 6.14 against 6.81 steps/s, H200, 2026-11-29), so after static_grads",
     ),
     ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets); packed, no padding computed"),
     (
