@@ -193,10 +193,10 @@ class Training:
         self.model, self.optimizer = namespace["apply_compilation"](model, optimizer)
         self.prepare_batch, self.batches = namespace["prepare_batch"], batches
         # A packing prepare_batch reads each sequence's length on the host, which on a GPU batch waits for the
-        # GPU's queue to drain: it packs the host's copy, as a DataLoader's collate does, and the packed batch
-        # goes to the GPU as a DataLoader with pin_memory sends it, without waiting.
+        # GPU's queue to drain: it packs a host copy of the varying keys (the only ones it reads), as a
+        # DataLoader's collate does, and what it packed goes to the GPU pinned, as pin_memory sends it.
         self.gpu = _gpu_of(batches) if "pack" in namespace else None
-        self.host_batches = [_on_host(batch) for batch in batches] if self.gpu else None
+        self.host_batches = [_on_host(batch, workload.varying) for batch in batches] if self.gpu else None
         self.workload_varying = workload.varying
         self.varying = next(iter(workload.varying), None)  # its prepared size: the tokens a step computes
         self.computed: dict[int, int] = {}  # batch index -> tokens computed for it (padding included)
@@ -230,14 +230,15 @@ def _gpu_of(batches: list):
     return next((value.device for batch in batches[:1] for value in batch.values() if getattr(value, "is_cuda", False)), None)
 
 
-def _on_host(batch: dict) -> dict:
-    return {key: value.cpu() if hasattr(value, "is_cuda") else value for key, value in batch.items()}
+def _on_host(batch: dict, keys) -> dict:
+    """The batch with `keys` copied to the host; the rest (images, say) stays where it is."""
+    return {key: value.cpu() if key in keys else value for key, value in batch.items()}
 
 
 def _to_gpu(batch: dict, device) -> dict:
-    """A batch prepared on the host, on the GPU: pinned, copied without waiting for the GPU's queue."""
+    """What prepare_batch made on the host, on the GPU: pinned, copied without waiting for the GPU's queue."""
     return {
-        key: value.pin_memory().to(device, non_blocking=True) if hasattr(value, "is_cuda") else value
+        key: value.pin_memory().to(device, non_blocking=True) if hasattr(value, "is_cuda") and not value.is_cuda else value
         for key, value in batch.items()
     }
 
