@@ -209,12 +209,13 @@ class Training:
             self.compute_loss = lambda batch: workload.loss(self.model, batch)
 
     def step(self, index: int):
+        i = index % len(self.batches)
         if self.host_batches is None:
-            batch = self.prepare_batch(dict(self.batches[index % len(self.batches)]))
+            batch = self.prepare_batch(dict(self.batches[i]))
         else:
-            batch = _to_gpu(self.prepare_batch(dict(self.host_batches[index % len(self.host_batches)])), self.gpu)
-        if self.varying and index % len(self.batches) not in self.computed:
-            self.computed[index % len(self.batches)] = batch[self.varying].numel()
+            batch = _to_gpu(self.prepare_batch(dict(self.host_batches[i])), self.gpu)
+        if self.varying and i not in self.computed:
+            self.computed[i] = batch[self.varying].numel()
         loss = self.compute_loss(batch)
         self.backward(loss)
         with self.step_context():
