@@ -92,7 +92,11 @@ def _outputs() -> dict[str, str]:
 if __name__ == "__main__":
     sys.path.insert(0, ROOT)
     os.makedirs(GOLDEN, exist_ok=True)
-    for name, text in outputs().items():
+    written = outputs()
+    stale = sorted(set(os.listdir(GOLDEN)) - set(written))  # a study moved or renamed since they were written
+    for name in stale:
+        os.remove(os.path.join(GOLDEN, name))
+    for name, text in written.items():
         with open(os.path.join(GOLDEN, name), "w") as f:
             f.write(text)
-    print(f"wrote {len(os.listdir(GOLDEN))} files in {GOLDEN}")
+    print(f"wrote {len(written)} files in {GOLDEN}" + (f", removed {len(stale)} no study makes" if stale else ""))

@@ -121,6 +121,7 @@ def summarize(
     _baseline_notes(summary["best"], view)
     verdict = summary["finalists"]
     _cold_warm_up(summary["best"], verdict)
+    _round_speed(summary["best"], verdict, view, scored=horizon == study.user_attrs.get("horizon", 1000))
     summary["best"]["snippet"] = winner_snippet(study, best, study_dir, summary["best"], view)
     if verdict and verdict.get("finalists") and verdict.get("winner") is None:
         summary["best"]["unconfirmed"] = "the finalist round measured none of its finalists again"
@@ -201,10 +202,10 @@ def _score_against_default(best: dict, study, view: StudyView, winner, horizon: 
     default = view.baseline_trial(Role.COMPILE_DEFAULTS)
     if default is not None:  # measured: scores weigh warm-up in, over the horizon
         if default.number != winner.number and score_of(default):
-            best["score_vs_default"] = score_of(winner) / score_of(default)
-    elif (bound := default_score_bound(study, horizon, view)) and score_of(winner) > bound:
+            best["score_vs_default"] = best["score"] / score_of(default)
+    elif (bound := default_score_bound(study, horizon, view)) and best["score"] > bound:
         # Plain torch.compile never finished warming up: its score is at most `bound`.
-        best["score_vs_default_at_least"] = score_of(winner) / bound
+        best["score_vs_default_at_least"] = best["score"] / bound
 
 
 def _cold_warm_up(best: dict, verdict: dict | None) -> None:
@@ -223,6 +224,27 @@ def _cold_warm_up(best: dict, verdict: dict | None) -> None:
             warmup_kind=f"cold, measured in trial {check['trial']}",
             reconstructed_warmup_s=check["reconstructed_warmup_s"],
         )
+
+
+def _round_speed(best: dict, verdict: dict | None, view: StudyView, scored: bool) -> None:
+    """The winner's speed and score as the finalist round took them (its runs pooled, against the round's
+    eager), where the round measured it again: its first run alone would say more or less than the round found.
+    The round's score is for the study's horizon: `scored` says the summary is for it too."""
+    verdict = verdict or {}
+    row = next((r for r in verdict.get("candidates", []) if r["trial"] == best["number"] and "paces" in r), None)
+    if verdict.get("winner") != best["number"] or row is None or row["status"] != Status.OK:
+        return
+    default_sps = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
+    if best.get("items_per_s") and best.get("steps_per_s"):  # the same batches: the same items a step
+        best["items_per_s"] *= row["steps_per_s"] / best["steps_per_s"]
+    if scored:
+        best["score"] = row["score"]
+    best.update(
+        steps_per_s=row["steps_per_s"],
+        paces=row["paces"],
+        vs_eager=row.get("vs_eager") or best["vs_eager"],
+        vs_default=row["steps_per_s"] / default_sps if default_sps else None,
+    )
 
 
 def _warm_up_words(record: dict) -> str:
@@ -292,15 +314,10 @@ def winner_snippet(
     """The code the winning trial ran, under a docstring that says what it measured (the
     snippet from the trial's whole record: the study holds only its start; the warm-up the
     summary's winner has, cold-checked where it was reconstructed)."""
-    a = {**full_record(best, study_dir), **{k: v for k, v in (summary_best or {}).items() if k in ("warmup_s", "warmup_kind")}}
+    kept = ("warmup_s", "warmup_kind", "steps_per_s", "paces", "vs_eager")  # as the summary has them (cold-checked, pooled)
+    a = {**full_record(best, study_dir), **{k: v for k, v in (summary_best or {}).items() if k in kept}}
     view = view or StudyView(study)
-    eager = view.baseline_value(Role.EAGER, "steps_per_s")
-    default = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
-    measured = (
-        f"Measured on {a.get('device_name')} with torch {a.get('torch')}: {a.get('steps_per_s', 0):.3g} steps/s "
-        f"steady ({speedup(a.get('steps_per_s'), eager)} eager, {_against_defaults(speedup(a.get('steps_per_s'), default))}), "
-        f"{_warm_up_words(a)}."
-    )
+    measured = _measured_words(a, view)
     config = a.get("config") or {}
     if a.get("peak_mem_gb") and (
         config.get("activation_checkpointing", "as_built") != "as_built" or config.get("activation_memory_budget") is not None
@@ -313,6 +330,23 @@ def winner_snippet(
     first_line_end = snippet.find("\n")
     # The snippet's docstring opens on its first line: add the measurement below it.
     return snippet[:first_line_end] + "\n\n" + measured + snippet[first_line_end:]
+
+
+def _measured_words(a: dict, view: StudyView) -> str:
+    """The snippet docstring's line on what the winner measured: its steady speed against eager's and plain
+    torch.compile's, its warm-up, and the runs pooled where the finalist round measured it again."""
+    default = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
+    vs_eager = (
+        f"{a['vs_eager']:.2f}x"
+        if a.get("vs_eager")
+        else speedup(a.get("steps_per_s"), view.baseline_value(Role.EAGER, "steps_per_s"))
+    )
+    pooled = len(a.get("paces", [])) > 1
+    return (
+        f"Measured on {a.get('device_name')} with torch {a.get('torch')}: {a.get('steps_per_s', 0):.3g} steps/s "
+        f"steady ({vs_eager} eager, {_against_defaults(speedup(a.get('steps_per_s'), default))}), {_warm_up_words(a)}."
+        + (f" The steady speed pools its runs in the finalist round: {_then(a['paces'])} steps/s." if pooled else "")
+    )
 
 
 TABLE_COLUMNS = (
@@ -370,7 +404,8 @@ def format_best(best: dict) -> str:
     horizon = f" for {best['horizon']} steps" if best.get("horizon") else ""
     return (
         f"winner{horizon}: trial {best['number']} ({best['role']}) {describe_config(best['config'])}: "
-        f"{best['steps_per_s']:.3g} steps/s, {vs(best['vs_eager'])} eager, {_against_defaults(vs(best['vs_default']))}, "
+        f"{best['steps_per_s']:.3g} steps/s{_pooled_words(best)}, {vs(best['vs_eager'])} eager, "
+        f"{_against_defaults(vs(best['vs_default']))}, "
         f"{_warm_up_words(best)}"
         + (
             f"; score {best['score_vs_default']:.2f}x plain torch.compile's (warm-up included)"
@@ -400,6 +435,11 @@ def format_best(best: dict) -> str:
             else ""
         )
     )
+
+
+def _pooled_words(best: dict) -> str:
+    """ " (7.04 then 6.86 pooled in the finalist round)" where the winner's speed pools its runs, else ""."""
+    return f" ({_then(best['paces'])} pooled in the finalist round)" if len(best.get("paces", [])) > 1 else ""
 
 
 def format_failures(rows: list[dict], study: str) -> str:

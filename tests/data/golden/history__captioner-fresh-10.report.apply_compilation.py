@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-fresh-10', trial 16), found by autocompile.
 
-Measured on NVIDIA H100 80GB HBM3 with torch 2.11.0+cu130: 20.4 steps/s steady (1.73x eager, torch.compile defaults not measured to a steady speed), warm-up 41.1 s (cold, measured in trial 27).
+Measured on NVIDIA H100 80GB HBM3 with torch 2.11.0+cu130: 20.4 steps/s steady (1.76x eager, torch.compile defaults not measured to a steady speed), warm-up 41.1 s (cold, measured in trial 27). The steady speed pools its runs in the finalist round: 20.4 then 20.4 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

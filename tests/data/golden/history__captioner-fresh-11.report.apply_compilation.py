@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-fresh-11', trial 18), found by autocompile.
 
-Measured on NVIDIA H100 80GB HBM3 with torch 2.11.0+cu130: 18.9 steps/s steady (1.74x eager, torch.compile defaults not measured to a steady speed), warm-up 21.6 s.
+Measured on NVIDIA H100 80GB HBM3 with torch 2.11.0+cu130: 18.7 steps/s steady (1.72x eager, torch.compile defaults not measured to a steady speed), warm-up 21.6 s. The steady speed pools its runs in the finalist round: 18.9 then 18.6 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-fresh-14', trial 15), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 20.5 steps/s steady (2.01x eager, torch.compile defaults not measured to a steady speed), warm-up 31.9 s.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 20.4 steps/s steady (1.75x eager, torch.compile defaults not measured to a steady speed), warm-up 31.9 s. The steady speed pools its runs in the finalist round: 20.5 then 20.3 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-fresh-15', trial 7), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 20.2 steps/s steady (2.12x eager, torch.compile defaults not measured to a steady speed), warm-up 34.6 s (cold, measured in trial 24).
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 20 steps/s steady (2.10x eager, torch.compile defaults not measured to a steady speed), warm-up 34.6 s (cold, measured in trial 24). The steady speed pools its runs in the finalist round: 20.2 then 19.8 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-fresh-16', trial 29), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 20.4 steps/s steady (1.76x eager, torch.compile defaults not measured to a steady speed), warm-up 44.8 s (cold, measured in trial 41).
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 20.6 steps/s steady (1.81x eager, torch.compile defaults not measured to a steady speed), warm-up 44.8 s (cold, measured in trial 41). The steady speed pools its runs in the finalist round: 20.4 then 20.8 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-fresh-6', trial 8), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 20.8 steps/s steady (1.62x eager, torch.compile defaults not measured to a steady speed), warm-up 27.9 s (cold, measured in trial 16).
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 20.7 steps/s steady (1.64x eager, torch.compile defaults not measured to a steady speed), warm-up 27.9 s (cold, measured in trial 16). The steady speed pools its runs in the finalist round: 20.8 then 20.6 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

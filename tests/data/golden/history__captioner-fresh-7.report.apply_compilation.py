@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-fresh-7', trial 8), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 20.5 steps/s steady (1.50x eager, torch.compile defaults not measured to a steady speed), warm-up 25.4 s (cold, measured in trial 42).
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 20.5 steps/s steady (1.64x eager, torch.compile defaults not measured to a steady speed), warm-up 25.4 s (cold, measured in trial 42). The steady speed pools its runs in the finalist round: 20.5 then 20.6 then 20.4 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-fresh-8', trial 8), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 19.9 steps/s steady (1.81x eager, torch.compile defaults not measured to a steady speed), warm-up 31.9 s (cold, measured in trial 38).
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 20.1 steps/s steady (1.81x eager, torch.compile defaults not measured to a steady speed), warm-up 31.9 s (cold, measured in trial 38). The steady speed pools its runs in the finalist round: 19.9 then 20.1 then 20.1 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-fresh-9', trial 3), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 12.2 steps/s steady (1.22x eager, torch.compile defaults not measured to a steady speed), warm-up 23.0 s (cold, measured in trial 32).
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 12.8 steps/s steady (1.27x eager, torch.compile defaults not measured to a steady speed), warm-up 23.0 s (cold, measured in trial 32). The steady speed pools its runs in the finalist round: 12.2 then 14.1 then 12.8 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

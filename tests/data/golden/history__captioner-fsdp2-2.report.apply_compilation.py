@@ -1,6 +1,6 @@
 """Compile settings for captioner (study 'captioner-fsdp2-2', trial 2), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 4.67 steps/s steady (1.21x eager, torch.compile defaults not measured to a steady speed), warm-up 34.2 s.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 4.59 steps/s steady (1.09x eager, torch.compile defaults not measured to a steady speed), warm-up 34.2 s. The steady speed pools its runs in the finalist round: 4.67 then 4.51 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

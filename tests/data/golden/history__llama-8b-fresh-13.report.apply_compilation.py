@@ -1,6 +1,6 @@
 """Compile settings for llama-8b (study 'llama-8b-fresh-13', trial 8), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 6.43 steps/s steady (1.91x eager, torch.compile defaults not measured to a steady speed), warm-up 90.4 s.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 6.46 steps/s steady (1.92x eager, torch.compile defaults not measured to a steady speed), warm-up 90.4 s. The steady speed pools its runs in the finalist round: 6.43 then 6.49 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

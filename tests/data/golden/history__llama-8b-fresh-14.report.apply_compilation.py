@@ -1,6 +1,6 @@
 """Compile settings for llama-8b (study 'llama-8b-fresh-14', trial 15), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 6.67 steps/s steady (1.95x eager, torch.compile defaults not measured to a steady speed), warm-up 78.8 s.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 6.6 steps/s steady (1.92x eager, torch.compile defaults not measured to a steady speed), warm-up 78.8 s. The steady speed pools its runs in the finalist round: 6.67 then 6.53 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for llama-8b (study 'llama-8b-fresh-7', trial 16), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 5.34 steps/s steady (1.55x eager, 1.44x torch.compile defaults), warm-up 80.0 s (cold, measured in trial 21).
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 5.36 steps/s steady (1.55x eager, 1.45x torch.compile defaults), warm-up 80.0 s (cold, measured in trial 21). The steady speed pools its runs in the finalist round: 5.34 then 5.39 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

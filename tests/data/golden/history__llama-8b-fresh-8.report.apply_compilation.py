@@ -1,6 +1,6 @@
 """Compile settings for llama-8b (study 'llama-8b-fresh-8', trial 24), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 5.54 steps/s steady (1.59x eager, 1.50x torch.compile defaults), warm-up 58.9 s (cold, measured in trial 30).
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 5.54 steps/s steady (1.58x eager, 1.50x torch.compile defaults), warm-up 58.9 s (cold, measured in trial 30). The steady speed pools its runs in the finalist round: 5.54 then 5.54 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for lora-8b (study 'lora-8b-1gpu-1', trial 10), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.13 steps/s steady (3.07x eager, torch.compile defaults not measured to a steady speed), warm-up 38.8 s. Peak memory 25.5 GB (cuda max allocated), eager as built 29.2 GB.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.13 steps/s steady (3.11x eager, torch.compile defaults not measured to a steady speed), warm-up 38.8 s. The steady speed pools its runs in the finalist round: 3.13 then 3.14 steps/s. Peak memory 25.5 GB (cuda max allocated), eager as built 29.2 GB.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for lora-8b (study 'lora-8b-1gpu-6', trial 12), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.44 steps/s steady (3.44x eager, torch.compile defaults not measured to a steady speed), warm-up 77.3 s (cold, measured in trial 22). Peak memory 24.5 GB (cuda max allocated), eager as built 29.2 GB.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.45 steps/s steady (3.44x eager, torch.compile defaults not measured to a steady speed), warm-up 77.3 s (cold, measured in trial 22). The steady speed pools its runs in the finalist round: 3.44 then 3.46 steps/s. Peak memory 24.5 GB (cuda max allocated), eager as built 29.2 GB.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for lora-8b (study 'lora-8b-2gpu-2', trial 15), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.41 steps/s steady (3.40x eager, torch.compile defaults not measured to a steady speed), warm-up 64.5 s (cold, measured in trial 41). Peak memory 24.5 GB (cuda max allocated), eager as built 29.2 GB.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.4 steps/s steady (3.41x eager, torch.compile defaults not measured to a steady speed), warm-up 64.5 s (cold, measured in trial 41). The steady speed pools its runs in the finalist round: 3.41 then 3.4 steps/s. Peak memory 24.5 GB (cuda max allocated), eager as built 29.2 GB.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

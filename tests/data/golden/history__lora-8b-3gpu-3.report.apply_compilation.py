@@ -1,6 +1,6 @@
 """Compile settings for lora-8b (study 'lora-8b-3gpu-3', trial 19), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.46 steps/s steady (3.49x eager, torch.compile defaults not measured to a steady speed), warm-up 64.7 s (cold, measured in trial 66). Peak memory 24.5 GB (cuda max allocated), eager as built 29.2 GB.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.47 steps/s steady (3.56x eager, torch.compile defaults not measured to a steady speed), warm-up 64.7 s (cold, measured in trial 66). The steady speed pools its runs in the finalist round: 3.46 then 3.48 steps/s. Peak memory 24.5 GB (cuda max allocated), eager as built 29.2 GB.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for lora-8b (study 'lora-8b-3gpu-5', trial 14), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.42 steps/s steady (3.50x eager, torch.compile defaults not measured to a steady speed), warm-up 66.0 s (cold, measured in trial 76). Peak memory 24.5 GB (cuda max allocated), eager as built 29.2 GB.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.43 steps/s steady (3.51x eager, torch.compile defaults not measured to a steady speed), warm-up 66.0 s (cold, measured in trial 76). The steady speed pools its runs in the finalist round: 3.42 then 3.44 steps/s. Peak memory 24.5 GB (cuda max allocated), eager as built 29.2 GB.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

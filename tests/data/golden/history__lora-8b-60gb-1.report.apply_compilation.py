@@ -1,6 +1,6 @@
 """Compile settings for lora-8b (study 'lora-8b-60gb-1', trial 3), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 2.03 steps/s steady (2.05x eager, torch.compile defaults not measured to a steady speed), warm-up 35.7 s. Peak memory 52.3 GB (cuda max allocated), eager as built 29.2 GB.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 2.01 steps/s steady (2.04x eager, torch.compile defaults not measured to a steady speed), warm-up 35.7 s. The steady speed pools its runs in the finalist round: 2.03 then 1.99 steps/s. Peak memory 52.3 GB (cuda max allocated), eager as built 29.2 GB.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

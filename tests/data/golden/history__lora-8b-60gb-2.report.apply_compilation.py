@@ -1,6 +1,6 @@
 """Compile settings for lora-8b (study 'lora-8b-60gb-2', trial 1), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.63 steps/s steady (3.60x eager, torch.compile defaults not measured to a steady speed), warm-up 30.8 s. Peak memory 33.6 GB (cuda max allocated), eager as built 29.2 GB.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 3.59 steps/s steady (3.58x eager, torch.compile defaults not measured to a steady speed), warm-up 30.8 s. The steady speed pools its runs in the finalist round: 3.63 then 3.54 steps/s. Peak memory 33.6 GB (cuda max allocated), eager as built 29.2 GB.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and

@@ -1,6 +1,6 @@
 """Compile settings for lora-8b (study 'lora-8b-fresh-1', trial 6), found by autocompile.
 
-Measured on NVIDIA H200 with torch 2.11.0+cu130: 1.42 steps/s steady (1.43x eager, torch.compile defaults not measured to a steady speed), warm-up 37.3 s.
+Measured on NVIDIA H200 with torch 2.11.0+cu130: 1.42 steps/s steady (1.44x eager, torch.compile defaults not measured to a steady speed), warm-up 37.3 s. The steady speed pools its runs in the finalist round: 1.42 then 1.43 steps/s.
 
 Call apply_compilation(model, optimizer) once, after building both (and your LR scheduler,
 if any: torch's LRScheduler wraps optimizer.step and cannot wrap a compiled one), and
