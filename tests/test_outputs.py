@@ -52,6 +52,18 @@ def test_the_winner_s_speed_is_what_its_finalist_round_took():
     assert short["steps_per_s"] == figures["steps_per_s"] and short["score"] != figures["score"]
 
 
+def test_a_winner_that_is_plain_torch_compile_is_1x_plain_torch_compile(tmp_path):
+    """README's CPU search from a clean clone (2 cores, 2026-11-29, tests/data/cpu-quickstart-2026-11-29/):
+    plain torch.compile won, 260 then 264 steps/s in its round. Pooled, it is 1.00x itself, not its pooled
+    speed over its first run's (1.01x), in the winner line and in the snippet."""
+    shutil.copytree(os.path.join(ROOT, "tests", "data", "cpu-quickstart-2026-11-29"), tmp_path, dirs_exist_ok=True)
+    out = cli("best", "--study", "tiny-llama", "--dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    line = out.stderr.splitlines()[0]
+    assert "(compile-defaults)" in line and "(260 then 264 pooled in the finalist round)" in line
+    assert "1.00x torch.compile defaults" in line and "1.00x torch.compile defaults" in out.stdout
+
+
 def test_best_of_a_search_stopped_before_its_finalist_round_says_so(tmp_path):
     """lora-8b-60gb-2 was cut by the device's time after five trials (H200, 2026-11-27), and resumed later to
     its round: `best` of the study as it stood before the round (its verdict taken out of a copy) prints its

@@ -234,7 +234,13 @@ def _round_speed(best: dict, verdict: dict | None, view: StudyView, scored: bool
     row = next((r for r in verdict.get("candidates", []) if r["trial"] == best["number"] and "paces" in r), None)
     if verdict.get("winner") != best["number"] or row is None or row["status"] != Status.OK:
         return
-    default_sps = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
+    default = view.baseline_trial(Role.COMPILE_DEFAULTS)
+    # plain torch.compile's speed, pooled too where it is the winner itself
+    default_sps = (
+        row["steps_per_s"]
+        if default and default.number == best["number"]
+        else view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
+    )
     if best.get("items_per_s") and best.get("steps_per_s"):  # the same batches: the same items a step
         best["items_per_s"] *= row["steps_per_s"] / best["steps_per_s"]
     if scored:
@@ -314,7 +320,14 @@ def winner_snippet(
     """The code the winning trial ran, under a docstring that says what it measured (the
     snippet from the trial's whole record: the study holds only its start; the warm-up the
     summary's winner has, cold-checked where it was reconstructed)."""
-    kept = ("warmup_s", "warmup_kind", "steps_per_s", "paces", "vs_eager")  # as the summary has them (cold-checked, pooled)
+    kept = (
+        "warmup_s",
+        "warmup_kind",
+        "steps_per_s",
+        "paces",
+        "vs_eager",
+        "vs_default",
+    )  # as the summary has them (cold-checked, pooled)
     a = {**full_record(best, study_dir), **{k: v for k, v in (summary_best or {}).items() if k in kept}}
     view = view or StudyView(study)
     measured = _measured_words(a, view)
@@ -335,7 +348,11 @@ def winner_snippet(
 def _measured_words(a: dict, view: StudyView) -> str:
     """The snippet docstring's line on what the winner measured: its steady speed against eager's and plain
     torch.compile's, its warm-up, and the runs pooled where the finalist round measured it again."""
-    default = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
+    vs_default = (
+        f"{a['vs_default']:.2f}x"
+        if a.get("vs_default")
+        else speedup(a.get("steps_per_s"), view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s"))
+    )
     vs_eager = (
         f"{a['vs_eager']:.2f}x"
         if a.get("vs_eager")
@@ -344,7 +361,7 @@ def _measured_words(a: dict, view: StudyView) -> str:
     pooled = len(a.get("paces", [])) > 1
     return (
         f"Measured on {a.get('device_name')} with torch {a.get('torch')}: {a.get('steps_per_s', 0):.3g} steps/s "
-        f"steady ({vs_eager} eager, {_against_defaults(speedup(a.get('steps_per_s'), default))}), {_warm_up_words(a)}."
+        f"steady ({vs_eager} eager, {_against_defaults(vs_default)}), {_warm_up_words(a)}."
         + (f" The steady speed pools its runs in the finalist round: {_then(a['paces'])} steps/s." if pooled else "")
     )
 
