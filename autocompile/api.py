@@ -30,6 +30,9 @@ class SearchResult:
 
 def study_name(model: str) -> str:
     """The default study name of a model: its name, or its file's or module's base name."""
+    from autocompile.workloads.trainer import PREFIX
+
+    model = model.removeprefix(PREFIX)  # --trainer FILE.py:FACTORY
     base = os.path.basename(model.split(":")[0]) if ":" in model else model
     return base.removesuffix(".py").replace(os.sep, "-")
 

@@ -38,6 +38,7 @@ class ModelInfo:
     checkpointing: ModelCheckpointing | None = None  # the model's own activation checkpointing, where it has some
     layout: SequenceLayout | None = None  # how the varying sequences reach the model (packing)
     rows: int = 0  # the rows (sequences) of the workload's largest batch: what packed rows hold at most
+    framework: str = ""  # "trainer": a Hugging Face Trainer's job, which the snippet enters through apply_to_trainer
 
 
 def find_repeated_blocks(model) -> list[str]:
@@ -142,8 +143,74 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
         lines += ['    """Pads and marks the batch for the compiled model (call it where the collate ends)."""']
     lines += prep
     lines += ["    return batch", ""]
+    if info.framework == "trainer":
+        lines += _trainer_lines(config)
     lines += WARM_START
     return "\n".join(lines)
+
+
+def _trainer_lines(config: dict) -> list[str]:
+    """apply_to_trainer(trainer): the snippet through a Hugging Face Trainer's own hooks, for its job."""
+    lines = TRAINER_HOOKS[1:]
+    if config["compile"] and config.get("compile_loss"):
+        lines += [
+            "    trainer.compute_loss_func = compile_loss(model_loss(trainer.model))  # the model's own loss, compiled apart"
+        ]
+    if config["compile"] and config.get("compiled_autograd"):
+        lines += ["    trainer.accelerator.backward = lambda loss, **kwargs: backward(loss)  # under Compiled Autograd"]
+    lines += ["    return trainer"]
+    return lines + TRAINER_HELPERS
+
+
+# apply_to_trainer's hooks, the same for every configuration of a Trainer's job.
+TRAINER_HOOKS = '''
+def apply_to_trainer(trainer):
+    """Apply these settings to a Hugging Face Trainer (TRL's SFTTrainer too): call it once, after
+    building the Trainer and before trainer.train(); returns the trainer. The Trainer's own
+    torch_compile is turned off, so nothing compiles twice. apply_compilation runs when the Trainer
+    creates its optimizer (after it sets its activation checkpointing), on the model and that
+    optimizer; every batch goes through prepare_batch before the Trainer's training step."""
+    trainer_compile_off(trainer)
+    create_optimizer = trainer.create_optimizer
+
+    def create_optimizer_and_compile(*args, **kwargs):
+        optimizer = create_optimizer(*args, **kwargs)
+        if not getattr(trainer, "compiled_by_apply_to_trainer", False):
+            apply_compilation(trainer.model, optimizer)
+            trainer.compiled_by_apply_to_trainer = True
+        return optimizer
+
+    trainer.create_optimizer = create_optimizer_and_compile
+    training_step = trainer.training_step
+
+    def training_step_prepared(model, inputs, *args, **kwargs):
+        return training_step(model, prepare_batch(inputs), *args, **kwargs)
+
+    trainer.training_step = training_step_prepared'''.splitlines()
+
+TRAINER_HELPERS = '''
+
+def trainer_compile_off(trainer):
+    """The Trainer's own torch_compile off: accelerate would compile the whole model again."""
+    trainer.args.torch_compile = False
+    plugin = getattr(trainer.accelerator.state, "dynamo_plugin", None)
+    if plugin is not None:
+        from accelerate.utils import DynamoBackend
+
+        plugin.backend = DynamoBackend.NO
+
+
+def model_loss(model):
+    """The model's own loss (a causal LM head's loss_function: labels shifted, float32, padding
+    ignored) as the Trainer's compute_loss_func takes it: (outputs, labels, num_items_in_batch)."""
+    loss_function = model.loss_function
+
+    def loss(outputs, labels, num_items_in_batch=None):
+        logits = outputs["logits"]
+        return loss_function(logits, labels, vocab_size=logits.shape[-1], num_items_in_batch=num_items_in_batch)
+
+    return loss
+'''.splitlines()
 
 
 def _module_doc(header: str, info: ModelInfo) -> list[str]:

@@ -86,7 +86,13 @@ def _load_config(text: str) -> dict:
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="workload name (see `autocompile models`), module:factory or file.py:factory")
+    job = p.add_mutually_exclusive_group(required=True)
+    job.add_argument("--model", help="workload name (see `autocompile models`), module:factory or file.py:factory")
+    job.add_argument(
+        "--trainer",
+        metavar="FILE.py:FACTORY",
+        help="a factory that returns a Hugging Face Trainer (or TRL SFTTrainer), built but not trained: its job is searched",
+    )
     p.add_argument("--device", help="cuda or cpu (default: cuda if there is a GPU)")
     p.add_argument("--batch-size", type=_positive_int, help="override the workload's batch size")
     p.add_argument("--seq-len", type=_positive_int, help="override the workload's longest sequence")
@@ -656,8 +662,22 @@ def cmd_best(args) -> int:
             failures = format_failures(summary["rows"], args.study)
             if failures:
                 print(failures, file=sys.stderr)
+            _print_without_code(summary["best"])
         print(summary["best"]["snippet"])
     return 0
+
+
+def _print_without_code(best: dict) -> None:
+    """For a Trainer's job, the winner as the Trainer's own settings too, where they can say it."""
+    from autocompile.workloads.trainer import without_code
+
+    if "def apply_to_trainer(" not in best["snippet"]:
+        return
+    form = without_code(best.get("config") or {})
+    if form:
+        print("without code, the same settings:\n  " + "\n  ".join(form), file=sys.stderr)
+    else:
+        print("call apply_to_trainer(trainer) before trainer.train(): the Trainer's settings cannot say it", file=sys.stderr)
 
 
 def _round_owed(study) -> bool:
@@ -987,6 +1007,10 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        if getattr(args, "trainer", None):  # a Trainer's job is the model "trainer:FILE.py:FACTORY"
+            from autocompile.workloads.trainer import PREFIX
+
+            args.model = PREFIX + args.trainer
         return COMMANDS[args.command](args)
     except UserError as exc:
         print(f"autocompile: error: {exc}", file=sys.stderr)

@@ -155,6 +155,8 @@ class Check:
             return 0.0
         altered = dict(packed)
         for key in self.snippet["VARYING"]:
+            if packed.get(key) is None:  # a causal decoder's mask, left out once packed
+                continue
             tensor = packed[key].clone()
             # (a copy of the first value: CUDA refuses to write a tensor from a view of itself)
             tensor[change] = tensor.reshape(-1, *tensor.shape[2:])[0].clone()
@@ -170,4 +172,5 @@ def real_tokens(batch: dict, varying: dict):
     """Where a batch's varying keys ({key: pad value}) hold a real token (any key not at its pad value)."""
     import torch
 
-    return torch.stack([batch[key] != pad for key, pad in varying.items()]).any(0)
+    # (a causal decoder's packed batch has no mask: its key is None, and its position ids say the rest)
+    return torch.stack([batch[key] != pad for key, pad in varying.items() if batch.get(key) is not None]).any(0)

@@ -186,16 +186,20 @@ class Training:
     def __init__(self, workload, built: tuple, batches: list, snippet: str, path: str, load_cache: str | None = None):
         self.namespace = namespace = load_snippet(snippet, path)
         model, optimizer = built
-        # Before apply_compilation: torch's LRScheduler wraps optimizer.step, and cannot wrap a compiled one.
-        self.scheduler = workload.schedule(optimizer) if workload.schedule else None
         # The warm start, through the snippet as a user does it (`autocompile export --check`)
         self.cache_loaded = namespace["load_compile_cache"](load_cache) if load_cache else None
-        self.model, self.optimizer = namespace["apply_compilation"](model, optimizer)
+        self.train_step = workload.train_step  # a framework's own step (a Trainer's), prepare_batch inside it
+        if workload.attach:  # through the framework's hook, as the user's script calls it (apply_to_trainer)
+            self.model, self.optimizer, self.scheduler = workload.attach(namespace, model, optimizer)
+        else:
+            # Before apply_compilation: torch's LRScheduler wraps optimizer.step, and cannot wrap a compiled one.
+            self.scheduler = workload.schedule(optimizer) if workload.schedule else None
+            self.model, self.optimizer = namespace["apply_compilation"](model, optimizer)
         self.prepare_batch, self.batches = namespace["prepare_batch"], batches
         # A packing prepare_batch reads each sequence's length on the host, which on a GPU batch waits for the
         # GPU's queue to drain: it packs a host copy of the varying keys (the only ones it reads), as a
         # DataLoader's collate does, and what it packed goes to the GPU pinned, as pin_memory sends it.
-        self.gpu = _gpu_of(batches) if "pack" in namespace else None
+        self.gpu = _gpu_of(batches) if "pack" in namespace and not self.train_step else None
         self.host_batches = [_on_host(batch, workload.varying) for batch in batches] if self.gpu else None
         self.workload_varying = workload.varying
         self.varying = next(iter(workload.varying), None)  # its prepared size: the tokens a step computes
@@ -210,6 +214,8 @@ class Training:
 
     def step(self, index: int):
         i = index % len(self.batches)
+        if self.train_step:
+            return self._framework_step(i)
         if self.host_batches is None:
             batch = self.prepare_batch(dict(self.batches[i]))
         else:
@@ -218,6 +224,19 @@ class Training:
             self.computed[i] = batch[self.varying].numel()
         loss = self.compute_loss(batch)
         self.backward(loss)
+        with self.step_context():
+            self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def _framework_step(self, i: int):
+        """A framework's step (a Trainer's: its training_step and clipping, prepare_batch in its hook), then the
+        optimizer's and the scheduler's steps as its loop takes them."""
+        if self.varying and i not in self.computed:  # the tokens computed: what prepare_batch makes of the batch
+            self.computed[i] = self.prepare_batch(dict(self.batches[i]))[self.varying].numel()
+        loss = self.train_step(self.model, dict(self.batches[i]))
         with self.step_context():
             self.optimizer.step()
         if self.scheduler is not None:
@@ -551,6 +570,7 @@ def _model_info(workload, options, model, batches: list, result: dict, parallel:
         parallel=parallel,
         checkpointing=found,
         layout=workload.layout,
+        framework=workload.framework,
         rows=max((batch[next(iter(workload.varying))].shape[0] for batch in batches), default=0) if workload.varying else 0,
     )
 

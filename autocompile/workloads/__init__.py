@@ -48,12 +48,15 @@ class SequenceLayout:
         mask key is set to None; an encoder (False) gets a block-diagonal mask in `mask`, which it needs.
     shifted: label keys the loss shifts itself (Hugging Face's labels=input_ids): the first label of each
         packed sequence is ignored, so that no sequence is trained to predict the next one's start.
+    packed: the batches come packed already (the job packs them itself, as TRL's packing does): they are
+        not packed twice.
     """
 
     positions: str | None = "position_ids"
     mask: str | None = None
     causal: bool = True
     shifted: tuple[str, ...] = ()
+    packed: bool = False
 
 
 @dataclass
@@ -83,6 +86,13 @@ class Workload:
     parts: the model's natural submodules (e.g. encoder, decoder) for modular compilation.
     count(batch) -> real (unpadded) items in a batch, in `unit`, for items/s.
     max_len(options) -> the longest length a varying dimension can take.
+    A framework's job (a Hugging Face Trainer: workloads/trainer.py) gives three more:
+    attach(namespace, model, optimizer) -> (model, optimizer, scheduler): the snippet goes in through the
+        framework's own hook (the snippet's apply_to_trainer), then what the framework does before its first
+        step; None: the schedule is built, then the snippet's apply_compilation.
+    train_step(model, batch) -> loss: one step's forward, backward and gradient clipping as the framework
+        runs them, the snippet's prepare_batch inside; None: prepare_batch, loss, then the snippet's backward.
+    framework: whose job it is ("trainer"), so the snippet emits its hook; "" for a Workload of one's own.
     """
 
     name: str
@@ -102,6 +112,9 @@ class Workload:
     schedule: Callable[[Any], Any] | None = None
     checkpointing: Checkpointing | None = None
     layout: SequenceLayout | None = None
+    attach: Callable[[dict, Any, Any], tuple[Any, Any, Any]] | None = None
+    train_step: Callable[[Any, dict], Any] | None = None
+    framework: str = ""
 
     def __post_init__(self):
         if (self.forward is None) != (self.criterion is None):
@@ -187,8 +200,27 @@ def _load_from_module(module_name: str, attr: str) -> Any:
     return getattr(module, attr)
 
 
+def load_factory(target: str) -> Any:
+    """The callable that `package.module:factory` or `path/to/file.py:factory` names."""
+    if ":" not in target:
+        raise UserError(f"{target!r}: give path/to/file.py:factory or package.module:factory")
+    module, attr = target.rsplit(":", 1)
+    if module.endswith(".py") or os.sep in module:
+        return _load_from_file(module, attr)
+    return _load_from_module(module, attr)
+
+
+_TRAINER_JOBS: dict[str, Workload] = {}  # a Trainer's job is read once a process: its factory builds a model
+
+
 def get_workload(name: str) -> Workload:
     """Resolve a --model value to a Workload, or raise a UserError naming the choices."""
+    from autocompile.workloads import trainer
+
+    if trainer.is_trainer_target(name):
+        if name not in _TRAINER_JOBS:
+            _TRAINER_JOBS[name] = trainer.trainer_workload(name.removeprefix(trainer.PREFIX))
+        return _TRAINER_JOBS[name]
     if name in _BUILTIN:
         module_name, attr = _BUILTIN[name].split(":")
         return _call_factory(_load_from_module(module_name, attr), name)
@@ -196,10 +228,7 @@ def get_workload(name: str) -> Workload:
     if name in plugins:
         return _call_factory(plugins[name].load(), f"plugin {name!r}")
     if ":" in name:
-        target, attr = name.rsplit(":", 1)
-        if target.endswith(".py") or os.sep in target:
-            return _call_factory(_load_from_file(target, attr), name)
-        return _call_factory(_load_from_module(target, attr), name)
+        return _call_factory(load_factory(name), name)
     known = ", ".join(builtin_names() + sorted(plugins))
     raise UserError(f"unknown model {name!r}; known: {known} (or give package.module:factory or path/to/file.py:factory)")
 

@@ -20,6 +20,8 @@ def refusal(workload) -> str | None:
             "the workload declares no SequenceLayout (Workload.layout): which key its forward passes as "
             "position ids, and its mask, so that packed sequences attend only to themselves"
         )
+    if layout.packed:
+        return "the job packs its batches itself (TRL's packing or padding_free, a flattening collator): not packed twice"
     if layout.positions is None:
         return (
             "the workload's forward passes no position ids (SequenceLayout.positions is None): packed "

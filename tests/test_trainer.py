@@ -1,0 +1,176 @@
+"""`search --trainer` and `apply_to_trainer`: a Hugging Face Trainer's job read as a Workload, and the winner's
+snippet put back into the Trainer, each Trainer trained for real (`trainer.train()`) on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from autocompile.apply import load_snippet, render_snippet
+from autocompile.space import DEFAULTS
+from autocompile.trial.worker import _model_info
+from autocompile.workloads import WorkloadOptions, get_workload
+
+HERE = os.path.dirname(__file__)
+JOBS = os.path.join(HERE, "trainer_jobs.py")
+sys.path.insert(0, HERE)
+import trainer_jobs  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def snippet(job: str, **config) -> str:
+    """The snippet of `config` for the Trainer job, rendered as a trial renders it (from the built model)."""
+    workload = get_workload(f"trainer:{JOBS}:{job}")
+    options = WorkloadOptions(device="cpu")
+    batches = workload.batches(options, workload.batch_pool)
+    model, _ = workload.build(options)
+    info = _model_info(workload, options, model, batches, {})
+    return render_snippet({**DEFAULTS, "compile": True, **config}, info)
+
+
+def losses(trainer) -> list[float]:
+    trainer.train()
+    return [row["loss"] for row in trainer.state.log_history if "loss" in row]
+
+
+def trained_alike(job: str, tolerance: float = 1e-3, **config):
+    """The job trained as built and with the snippet's apply_to_trainer, each from the factory afresh: the same
+    losses at every step, and the same weights at the end, which training moved. Returns the second Trainer."""
+    torch._dynamo.reset()
+    plain = getattr(trainer_jobs, job)()
+    before = {name: p.detach().clone() for name, p in plain.model.named_parameters() if p.requires_grad}
+    plain_losses = losses(plain)
+    code = snippet(job, **config)
+    trainer = getattr(trainer_jobs, job)()
+    assert load_snippet(code)["apply_to_trainer"](trainer) is trainer
+    compiled_losses = losses(trainer)
+    assert len(plain_losses) == len(compiled_losses) == trainer_jobs.STEPS
+    for a, b in zip(plain_losses, compiled_losses):
+        assert abs(a - b) <= tolerance * abs(a), (plain_losses, compiled_losses)
+    after = dict(trainer.model.named_parameters())
+    for name, p in plain.model.named_parameters():
+        if name in before:
+            moved = (p.detach() - before[name]).float().norm()
+            assert moved > 0, f"{name} did not train"
+            assert (after[name].detach() - p.detach()).float().norm() <= 10 * tolerance * moved, name
+    return trainer
+
+
+def compiled_blocks(model) -> int:
+    return sum(1 for m in model.modules() if getattr(m, "_compiled_call_impl", None) is not None)
+
+
+def test_a_trainer_of_one_s_own_trains_the_same_losses_through_apply_to_trainer():
+    trainer = trained_alike("language_modeling", scope="regional", compile_loss=True, compile_optimizer=True, lr_tensor=True)
+    assert compiled_blocks(trainer.model) == 2  # each decoder layer compiled alone
+    assert trainer.compute_loss_func is not None  # the model's own loss, compiled apart
+
+
+def test_a_packed_sft_trainer_trains_the_same_losses_and_is_not_packed_twice():
+    pytest.importorskip("trl")
+    workload = get_workload(f"trainer:{JOBS}:sft_packed")
+    assert workload.layout.packed
+    from autocompile.workloads.packing import refusal
+
+    assert "not packed twice" in refusal(workload)
+    trainer = trained_alike("sft_packed", 2e-2, scope="regional", padding="multiple", pad_multiple=32)  # TRL's bf16
+    assert compiled_blocks(trainer.model) == 2
+
+
+def test_a_lora_trainer_with_checkpointing_is_offered_the_memory_axis_and_trains_alike_without_it():
+    pytest.importorskip("peft")
+    described = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autocompile",
+                "space",
+                "--trainer",
+                f"{JOBS}:lora_checkpointing",
+                "--device",
+                "cpu",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    axis = next(d for d in described["dimensions"] if d["name"] == "activation_checkpointing")
+    assert axis["choices"] == ["as_built", "off", "selective"]
+    trainer = trained_alike("lora_checkpointing", scope="regional", activation_checkpointing="off")
+    assert not trainer.model.base_model.model.is_gradient_checkpointing  # off, as the configuration says
+
+
+def test_nothing_compiles_twice_where_the_trainer_compiles_too():
+    code = snippet("language_modeling", scope="regional")
+    trainer = trainer_jobs.language_modeling()
+    trainer.args.torch_compile = True
+    from accelerate.utils import DynamoBackend
+
+    trainer.accelerator.state.dynamo_plugin.backend = DynamoBackend.INDUCTOR  # as torch_compile=True builds it
+    load_snippet(code)["apply_to_trainer"](trainer)
+    trainer.train()
+    assert not trainer.args.torch_compile
+    assert not isinstance(trainer.model_wrapped, torch._dynamo.eval_frame.OptimizedModule)  # accelerate compiled nothing
+    assert compiled_blocks(trainer.model) == 2
+
+
+@pytest.mark.parametrize(
+    "factory, says",
+    [
+        ("not_a_trainer", "did not give a transformers Trainer (got LlamaForCausalLM)"),
+        ("raises", "raised RuntimeError: the dataset is not there"),
+        ("trained", "has trained 1 steps already: give one built but not trained"),
+        ("nowhere", "has no attribute 'nowhere'"),
+    ],
+)
+def test_a_bad_trainer_factory_gets_one_line_and_exit_2(factory, says):
+    done = subprocess.run(
+        [sys.executable, "-m", "autocompile", "space", "--trainer", f"{JOBS}:{factory}", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2
+    assert last.startswith("autocompile: error:") and says in last
+    assert "Traceback" not in done.stderr
+
+
+def test_a_trial_of_a_trainer_s_job_runs_its_own_step_through_apply_to_trainer(tmp_path, toolchain_dir):
+    from conftest import FAST
+
+    from autocompile.engine.scoring import compare_losses
+    from autocompile.space import EAGER
+    from autocompile.trial import TrialRequest, run_trial
+
+    def trial(name, config):
+        request = TrialRequest(
+            model=f"trainer:{JOBS}:language_modeling",
+            config={**DEFAULTS, **config},
+            device="cpu",
+            trial_dir=str(tmp_path / name),
+            timeout_s=400,
+            toolchain_dir=toolchain_dir,
+            measure=FAST,
+        )
+        return run_trial(request)
+
+    eager = trial("eager", EAGER)
+    packed = trial("packed", {"scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 16})
+    for record in (eager, packed):
+        assert record["status"] == "ok", record["reason"]
+        assert "def apply_to_trainer(trainer):" in record["snippet"]
+        assert record["items_per_s"] > record["steps_per_s"] > 0
+    # packed from the layout found on the model (nobody declared one), checked, and trained as eager trains
+    check = packed["packing_check"]
+    assert check["blind_batch"] is not None and check["other_sequences_moved"] == 0 and check["earlier_tokens_moved"] == 0
+    assert packed["padding_share"] < eager["padding_share"]
+    assert not compare_losses(packed["losses"], eager["losses"], "cpu")["differs"]
