@@ -100,7 +100,7 @@ def trainer_workload(target: str) -> Workload:
     batches = _pool(trainer)
     varying = _varying(trainer, batches)
     layout, _why = _layout(trainer, batches, varying)
-    causal_loss = _causal_lm_loss(trainer) is not None and "labels" in batches[0]
+    causal_loss = _has_causal_lm_loss(trainer.model) and "labels" in batches[0]
     description = _describe(trainer, batches)
     longest = _longest(trainer, batches, varying)
 
@@ -125,8 +125,9 @@ def trainer_workload(target: str) -> Workload:
         inputs = {key: value for key, value in batch.items() if key != "labels"}
         return model(**inputs)["logits"]
 
-    def criterion(logits, batch):
-        return _causal_lm_loss(job.current)({"logits": logits}, batch["labels"])
+    def criterion(logits, batch):  # the model's own loss, as the snippet's model_loss gives it to the Trainer
+        loss_function = _unwrapped(job.current.model).loss_function
+        return loss_function(logits, batch["labels"], vocab_size=logits.shape[-1])
 
     def attach(namespace: dict, model, optimizer):
         return _attach(job.current, namespace)
@@ -246,19 +247,11 @@ def _unwrapped(model):
     return found if found is not None else model
 
 
-def _causal_lm_loss(trainer):
-    """The model's own loss as the Trainer's compute_loss_func takes it, where the model has one (a causal LM
-    head's `loss_function`: labels shifted, float32, padding ignored), else None."""
-    model = _unwrapped(trainer.model)
-    if not type(model).__name__.endswith("ForCausalLM") or not hasattr(model, "loss_function"):
-        return None
-    loss_function = model.loss_function
-
-    def loss(outputs, labels, num_items_in_batch=None):
-        logits = outputs["logits"]
-        return loss_function(logits, labels, vocab_size=logits.shape[-1], num_items_in_batch=num_items_in_batch)
-
-    return loss
+def _has_causal_lm_loss(model) -> bool:
+    """Whether the model has a loss of its own the Trainer can compile apart: a causal LM head's `loss_function`
+    (labels shifted, float32, padding ignored)."""
+    model = _unwrapped(model)
+    return type(model).__name__.endswith("ForCausalLM") and hasattr(model, "loss_function")
 
 
 def _checkpointing_as_args(trainer) -> None:
