@@ -237,6 +237,14 @@ def _slow(item) -> bool:
     return f"{os.path.basename(path)}::{test.partition('[')[0]}" in SLOW or bool(SLOW_FIXTURES & set(item.fixturenames))
 
 
+def replayed_studies(root: str = ROOT) -> list[str]:
+    """The study.db of every committed study, in the order of their paths: the files git tracks under
+    studies/, never a study a user's search wrote beside them (tests/golden.py's `tracked`)."""
+    from golden import tracked
+
+    return [os.path.join(root, path) for path in tracked(root) if os.path.basename(path) == "study.db"]
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if _slow(item):

@@ -3,7 +3,6 @@ times the most a neighbour of the same move has gained over its parent on the de
 than the bound that assumes any speed, and, replayed on every committed study with the gains of the others,
 it would have cut no trial that won or came within noise of winning."""
 
-import glob
 from types import SimpleNamespace
 import os
 
@@ -14,7 +13,7 @@ from autocompile.engine.knowledge import MoveGains, Paces, study_key, workload
 from autocompile.engine.knowledge.paces import MARGIN, _pace
 from autocompile.engine.scoring import PRUNE_SLACK, _at_most, optimistic_score
 from autocompile.engine.storage import load_study
-from conftest import ROOT
+from conftest import ROOT, replayed_studies
 
 
 def test_a_ceiling_cuts_a_slow_warm_up_earlier():
@@ -31,7 +30,7 @@ def test_a_ceiling_cuts_a_slow_warm_up_earlier():
 
 
 def _studies():
-    for path in sorted(glob.glob(os.path.join(ROOT, "studies", "**", "study.db"), recursive=True)):
+    for path in replayed_studies():
         name = os.path.basename(os.path.dirname(path))
         study = load_study(name, f"sqlite:///{path}", folder=True)
         yield study.study_name, study
