@@ -237,12 +237,36 @@ def _slow(item) -> bool:
     return f"{os.path.basename(path)}::{test.partition('[')[0]}" in SLOW or bool(SLOW_FIXTURES & set(item.fixturenames))
 
 
+# The earlier studies the tests replay (their study.db or journal.log and their trials' records), as
+# studies/history/ held them at 66abc85 (studies/INDEX.md): a fixture of its own, unpacked once per test
+# run (xdist's workers inherit it) and removed at its end. The rest of each folder stays in git's history.
+HISTORY_ARCHIVE = os.path.join(HERE, "data", "history.tar.xz")
+if "AUTOCOMPILE_TEST_HISTORY" not in os.environ:
+    import tarfile
+
+    os.environ["AUTOCOMPILE_TEST_HISTORY"] = tempfile.mkdtemp(prefix="autocompile-history-")
+    with tarfile.open(HISTORY_ARCHIVE) as archive:
+        archive.extractall(
+            os.environ["AUTOCOMPILE_TEST_HISTORY"], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {})
+        )
+    atexit.register(shutil.rmtree, os.environ["AUTOCOMPILE_TEST_HISTORY"], ignore_errors=True)
+HISTORY = os.environ["AUTOCOMPILE_TEST_HISTORY"]
+
+
 def replayed_studies(root: str = ROOT) -> list[str]:
-    """The study.db of every committed study, in the order of their paths: the files git tracks under
-    studies/, never a study a user's search wrote beside them (tests/golden.py's `tracked`)."""
+    """The study.db of every committed study, in the order of their paths: the files git tracks under root's
+    studies/ (tests/golden.py's `tracked`) and the earlier studies of the fixture, as studies/history/ held them;
+    never a study a user's search wrote beside them."""
+    import tarfile
+
     from golden import tracked
 
-    return [os.path.join(root, path) for path in tracked(root) if os.path.basename(path) == "study.db"]
+    found = {path: os.path.join(root, path) for path in tracked(root) if os.path.basename(path) == "study.db"}
+    with tarfile.open(HISTORY_ARCHIVE) as archive:
+        for name in archive.getnames():
+            if os.path.basename(name) == "study.db":
+                found[os.path.join("studies", "history", name)] = os.path.join(HISTORY, name)
+    return [found[path] for path in sorted(found)]
 
 
 def pytest_collection_modifyitems(items):

@@ -10,9 +10,8 @@ import pytest
 from autocompile.cli import main
 from autocompile.engine.knowledge import ColdRuns as ColdMemory
 from autocompile.engine.study import SearchSettings, load_study, open_search
-from conftest import ROOT, toy
+from conftest import HISTORY, toy
 
-HISTORY = f"{ROOT}/studies/history"
 H200 = ("2.11.0+cu130", "NVIDIA H200")
 
 

@@ -6,9 +6,8 @@ from autocompile.cli import main
 from autocompile.engine.knowledge import implicated
 from autocompile.engine.strategy import compile_cut_values
 from autocompile.engine.study import SearchSettings, compile_cuts as CompileMemory, load_study, open_search
-from conftest import ROOT, toy
+from conftest import HISTORY, ROOT, toy
 
-HISTORY = f"{ROOT}/studies/history"
 H200 = ("2.11.0+cu130", "NVIDIA H200")
 
 

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, replayed_studies
-from golden import GOLDEN, committed_studies, label, outputs
+from golden import GOLDEN, committed_studies, label, outputs, tracked
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +32,15 @@ def test_every_committed_study_prints_what_it_printed(printed):
 
 
 def test_a_study_a_user_s_search_leaves_in_the_clone_is_no_committed_study(tmp_path):
-    """In a clone, what README's first command leaves (a study under studies/, with its trials and report, the
+    """In a copy of the tree, what README's first command leaves (a study under studies/, with its trials and report, the
     knowledge store, .venv) is on disk, and neither the golden files' studies nor the replayed ones list it:
     both are what git tracks, which are the studies tests/data/golden/ holds outputs for."""
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", ROOT, str(clone)], check=True)
+    clone = tmp_path / "clone"  # the files git tracks here, in a repository of their own: a clone of this tree
+    for path in tracked(ROOT, "."):
+        (clone / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, path), clone / path)
+    subprocess.run(["git", "init", "-q"], cwd=clone, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=clone, check=True)
     committed, replayed = committed_studies(str(clone)), replayed_studies(str(clone))
     written = clone / "studies" / "tiny-llama"  # a real study folder, as a search writes it
     shutil.copytree(clone / "studies" / "captioner", written)
