@@ -1,4 +1,4 @@
-"""Compile-heavy values cut while compiling, remembered across studies (engine/compile_memory.py), on
+"""Compile-heavy values cut while compiling, remembered across studies (engine/knowledge/cuts.py), on
 the records of the committed GPU studies: the captioner's compiled autograd ran out of its 240 s
 limit in captioner-fresh-5 and captioner-fresh-6 (TPE's trial 11 in each, H200, 2026-11-26)."""
 
@@ -125,11 +125,11 @@ def test_a_search_refuses_before_launch_what_the_memory_says_will_not_fit(tmp_pa
 
 def test_the_whole_model_cut_at_the_limit_in_each_study_is_refused_before_launch_and_a_heavy_mode_named_first():
     """lora-8b's whole-model recipes ran out of their 240 s while compiling in each of its searches (H200, torch
-    2.11, 2026-11-27: 480 s of lora-8b-fresh-2's 1335 s); the committed store (studies/gpu-failures.db, learned
+    2.11, 2026-11-27: 480 s of lora-8b-fresh-2's 1335 s); the committed store (studies/gpu-knowledge.db, learned
     from every committed study) refuses a whole-model configuration there at that limit, names a heavy mode's
     cuts before the whole model's where both hold, and refuses nothing regional nor at a limit the whole model
     warmed up within (llama-8b: 363 s)."""
-    store = f"{ROOT}/studies/gpu-failures.db"
+    store = f"{ROOT}/studies/gpu-knowledge.db"
     lora, llama = CompileMemory(store, *H200, "lora-8b"), CompileMemory(store, *H200, "llama-8b")
     full = {"compile": True, "scope": "full", "mode": "default", "dynamic": None}
     assert 'scope="full" ran out of its limit while compiling' in lora.reason(full, 240)
@@ -145,7 +145,7 @@ def test_a_modular_configuration_counts_as_the_whole_model_where_the_whole_model
     other neighbours took 33-80 s. Plain torch.compile of the captioner had run out of its limit in each of 13
     earlier runs. The committed store refuses it now as the whole model it amounts to, a part's heavy mode named
     as the mode; the search's regional winner is not refused."""
-    store = f"{ROOT}/studies/gpu-failures.db"
+    store = f"{ROOT}/studies/gpu-knowledge.db"
     memory = CompileMemory(store, *H200, "captioner")
     study = load_study("captioner-fresh-14", f"sqlite:///{HISTORY}/captioner-fresh-14/study.db")
     modular, winner = study.trials[21].user_attrs, study.trials[15].user_attrs

@@ -1,4 +1,5 @@
-"""The failure memory across studies, with real searches of a toy whose compile fails under fullgraph=True."""
+"""The knowledge store's failures across studies (engine/knowledge/failures.py), with real searches of a toy whose
+compile fails under fullgraph=True."""
 
 import json
 import os
@@ -140,3 +141,28 @@ def test_a_newer_torch_starts_clean(searches, tmp_path):
     assert main(["failures", "--failure-memory", path, "--forget-all"]) == 0
     assert not os.path.exists(str(tmp_path / "missing.db"))
     assert main(["failures", "--failure-memory", str(tmp_path / "missing.db"), "--forget-all"]) == 2
+
+
+def test_the_store_is_knowledge_db_and_an_old_failures_db_is_read_where_none_is(tmp_path, monkeypatch, capsys):
+    """The knowledge store's file is knowledge.db, listed by `autocompile knowledge` (`failures`, its old name, too).
+    A machine's store kept under the old name, failures.db, is read until a knowledge.db is beside it."""
+    from autocompile.engine.knowledge import store_path
+    from autocompile.engine.knowledge.schema import open_file
+    from conftest import HISTORY
+
+    monkeypatch.setenv("AUTOCOMPILE_CACHE", str(tmp_path))
+    assert store_path(None) == str(tmp_path / "knowledge.db")
+    old = tmp_path / "failures.db"
+    assert main(["failures", "--failure-memory", str(old), "--learn", "captioner-fresh-6", "--dir", HISTORY]) == 0
+    assert store_path(None) == str(old) and store_path(str(tmp_path / "other.db")) == str(tmp_path / "other.db")
+    capsys.readouterr()
+    assert main(["knowledge"]) == 0
+    listed = capsys.readouterr().out
+    assert listed.startswith(f"knowledge store {old}: ") and "the latest 2 took 1.75x" in listed
+    assert main(["failures"]) == 0 and capsys.readouterr().out == listed
+    assert main(["knowledge", "--knowledge-store", str(old)]) == 0 and capsys.readouterr().out == listed
+
+    open_file(str(tmp_path / "knowledge.db")).close()  # a store under the new name, empty
+    assert store_path(None) == str(tmp_path / "knowledge.db")
+    capsys.readouterr()
+    assert main(["knowledge"]) == 0 and "the latest 2 took" not in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The finalist round's cold runs, remembered across studies (engine/cold_memory.py), on the records of
+"""The finalist round's cold runs, remembered across studies (engine/knowledge/cold.py), on the records of
 the committed GPU studies: the captioner's cold runs took 1.14-1.89 times the seconds their
 reconstructed warm-ups added, llama-8b's 0.83-1.06 times (H200, torch 2.11, 2026-11-26)."""
 
