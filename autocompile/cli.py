@@ -1,4 +1,4 @@
-"""The `autocompile` command: search, worker, trial, best, report, models, space, failures, export, rejudge, dashboard,
+"""The `autocompile` command: search, worker, trial, best, report, models, space, knowledge, export, rejudge, dashboard,
 screen-check.
 
 Bad input ends in one line on stderr and exit status 2; an interrupted search in exit 130.
@@ -147,9 +147,12 @@ def _verbosity_args(p: argparse.ArgumentParser, default) -> None:
 
 def _memory_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
+        "--knowledge-store",
         "--failure-memory",
+        dest="failure_memory",
         metavar="PATH",
-        help="the failure memory's file (default: $AUTOCOMPILE_CACHE/failures.db, else ~/.cache/autocompile/failures.db)",
+        help="the knowledge store's file (default: $AUTOCOMPILE_CACHE/knowledge.db, else ~/.cache/autocompile/knowledge.db; "
+        "an old failures.db there is read where no knowledge.db is)",
     )
 
 
@@ -363,7 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     _parallel_args(p)
     _memory_args(p)
 
-    p = sub.add_parser("failures", help="list the failure memory: values left out after failing twice the same way")
+    p = sub.add_parser(
+        "knowledge",
+        aliases=["failures"],
+        help="list the knowledge store: values left out after failing twice the same way, cuts, cold runs, gains",
+    )
     _memory_args(p)
     group = p.add_mutually_exclusive_group()
     group.add_argument("--forget", metavar="DIM=VALUE", help="forget the failures with this value (e.g. fullgraph=true)")
@@ -448,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_args(p)
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--host", default="127.0.0.1")
-    for p in sub.choices.values():
+    for p in {id(p): p for p in sub.choices.values()}.values():  # an alias's parser once
         _verbosity_args(p, default=argparse.SUPPRESS)  # the main parser's value stands unless given here
     return parser
 
@@ -771,7 +778,7 @@ def _remembered(space, device: str, path: str | None) -> list[dict]:
     return [{"name": entry["item"], "why": why(entry), "trials": entry["trials"]} for entry in failures.left_out()]
 
 
-def cmd_failures(args) -> int:
+def cmd_knowledge(args) -> int:
     from autocompile.engine import knowledge
     from autocompile.engine.study import learn_from
 
@@ -799,13 +806,13 @@ def cmd_failures(args) -> int:
 
 
 def _list_knowledge(path: str) -> None:
-    """`autocompile failures`: the values left out, the compile cuts and the cold runs the store holds."""
+    """`autocompile knowledge`: the values left out, the compile cuts and the cold runs the store holds."""
     from autocompile.engine.knowledge import listing, why
 
     known = listing(path)
     entries, trials = known["left_out"], known["failed_trials"]
     print(
-        f"failure memory {path}: {trials} failed {'trial' if trials == 1 else 'trials'} remembered, "
+        f"knowledge store {path}: {trials} failed {'trial' if trials == 1 else 'trials'} remembered, "
         f"{len(entries)} {'value' if len(entries) == 1 else 'values'} left out"
     )
     for entry in entries:
@@ -998,7 +1005,8 @@ COMMANDS = {
     "models": cmd_models,
     "repro": cmd_repro,
     "space": cmd_space,
-    "failures": cmd_failures,
+    "knowledge": cmd_knowledge,
+    "failures": cmd_knowledge,  # its name before it listed the whole store
     "export": cmd_export,
     "dashboard": cmd_dashboard,
 }

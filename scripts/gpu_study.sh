@@ -16,19 +16,19 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-/root/autocompile-runs}
 source scripts/gpu_env.sh || exit 1
 mkdir -p "$RUNS"
-# The failure memory of the GPU studies outlives each machine: studies/gpu-failures.db here, brought
+# The knowledge store of the GPU studies outlives each machine: studies/gpu-knowledge.db here, brought
 # back into $OUT after each call (commit it there again). The queues share it (SQLite locks).
 export AUTOCOMPILE_CACHE="$RUNS/memory"
 mkdir -p "$AUTOCOMPILE_CACHE"
-[ -f "$AUTOCOMPILE_CACHE/failures.db" ] || [ ! -f studies/gpu-failures.db ] || cp studies/gpu-failures.db "$AUTOCOMPILE_CACHE/failures.db"
-# Collect: each queue's log (and a script's, run beside the queues as $RUNS/search-NAME.log), the failure memory, and one archive of every study and trial folder
+[ -f "$AUTOCOMPILE_CACHE/knowledge.db" ] || [ ! -f studies/gpu-knowledge.db ] || cp studies/gpu-knowledge.db "$AUTOCOMPILE_CACHE/knowledge.db"
+# Collect: each queue's log (and a script's, run beside the queues as $RUNS/search-NAME.log), the knowledge store, and one archive of every study and trial folder
 # (their compile caches left out; at most 8 files come back from a call). `watch` collects every
 # COLLECT_S seconds and when it is stopped, so that a call cut by the device's limit (its time or
 # the session's device time running out) still brings back what had finished.
 collect() {
   [ -n "${OUT:-}" ] || return 0
   cp "$RUNS"/search-*.log "$RUNS/device.txt" "$OUT/" 2>/dev/null
-  [ -f "$AUTOCOMPILE_CACHE/failures.db" ] && cp "$AUTOCOMPILE_CACHE/failures.db" "$OUT/gpu-failures.db"
+  [ -f "$AUTOCOMPILE_CACHE/knowledge.db" ] && cp "$AUTOCOMPILE_CACHE/knowledge.db" "$OUT/gpu-knowledge.db"
   folders=()
   for d in "$RUNS"/*/; do
     s=$(basename "$d")

@@ -100,7 +100,7 @@ SLOWEST_FIRST = [
     "test_scale.py",
     "test_numerics_dropout.py",
     "test_dashboard.py",
-    "test_memory.py",
+    "test_knowledge_failures.py",
     "test_numerics_scaled.py",
     "test_screening.py",
     "test_activation_budget.py",
@@ -193,7 +193,7 @@ SLOW = {
     "test_divergence.py::test_the_first_module_whose_output_departs_is_named_in_the_record_and_its_reason",
     "test_golden.py::test_every_committed_study_prints_what_it_printed",
     "test_horizon.py::test_without_horizon_steps_the_horizon_is_what_eager_runs_in_ten_budgets",
-    "test_memory.py::test_a_value_that_failed_twice_the_same_way_is_not_offered_in_the_next_study",
+    "test_knowledge_failures.py::test_a_value_that_failed_twice_the_same_way_is_not_offered_in_the_next_study",
     "test_numerics_dropout.py::test_a_correct_compile_of_a_model_with_dropout_passes_under_every_seed",
     "test_numerics_dropout.py::test_the_replay_loads_the_optimizer_step_the_measured_run_compiled",
     "test_numerics_scaled.py::test_a_compile_three_percent_off_is_infeasible_under_every_seed",
@@ -235,6 +235,38 @@ SLOW = {
 def _slow(item) -> bool:
     path, _, test = item.nodeid.partition("::")
     return f"{os.path.basename(path)}::{test.partition('[')[0]}" in SLOW or bool(SLOW_FIXTURES & set(item.fixturenames))
+
+
+# The earlier studies the tests replay (their study.db or journal.log and their trials' records), as
+# studies/history/ held them at 66abc85 (studies/INDEX.md): a fixture of its own, unpacked once per test
+# run (xdist's workers inherit it) and removed at its end. The rest of each folder stays in git's history.
+HISTORY_ARCHIVE = os.path.join(HERE, "data", "history.tar.xz")
+if "AUTOCOMPILE_TEST_HISTORY" not in os.environ:
+    import tarfile
+
+    os.environ["AUTOCOMPILE_TEST_HISTORY"] = tempfile.mkdtemp(prefix="autocompile-history-")
+    with tarfile.open(HISTORY_ARCHIVE) as archive:
+        archive.extractall(
+            os.environ["AUTOCOMPILE_TEST_HISTORY"], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {})
+        )
+    atexit.register(shutil.rmtree, os.environ["AUTOCOMPILE_TEST_HISTORY"], ignore_errors=True)
+HISTORY = os.environ["AUTOCOMPILE_TEST_HISTORY"]
+
+
+def replayed_studies(root: str = ROOT) -> list[str]:
+    """The study.db of every committed study, in the order of their paths: the files git tracks under root's
+    studies/ (tests/golden.py's `tracked`) and the earlier studies of the fixture, as studies/history/ held them;
+    never a study a user's search wrote beside them."""
+    import tarfile
+
+    from golden import tracked
+
+    found = {path: os.path.join(root, path) for path in tracked(root) if os.path.basename(path) == "study.db"}
+    with tarfile.open(HISTORY_ARCHIVE) as archive:
+        for name in archive.getnames():
+            if os.path.basename(name) == "study.db":
+                found[os.path.join("studies", "history", name)] = os.path.join(HISTORY, name)
+    return [found[path] for path in sorted(found)]
 
 
 def pytest_collection_modifyitems(items):

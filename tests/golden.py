@@ -5,10 +5,10 @@ change of the engine's inside (a move, a split, a rename) is seen to change noth
 from __future__ import annotations
 
 import contextlib
-import glob
 import io
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -24,14 +24,26 @@ SPACES = [
 ]
 
 
-def committed_studies() -> list[tuple[str, str]]:
+def tracked(root: str = ROOT, under: str = "studies") -> list[str]:
+    """The files git tracks under root/under, relative to root: what a clone holds, never what a user's
+    searches, reports or installs wrote beside them (the quickstart's study goes to studies/tiny-llama/)."""
+    done = subprocess.run(["git", "-C", root, "ls-files", "-z", "--", under], capture_output=True, text=True, check=True)
+    return sorted(path for path in done.stdout.split("\0") if path and os.path.exists(os.path.join(root, path)))
+
+
+def committed_studies(root: str = ROOT) -> list[tuple[str, str]]:
     """(folder, study name) of every study committed under studies/ (its study.db, or its journal.log)."""
     found = []
-    for name in ("study.db", "journal.log"):  # a search on several GPUs keeps its study in a journal file
-        for path in glob.glob(os.path.join(ROOT, "studies", "**", name), recursive=True):
-            folder = os.path.dirname(path)
+    for path in tracked(root):
+        if os.path.basename(path) in ("study.db", "journal.log"):  # a search on several GPUs keeps its study in a journal file
+            folder = os.path.dirname(os.path.join(root, path))
             found.append((os.path.dirname(folder), os.path.basename(folder)))
     return sorted(found)
+
+
+def label(directory: str, study: str, root: str = ROOT) -> str:
+    """A study's name in tests/data/golden/: its folder under studies/, with __ for each /."""
+    return os.path.relpath(os.path.join(directory, study), os.path.join(root, "studies")).replace(os.sep, "__")
 
 
 def _run(args: list[str]) -> str:
@@ -67,22 +79,30 @@ def outputs() -> dict[str, str]:
         return _outputs()
 
 
+def _copy_tracked(folder: str, into: str) -> None:
+    """The files git tracks in a study's folder, copied into `into`: not its report, results.db or artifacts
+    (what `report` writes again), nor what a user's own runs added to the folder."""
+    below = os.path.relpath(folder, ROOT)
+    for path in tracked(ROOT, below):
+        inside = os.path.relpath(path, below)
+        if {"report", "results.db", "artifacts"} & set(inside.split(os.sep)):
+            continue
+        os.makedirs(os.path.dirname(os.path.join(into, inside)), exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, path), os.path.join(into, inside))
+
+
 def _outputs() -> dict[str, str]:
     found = {}
     for directory, study in committed_studies():
-        label = os.path.relpath(os.path.join(directory, study), os.path.join(ROOT, "studies")).replace(os.sep, "__")
+        name_of = label(directory, study)
         for name, extra in (("best", []), ("best-json", ["--json"]), ("best-pareto", ["--pareto"])):
-            found[f"{label}.{name}.txt"] = _run(["best", "--study", study, "--dir", directory, *extra])
+            found[f"{name_of}.{name}.txt"] = _run(["best", "--study", study, "--dir", directory, *extra])
         with tempfile.TemporaryDirectory() as scratch:
-            shutil.copytree(
-                os.path.join(directory, study),
-                os.path.join(scratch, study),
-                ignore=shutil.ignore_patterns("report", "results.db", "artifacts"),
-            )
+            _copy_tracked(os.path.join(directory, study), os.path.join(scratch, study))
             _run(["report", "--study", study, "--dir", scratch])
             for written in ("trials.txt", "apply_compilation.py", os.path.join("report", "report.md")):
                 path = os.path.join(scratch, study, written)
-                found[f"{label}.report.{os.path.basename(written)}"] = open(path).read() if os.path.exists(path) else ""
+                found[f"{name_of}.report.{os.path.basename(written)}"] = open(path).read() if os.path.exists(path) else ""
     for model in SPACES:
         name = os.path.basename(model).replace(":", "-").replace(".py", "")
         found[f"space.{name}.txt"] = _run(["space", "--model", model, "--device", "cpu"]).replace(HERE, "TESTS")

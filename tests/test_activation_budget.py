@@ -6,7 +6,7 @@ import os
 from autocompile.api import run_search
 from autocompile.engine.studyview import baseline_value
 from autocompile.engine.study import SearchSettings, build_space, load_study, memory_bound
-from conftest import FAST, PLAIN_GRAPHS, toy
+from conftest import FAST, HISTORY, PLAIN_GRAPHS, toy
 
 # Everything but the budget pinned: the model's graphs as plain torch.compile's, each block apart,
 # and the optimizer step as one compiled foreach_map function (the search runs it too, in the recipe
@@ -86,9 +86,8 @@ def test_a_search_where_nothing_fits_says_the_least_memory_any_configuration_nee
     import optuna
 
     from autocompile.outputs.table import no_winner_line, trial_rows
-    from conftest import ROOT
 
-    committed = load_study("llama-8b-60gb", f"sqlite:///{ROOT}/studies/history/llama-8b-60gb/study.db")
+    committed = load_study("llama-8b-60gb", f"sqlite:///{HISTORY}/llama-8b-60gb/study.db")
     first_run = optuna.create_study(direction="maximize")
     first_run.add_trials([t for t in committed.trials if t.number <= 11])
     line = no_winner_line(trial_rows(first_run), "trials", 60.0)

@@ -3,7 +3,6 @@ times the most a neighbour of the same move has gained over its parent on the de
 than the bound that assumes any speed, and, replayed on every committed study with the gains of the others,
 it would have cut no trial that won or came within noise of winning."""
 
-import glob
 from types import SimpleNamespace
 import os
 
@@ -14,7 +13,7 @@ from autocompile.engine.knowledge import MoveGains, Paces, study_key, workload
 from autocompile.engine.knowledge.paces import MARGIN, _pace
 from autocompile.engine.scoring import PRUNE_SLACK, _at_most, optimistic_score
 from autocompile.engine.storage import load_study
-from conftest import ROOT
+from conftest import HISTORY, replayed_studies
 
 
 def test_a_ceiling_cuts_a_slow_warm_up_earlier():
@@ -31,7 +30,7 @@ def test_a_ceiling_cuts_a_slow_warm_up_earlier():
 
 
 def _studies():
-    for path in sorted(glob.glob(os.path.join(ROOT, "studies", "**", "study.db"), recursive=True)):
+    for path in replayed_studies():
         name = os.path.basename(os.path.dirname(path))
         study = load_study(name, f"sqlite:///{path}", folder=True)
         yield study.study_name, study
@@ -279,7 +278,7 @@ def test_a_trial_whose_windows_never_settled_is_kept_at_its_fastest_window():
     in its first measuring window and ran out of its limit after two: 0.50 then 2.83 steps/s, 0.85 in the mean.
     Kept at 0.85, that pace would bound the configuration's next trial at 0.94 steps/s and prune it however fast it
     runs once settled; it is kept at its fastest window, as a pruned trial's is."""
-    journal = optuna.storages.journal.JournalFileBackend(f"{ROOT}/studies/history/lora-8b-2gpu-2/journal.log")
+    journal = optuna.storages.journal.JournalFileBackend(f"{HISTORY}/lora-8b-2gpu-2/journal.log")
     study = optuna.load_study(study_name="lora-8b-2gpu-2", storage=optuna.storages.JournalStorage(journal))
     unsettled = study.trials[31]
     assert unsettled.user_attrs["status"] == "ok" and unsettled.user_attrs["steps_per_s"] < 0.9

@@ -13,7 +13,7 @@ from autocompile.engine.settings import SearchSettings
 from autocompile.engine.study import build_space, load_study
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.trial import TrialRequest, run_trial
-from conftest import FAST, PLAIN_GRAPHS, ROOT, toy
+from conftest import FAST, HISTORY, PLAIN_GRAPHS, toy
 
 FIXED = {key: value for key, value in PLAIN_GRAPHS.items() if key != "scope"}  # the whole model against regional
 
@@ -48,7 +48,7 @@ def test_plain_torch_compile_seen_cut_on_this_model_runs_last():
     """The knowledge store's `plain` learned captioner-fresh-12, whose plain torch.compile was cut while
     compiling after 303 s (H200, 2026-11-27): the next captioner study there under --timeout runs it last,
     saying so; without --timeout, or with no such knowledge on a model of few blocks, right after eager."""
-    committed = load_study("captioner-fresh-12", f"sqlite:///{ROOT}/studies/history/captioner-fresh-12/study.db")
+    committed = load_study("captioner-fresh-12", f"sqlite:///{HISTORY}/captioner-fresh-12/study.db")
     plain = PlainCompiles(None, "2.11.0+cu130", "NVIDIA H200", "captioner")
     assert sum(plain.take(committed, t) for t in committed.trials) == 1
     assert plain.expected()["cut"] and plain.expected()["seconds"] > 300
@@ -94,7 +94,7 @@ def _lora_3gpu_before(number: int):
     the lora-8b space as that search built it."""
     from autocompile.engine.storage import JOURNAL
 
-    folder = f"{ROOT}/studies/history/lora-8b-3gpu-1"
+    folder = f"{HISTORY}/lora-8b-3gpu-1"
     committed = load_study("lora-8b-3gpu-1", JOURNAL + folder + "/journal.log")
     study = optuna.create_study(direction="maximize")
     study.add_trials([t for t in committed.trials if t.number < number])
@@ -134,7 +134,7 @@ def test_a_neighbour_that_moves_to_flexattention_is_no_twin_of_one_on_the_model_
     graphs of their own: a trial on the model's attention is no twin of it, and what it costs is unknown."""
     from autocompile.engine.cost import Predictor, neighbour_s, twin_time
 
-    folder = f"{ROOT}/studies/history/lora-8b-1gpu-2"
+    folder = f"{HISTORY}/lora-8b-1gpu-2"
     committed = load_study("lora-8b-1gpu-2", f"sqlite:///{folder}/study.db")
     study = optuna.create_study(direction="maximize")
     study.add_trials([t for t in committed.trials if t.number < 21])
@@ -182,9 +182,8 @@ def test_an_error_in_planning_is_contained_kept_in_the_study_and_said_at_the_end
     study, and the search's last lines count it. In the suite (AUTOCOMPILE_STRICT) it is raised."""
     from autocompile.engine.contained import ATTR, STRICT, contained, summary
     from autocompile.engine.gates import Gate, Outcome, View
-    from conftest import ROOT
 
-    journal = optuna.storages.journal.JournalFileBackend(f"{ROOT}/studies/history/lora-8b-2gpu-2/journal.log")
+    journal = optuna.storages.journal.JournalFileBackend(f"{HISTORY}/lora-8b-2gpu-2/journal.log")
     committed = optuna.load_study(study_name="lora-8b-2gpu-2", storage=optuna.storages.JournalStorage(journal))
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), direction="maximize")
     study.add_trials(committed.trials[:5])
@@ -219,7 +218,7 @@ def test_a_neighbour_that_would_not_be_started_is_not_proposed(tmp_path):
     from autocompile.engine.runner import Progress, Runner
     from autocompile.engine.strategy import next_neighbour
 
-    folder = f"{ROOT}/studies/history/llama-8b-fresh-14"
+    folder = f"{HISTORY}/llama-8b-fresh-14"
     committed = load_study("llama-8b-fresh-14", f"sqlite:///{folder}/study.db")
     flex = committed.trials[17].user_attrs
     assert flex["status"] == "not started" and flex["config"]["pack_attention"] == "flex" and flex["parent"] == 15

@@ -29,7 +29,7 @@ from autocompile.engine.records import full_record
 from autocompile.outputs.export import check_warm_start, export
 from autocompile.api import run_search
 from autocompile.engine.study import SearchSettings, load_study, storage_url
-from conftest import FAST, ROOT, toy
+from conftest import FAST, HISTORY, ROOT, toy
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -148,14 +148,16 @@ def test_the_dashboard_shows_the_trials_and_opens_a_snippet(study):
         assert name.startswith("score at ") and name in _dom(f"{base}/dashboard/studies/{study._study_id}")
 
 
-@pytest.mark.parametrize("folder, bars", [("history/llama-8b-fresh-5", False), ("captioner", True)])
+@pytest.mark.parametrize(
+    "folder, bars", [(os.path.join(HISTORY, "llama-8b-fresh-5"), False), (os.path.join(ROOT, "studies", "captioner"), True)]
+)
 def test_the_dashboard_draws_no_importances_where_optuna_tells_none_apart(tmp_path, folder, bars):
     """llama-8b-fresh-5's importances are all alike (its 20 parameters 0.05 each in optuna-dashboard's
     own panel): the dashboard draws none, as the report does; the captioner's it draws as they come."""
     import json
 
     name = os.path.basename(folder)
-    shutil.copytree(os.path.join(ROOT, "studies", folder), tmp_path / name)  # serving writes the note
+    shutil.copytree(folder, tmp_path / name)  # serving writes the note
     with _dashboard(name, str(tmp_path)) as base:
         with urllib.request.urlopen(f"{base}/api/studies/1/param_importances", timeout=120) as response:
             (drawn,) = json.load(response)["param_importances"]

@@ -10,7 +10,7 @@ import pytest
 from autocompile.engine import claims
 from autocompile.engine.finalists import gpu_footing, split
 from autocompile.engine.finalists.verdict import round_verdict, scaled
-from conftest import ROOT
+from conftest import HISTORY
 
 
 def _trial(number: int, steps_per_s: float, wall_s: float = 10.0, warmup_s: float = 2.0, value: float | None = None):
@@ -119,7 +119,7 @@ def test_on_several_gpus_the_reconstructed_finalists_run_cold_at_once_where_thei
     from autocompile.engine.finalists.plan import cold_pick
     from autocompile.engine.finalists.round import cold_runs
 
-    journal = optuna.storages.journal.JournalFileBackend(f"{ROOT}/studies/history/lora-8b-3gpu-5/journal.log")
+    journal = optuna.storages.journal.JournalFileBackend(f"{HISTORY}/lora-8b-3gpu-5/journal.log")
     study = optuna.load_study(study_name="lora-8b-3gpu-5", storage=optuna.storages.JournalStorage(journal))
     eager, one, two, three = (study.trials[n] for n in (0, 14, 41, 33))
     scale = cold_scale(study)

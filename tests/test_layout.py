@@ -4,6 +4,7 @@ pyproject.toml and `ruff format --check` nothing to change, `mkdocs build --stri
 broken link or a page missing from the nav fails), and README stays a page read in minutes."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -51,3 +52,16 @@ def test_the_docs_build_strictly(tmp_path):
 def test_the_readme_is_short():
     with open(os.path.join(ROOT, "README.md")) as f:
         assert len(f.read().splitlines()) <= 250
+
+
+def test_ci_runs_readme_s_two_commands_in_order():
+    """.ci/run does what a newcomer does in one clone: README's first set-up command (the search), then its
+    second (the tests), each as README writes it."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        setup = next(part for part in f.read().split("\n## ") if part.startswith("Set-up"))
+    blocks = re.findall(r"```bash\n(.*?)```", setup, re.S)
+    search, tests = (block.strip() for block in blocks[:2])
+    assert search == "bash scripts/quickstart.sh" and "pytest" in tests
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        lines = [line.strip() for line in f]
+    assert search in lines and tests in lines and lines.index(search) < lines.index(tests)

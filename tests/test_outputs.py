@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, drawn_image
+from conftest import HISTORY, ROOT, drawn_image
 
 STUDIES = os.path.join(ROOT, "studies")
 
@@ -70,15 +70,14 @@ def test_best_of_a_search_stopped_before_its_finalist_round_says_so(tmp_path):
     best single measurement and says that no finalist round has judged it yet; the finished study does not."""
     import optuna
 
-    history = os.path.join(STUDIES, "history")
-    shutil.copytree(os.path.join(history, "lora-8b-60gb-2"), tmp_path / "lora-8b-60gb-2")
+    shutil.copytree(os.path.join(HISTORY, "lora-8b-60gb-2"), tmp_path / "lora-8b-60gb-2")
     url = f"sqlite:///{tmp_path / 'lora-8b-60gb-2' / 'study.db'}"
     optuna.load_study(study_name="lora-8b-60gb-2", storage=url).set_user_attr("finalists", None)
     out = cli("best", "--study", "lora-8b-60gb-2", "--dir", str(tmp_path))
     assert out.returncode == 0 and out.stdout.startswith('"""Compile settings for lora-8b'), out.stderr
     assert "note: study 'lora-8b-60gb-2' has no finalist round yet" in out.stderr
-    for finished in ("lora-8b-60gb-2", "lora-8b-fresh-2"):
-        out = cli("best", "--study", finished, "--dir", history)
+    for finished, directory in (("lora-8b-60gb-2", HISTORY), ("lora-8b", STUDIES)):  # lora-8b: lora-8b-fresh-2
+        out = cli("best", "--study", finished, "--dir", directory)
         assert out.returncode == 0 and "no finalist round" not in out.stderr, out.stderr
 
 
@@ -101,7 +100,7 @@ def test_a_far_bound_on_plain_torch_compile_leaves_the_trials_readable(tmp_path)
     from autocompile.outputs import plots
     from autocompile.engine.study import load_study
 
-    committed = load_study("captioner-regional", f"sqlite:///{ROOT}/studies/history/captioner-regional/study.db")
+    committed = load_study("captioner-regional", f"sqlite:///{HISTORY}/captioner-regional/study.db")
     study = optuna.create_study(direction="maximize")
     study.set_user_attr("horizon", 10000)
     study.add_trials([t for t in committed.trials if t.number <= 9])
@@ -138,7 +137,7 @@ def test_importances_that_explain_nothing_are_not_drawn(tmp_path):
     from autocompile.outputs import plots
     from autocompile.engine.study import load_study
 
-    flat = load_study("llama-8b-fresh-5", f"sqlite:///{ROOT}/studies/history/llama-8b-fresh-5/study.db")
+    flat = load_study("llama-8b-fresh-5", f"sqlite:///{HISTORY}/llama-8b-fresh-5/study.db")
     assert plots.param_importances(flat) == {}
     drawn = plots.plot_effects(flat, str(tmp_path / "effects.png"))
     assert drawn["importances"] == {} and drawn["pairs"]
@@ -151,7 +150,7 @@ def llama_copy(tmp_path_factory):
     """The committed GPU study of llama-8b (real measurements), copied so nothing writes to it."""
     directory = str(tmp_path_factory.mktemp("gpu"))
     shutil.copytree(
-        os.path.join(STUDIES, "history", "llama-8b"),
+        os.path.join(HISTORY, "llama-8b"),
         os.path.join(directory, "llama-8b"),
         ignore=shutil.ignore_patterns("trials", "report"),
     )

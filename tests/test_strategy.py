@@ -11,7 +11,7 @@ from autocompile.space import DEFAULTS
 from autocompile.api import run_search
 from autocompile.engine.study import SearchSettings, build_space
 from autocompile.outputs.table import format_summary
-from conftest import FAST, toy
+from conftest import FAST, HISTORY, toy
 
 # Every dimension pinned but Inductor's fusion options: the recipes collapse into plain
 # torch.compile (measured as a baseline), so the search goes from the baselines to the neighbours.
@@ -157,9 +157,8 @@ def test_a_max_autotune_mode_is_expected_to_take_twice_a_lighter_twins_warm_up()
     # (reduce-overhead, 130 s of warm-up, 159 s in its finalist rerun), still compiling at 240 s.
     from autocompile.engine.cost import too_slow
     from autocompile.engine.study import load_study
-    from conftest import ROOT
 
-    committed = load_study("captioner-search", f"sqlite:///{ROOT}/studies/history/captioner-search/study.db")
+    committed = load_study("captioner-search", f"sqlite:///{HISTORY}/captioner-search/study.db")
     study = optuna.create_study(direction="maximize")
     study.add_trials([t for t in committed.trials if t.number <= 16])
     tuned = committed.trials[17].user_attrs["config"]
@@ -368,9 +367,8 @@ def test_the_incumbent_is_judged_by_every_measurement_of_it(tmp_path):
 
     from autocompile.engine.strategy import incumbent
     from autocompile.engine.study import load_study
-    from conftest import ROOT
 
-    shutil.copy(f"{ROOT}/studies/history/captioner-search/study.db", tmp_path / "study.db")
+    shutil.copy(f"{HISTORY}/captioner-search/study.db", tmp_path / "study.db")
     committed = load_study("captioner-search", f"sqlite:///{tmp_path}/study.db")
     study = optuna.create_study(direction="maximize")
     study.add_trials([t for t in committed.trials if t.number <= 16])
@@ -394,9 +392,8 @@ def test_a_trial_whose_twin_took_longer_than_what_is_left_is_not_started(tmp_pat
     from autocompile.engine.runner import Progress, Runner
     from autocompile.engine.cost import twin_time
     from autocompile.engine.study import load_study
-    from conftest import ROOT
 
-    committed = load_study("captioner-fresh", f"sqlite:///{ROOT}/studies/history/captioner-fresh/study.db")
+    committed = load_study("captioner-fresh", f"sqlite:///{HISTORY}/captioner-fresh/study.db")
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, direction="maximize")
     study.add_trials([t for t in committed.trials if t.number <= 10])
@@ -556,9 +553,8 @@ def test_a_finalist_is_measured_again_when_its_warm_rerun_fits_the_trial_limit()
     from autocompile.engine.finalists import contenders
     from autocompile.engine.gates import too_long
     from autocompile.engine.study import load_study
-    from conftest import ROOT
 
-    committed = load_study("captioner-fresh-4", f"sqlite:///{ROOT}/studies/history/captioner-fresh-4/study.db")
+    committed = load_study("captioner-fresh-4", f"sqlite:///{HISTORY}/captioner-fresh-4/study.db")
     leader = committed.trials[5]
     assert leader.user_attrs["wall_s"] > 240 and rerun_estimate_s(leader) < 240
     assert not too_long(leader, 240) and 5 in [t.number for t in contenders(committed, 3, 240)]
@@ -572,9 +568,8 @@ def test_with_little_time_left_the_next_neighbour_runs_if_it_is_expected_to_fit(
     from autocompile.engine.cost import Predictor, expected_trial_s
     from autocompile.engine.strategy import neighbour_cost
     from autocompile.engine.study import load_study
-    from conftest import ROOT
 
-    folder = f"{ROOT}/studies/history/captioner-fresh-4"
+    folder = f"{HISTORY}/captioner-fresh-4"
     committed = load_study("captioner-fresh-4", f"sqlite:///{folder}/study.db")
     study = optuna.create_study(direction="maximize")
     study.add_trials([t for t in committed.trials if t.number <= 7])  # the search before its round
@@ -588,9 +583,8 @@ def test_tpe_proposals_get_no_more_time_than_the_neighbours():
     33 s with the shared cache. Turn by turn, TPE would go again next; by time, the neighbours do."""
     from autocompile.engine.strategy import neighbours_turn, next_neighbour
     from autocompile.engine.study import load_study
-    from conftest import ROOT
 
-    committed = load_study("captioner-fresh-5", f"sqlite:///{ROOT}/studies/history/captioner-fresh-5/study.db")
+    committed = load_study("captioner-fresh-5", f"sqlite:///{HISTORY}/captioner-fresh-5/study.db")
     assert committed.trials[11].user_attrs["role"] == "search" and committed.trials[11].user_attrs["status"] == "timeout"
     before, after = (optuna.create_study(direction="maximize") for _ in range(2))
     before.add_trials([t for t in committed.trials if t.number <= 10])
@@ -610,9 +604,8 @@ def test_the_last_neighbour_before_the_round_is_costed_by_its_twins_without_comp
     from autocompile.engine.strategy import neighbour_cost
     from autocompile.engine.study import load_study
     from autocompile.engine.cost import twin_time
-    from conftest import ROOT
 
-    folder = f"{ROOT}/studies/history/captioner-fresh-5"
+    folder = f"{HISTORY}/captioner-fresh-5"
     committed = load_study("captioner-fresh-5", f"sqlite:///{folder}/study.db")
     study = optuna.create_study(direction="maximize")
     study.add_trials([t for t in committed.trials if t.number <= 13])  # the search before its round
@@ -631,9 +624,8 @@ def test_moves_that_multiply_the_compile_come_after_the_others():
     compile the backward again now come after every other move but those away from a promising value."""
     from autocompile.engine.strategy import COMPILE_HEAVY, _rank, next_neighbour
     from autocompile.engine.study import load_study
-    from conftest import ROOT
 
-    committed = load_study("captioner-fresh-6", f"sqlite:///{ROOT}/studies/history/captioner-fresh-6/study.db")
+    committed = load_study("captioner-fresh-6", f"sqlite:///{HISTORY}/captioner-fresh-6/study.db")
     for n in (12, 14):
         a = committed.trials[n].user_attrs
         assert a["role"] == "neighbour" and a["status"] == "timeout" and a["parent"] == 8, (n, a)
@@ -678,9 +670,8 @@ def test_compiled_autograd_is_expected_to_take_five_times_a_configuration_withou
     autograd took 5.4x and 17x the warm-up without it on llama-8b and the captioner."""
     from autocompile.engine.cost import too_slow
     from autocompile.engine.study import load_study
-    from conftest import ROOT
 
-    committed = load_study("llama-8b-fresh-7", f"sqlite:///{ROOT}/studies/history/llama-8b-fresh-7/study.db")
+    committed = load_study("llama-8b-fresh-7", f"sqlite:///{HISTORY}/llama-8b-fresh-7/study.db")
     cut = committed.trials[19].user_attrs
     assert cut["role"] == "search" and cut["status"] == "timeout" and cut["config"]["compiled_autograd"]
     study = optuna.create_study(direction="maximize")
@@ -701,14 +692,13 @@ def test_a_move_that_paid_on_this_model_before_goes_first(tmp_path):
     from autocompile.engine.knowledge.store import learn
     from autocompile.engine.strategy import fitting_move, next_neighbour
     from autocompile.engine.study import load_study
-    from conftest import ROOT
 
     gains = MoveGains(str(tmp_path / "knowledge.db"), "2.11.0+cu130", "NVIDIA H200", "lora-8b")
     for name in ("lora-8b-1gpu-2", "lora-8b-1gpu-4"):
-        learn(load_study(name, f"sqlite:///{ROOT}/studies/history/{name}/study.db"), {"gains": gains})
+        learn(load_study(name, f"sqlite:///{HISTORY}/{name}/study.db"), {"gains": gains})
     known = gains.by_dimension()
     assert known["pack_attention"] > 1.1 and all(g < 1.03 for n, g in known.items() if n != "pack_attention")
-    committed = load_study("lora-8b-1gpu-5", f"sqlite:///{ROOT}/studies/history/lora-8b-1gpu-5/study.db")
+    committed = load_study("lora-8b-1gpu-5", f"sqlite:///{HISTORY}/lora-8b-1gpu-5/study.db")
     assert committed.trials[12].user_attrs["changed"] == ["activation_memory_budget"]  # 0.05, below 10's 0.2
     study = optuna.create_study(direction="maximize")
     study.add_trials([t for t in committed.trials if t.number <= 11])
@@ -737,9 +727,8 @@ def test_a_configuration_that_peaked_over_the_limit_here_before_is_refused_and_m
     from autocompile.engine.runner import Progress, Runner
     from autocompile.engine.strategy import fitting_move, next_neighbour
     from autocompile.engine.study import load_study
-    from conftest import ROOT
 
-    history = f"{ROOT}/studies/history"
+    history = f"{HISTORY}"
     peaks = Peaks(str(tmp_path / "knowledge.db"), "2.11.0+cu130", "NVIDIA H200", "lora-8b")
     learn(load_study("lora-8b-1gpu-5", f"sqlite:///{history}/lora-8b-1gpu-5/study.db"), {"peaks": peaks})
     journal = optuna.storages.journal.JournalFileBackend(f"{history}/lora-8b-3gpu-4/journal.log")

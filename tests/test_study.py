@@ -19,7 +19,7 @@ from autocompile.api import run_search
 from autocompile.outputs.table import format_summary
 from autocompile.engine.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
-from conftest import FAST, ROOT, drawn_image, toy
+from conftest import FAST, HISTORY, ROOT, drawn_image, toy
 
 
 def cli(*args, cwd=None):
@@ -436,9 +436,7 @@ def test_the_finalist_round_leaves_out_a_configuration_too_far_behind_to_win():
     from autocompile.engine.cost import WARM_SHARE, rerun_estimate_s
     from autocompile.engine.finalists import REACH, contenders, finalist_reserve
 
-    committed = load_study(
-        "llama-8b-fresh", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh", "study.db")
-    )
+    committed = load_study("llama-8b-fresh", "sqlite:///" + os.path.join(HISTORY, "llama-8b-fresh", "study.db"))
     study = optuna.create_study(directions=committed.directions)
     study.add_trials([t for t in committed.trials if t.number <= 3])
     assert [t.number for t in contenders(study, 3)] == [3, 2]
@@ -476,7 +474,7 @@ def test_the_round_runs_cold_the_finalist_its_verdict_most_likely_chooses():
         ("captioner-fresh-8", 10, 8),
         ("captioner-fresh-9", 16, 3),
     ):
-        committed = load_study(name, "sqlite:///" + os.path.join(ROOT, "studies", "history", name, "study.db"))
+        committed = load_study(name, "sqlite:///" + os.path.join(HISTORY, name, "study.db"))
         start = min(t.number for t in committed.trials if t.user_attrs.get("role") == "finalist")
         study = optuna.create_study(directions=committed.directions)
         study.add_trials([t for t in committed.trials if t.number < start])  # as the round found it
@@ -506,9 +504,7 @@ def test_the_finalist_round_leaves_out_a_baseline_that_took_longer_than_a_rerun_
     from autocompile.engine.cost import rerun_estimate_s
     from autocompile.engine.finalists import contenders, finalist_reserve
 
-    committed = load_study(
-        "llama-8b-fresh-4", "sqlite:///" + os.path.join(ROOT, "studies", "history", "llama-8b-fresh-4", "study.db")
-    )
+    committed = load_study("llama-8b-fresh-4", "sqlite:///" + os.path.join(HISTORY, "llama-8b-fresh-4", "study.db"))
     study = optuna.create_study(directions=committed.directions)
     study.add_trials([t for t in committed.trials if t.number <= 2])
     walls = {t.number: t.user_attrs["wall_s"] for t in study.trials}
@@ -564,14 +560,12 @@ def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_ro
     import optuna
 
     shutil.copytree(
-        os.path.join(ROOT, "studies", "history", "captioner-search"),
+        os.path.join(HISTORY, "captioner-search"),
         tmp_path / "captioner-search",
         ignore=shutil.ignore_patterns("artifacts", "report", "study.db"),
     )
     # The study as that round left it: its trials 0-10 (the committed one has a later round too).
-    committed = load_study(
-        "captioner-search", "sqlite:///" + os.path.join(ROOT, "studies", "history", "captioner-search", "study.db")
-    )
+    committed = load_study("captioner-search", "sqlite:///" + os.path.join(HISTORY, "captioner-search", "study.db"))
     study = optuna.create_study(
         study_name="captioner-search",
         directions=committed.directions,

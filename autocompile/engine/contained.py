@@ -2,7 +2,7 @@
 cannot be chosen leaves the turn to TPE. The search goes on; the error goes to its log with its traceback
 and into the study (`ATTR`: where, what, how often), and the search's last lines say so. One record the
 planning code did not expect (a trial refused before launch has no speed; a compile torch left unnamed)
-stopped two GPU searches on 2026-11-28 within five minutes. Where `STRICT` is set in the environment
+stopped two GPU searches within five minutes (docs/decisions.md). Where `STRICT` is set in the environment
 (the test suite sets it), the error is raised: a test never passes over one."""
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class SearchSettings:
     prune: bool = True  # stop trials that can no longer win
     triage: bool = True  # rerun compile failures with simpler backends to name the failing layer
     trace: bool = False  # each trial writes a TORCH_TRACE (for tlparse reports in the dashboard)
-    memory_path: str | None = None  # the failure memory (default: ~/.cache/autocompile/failures.db)
+    memory_path: str | None = None  # the knowledge store (default: ~/.cache/autocompile/knowledge.db)
     screen: int | None = None  # screen trials at this many blocks first (autocompile.engine.screening)
     shared_cache: bool = False  # trials after the baselines share one compile cache (autocompile.trial.caches)
     nproc: int = 1  # ranks per trial, on one host (autocompile.trial.ranks)

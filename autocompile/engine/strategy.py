@@ -64,7 +64,7 @@ PROMISE = (
         "graph_step",
         "the compiled step replayed as one CUDA graph where the model's graphs are not recorded: the "
         "step's host work off the step, at the cost of static gradients zeroed and added into each step "
-        "(llama-8b under varlen: 6.14 against 6.81 steps/s, H200, 2026-11-29), so after static_grads",
+        "(llama-8b under varlen: 6.14 against 6.81 steps/s on an H200: docs/decisions.md), so after static_grads",
     ),
     ("padding", "fewer distinct shapes, fewer recompiles (001: padded buckets); packed, no padding computed"),
     (

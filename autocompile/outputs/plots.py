@@ -45,7 +45,7 @@ def _figure(width: float, height: float) -> Figure:
 
 def _save(figure: Figure, path: str) -> None:
     """The figure as a PNG of at most 256 colours: a plot has few, and it is a third of the full-colour file's size
-    (the committed reports' figures, 17 MiB of the repository's 58, on 2026-11-29)."""
+    (the committed reports' figures were 17 MiB of the repository's 58: docs/decisions.md)."""
     from PIL import Image
 
     drawn = io.BytesIO()

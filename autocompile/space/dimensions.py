@@ -157,7 +157,7 @@ STARTING_POINTS: list[dict] = [
     {"scope": "regional"},  # each block compiled once: short warm-up, usually near full speed
     # Where Flash Attention over each packed sequence is offered (CUDA, a causal Hugging Face decoder): the batch
     # in one row, the optimizer step compiled with a tensor LR (llama-8b: 6.59 steps/s against 6.43 under the
-    # model's attention and 6.03 with fused AdamW, H200, 2026-11-28/29: docs/decisions.md)
+    # model's attention and 6.03 with fused AdamW, H200: docs/decisions.md)
     {
         "scope": "regional",
         "compile_optimizer": True,

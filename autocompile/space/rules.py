@@ -41,7 +41,7 @@ SEEN_FAILING = (
         lambda c: c["inductor"].get("cpp_wrapper") is True,
         "Inductor's C++ wrapper (cpp_wrapper=true) failed to compile llama-8b's training step in both configurations "
         "tried under torch 2.11: `arg type List[int] is not yet supported by custom_op_wrapper` (varlen attention) "
-        "and `CudaKernelParamCache not populated` (the compiled loss's kernel) (H200, 2026-11-29: docs/decisions.md)",
+        "and `CudaKernelParamCache not populated` (the compiled loss's kernel) (H200: docs/decisions.md)",
     ),
 )
 

@@ -12,7 +12,7 @@ Two questions, asked apart because rounding answers one and not the other:
 - **Agreement with the padded batch** (`apart`). Packed, the real tokens' outputs against the padded
   batch's, under the model's own attention: a gross check (tokens gathered to the wrong places, an
   attention that computes something else). Other shapes and kernels round otherwise: 4.2-5.5% (norm) on
-  the 8B Llamas in bf16 (H200, 2026-11-28), 0.17% for a 6-layer one in bf16 on the CPU, 1e-7 in float32;
+  the 8B Llamas in bf16 (H200), 0.17% for a 6-layer one in bf16 on the CPU, 1e-7 in float32;
   hence tolerances by the weights' precision.
 """
 

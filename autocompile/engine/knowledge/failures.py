@@ -94,7 +94,7 @@ class Failures(Observer):
         try:
             self.db = open_file(path)
         except (OSError, sqlite3.Error) as exc:
-            raise UserError(f"cannot open the failure memory {path}: {exc}") from None
+            raise UserError(f"cannot open the knowledge store {path}: {exc}") from None
         self._left: list[dict] | None = None
 
     def left_out(self) -> list[dict]:

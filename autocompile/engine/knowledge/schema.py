@@ -4,7 +4,8 @@ One SQLite file (sqlite-utils) on the machine keeps what finished trials taught 
 each row keyed by the torch version and the device's name (a newer torch starts clean). Each
 observer (`failures`, `cuts`, `cold`, `gains`, `paces`, `peaks`, `plain`) is told every finished trial,
 as an Optuna callback, and keeps its own tables here; `store` forgets, lists and learns over all of them.
-The tables and columns are those the first stores wrote: a file they wrote (studies/gpu-failures.db) reads as it did.
+The tables and columns are those the first stores wrote: a file they wrote (studies/gpu-knowledge.db) reads as it did,
+and a store still named by its first name (failures.db) is read where no knowledge.db is beside it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import sqlite_utils
 
 from autocompile.errors import UserError
 
-FILE_NAME = "failures.db"
+FILE_NAME = "knowledge.db"
+OLD_FILE_NAME = "failures.db"  # the store's file before it was named for what it holds
 TIMES = 2  # what happened this many times here is known: a value left out, a limit expected not to fit
 
 # table: (columns, primary key)
@@ -83,13 +85,15 @@ TABLES = {
 
 
 def store_path(override: str | None = None) -> str:
-    """--failure-memory, else $AUTOCOMPILE_CACHE/failures.db, else ~/.cache/autocompile/ (XDG_CACHE_HOME)."""
+    """--knowledge-store, else $AUTOCOMPILE_CACHE/knowledge.db, else ~/.cache/autocompile/ (XDG_CACHE_HOME);
+    in the folder, an old failures.db where no knowledge.db is there yet."""
     if override:
         return override
     folder = os.environ.get("AUTOCOMPILE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autocompile"
     )
-    return os.path.join(folder, FILE_NAME)
+    path, old = os.path.join(folder, FILE_NAME), os.path.join(folder, OLD_FILE_NAME)
+    return old if not os.path.exists(path) and os.path.exists(old) else path
 
 
 def device_name(device: str) -> str:
@@ -162,5 +166,5 @@ class Observer:
 
     @staticmethod
     def listing(db: sqlite_utils.Database) -> dict:
-        """What `autocompile failures` shows of this observer's rows, by name."""
+        """What `autocompile knowledge` shows of this observer's rows, by name."""
         raise NotImplementedError

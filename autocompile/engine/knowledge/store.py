@@ -18,20 +18,20 @@ KINDS = (Failures, CompileCuts, ColdRuns, MoveGains, Paces, Peaks, PlainCompiles
 
 
 def forget(path: str, what: str | None) -> int:
-    """`autocompile failures --forget DIM=VALUE`: every row that holds that value (failures and the
+    """`autocompile knowledge --forget DIM=VALUE`: every row that holds that value (failures and the
     pairs with it, compile cuts); --forget-all (None): everything. How many rows went."""
     if not os.path.exists(path):
-        raise UserError(f"no failure memory at {path}")
+        raise UserError(f"no knowledge store at {path}")
     db = open_file(path)
     value = None if what is None else parse(what)
     count = sum(kind.forget(db, value) for kind in KINDS)
     if value is not None and not count:
-        raise UserError(f"no remembered failure with {value[0]}={value[1]} in {path} (see `autocompile failures`)")
+        raise UserError(f"no remembered failure with {value[0]}={value[1]} in {path} (see `autocompile knowledge`)")
     return count
 
 
 def listing(path: str) -> dict:
-    """What `autocompile failures` shows, every observer's listing in one: `left_out` and `failed_trials`
+    """What `autocompile knowledge` shows, every observer's listing in one: `left_out` and `failed_trials`
     (failures), `cuts` (compile cuts), `cold` (cold runs), `gains` (neighbours against their parents), `paces`
     (the configurations measured, per workload), `peaks` (their peak memory, per workload), `plain`
     (plain torch.compile's whole-model compiles); empty where there is no file."""

@@ -1,6 +1,0 @@
-set -o pipefail; source scripts/gpu_env.sh; nvidia-smi -L
-T() { name=$1; cfg=$2; echo "== $name $(date -u +%T)"; timeout 230 python3 -m autocompile trial --model lora-8b --trial-timeout 200 --dir /root/h/$name --json --config "$cfg" > $OUT/$name.json 2>/root/h-$name.err; python3 -c "import json,sys; r=json.load(open('$OUT/$name.json')); print(r['status'], r['reason'][:200], 'sps', r.get('steps_per_s'), 'items', r.get('items_per_s'), 'peak', r.get('peak_mem_gb'), 'pad', r.get('padding_share'), 'check', r.get('packing_check'), 'warm', r.get('warmup_s'))" || tail -5 /root/h-$name.err; }
-T eager '{"compile": false}'
-T pack-off-005 '{"scope":"regional","fused_optimizer":true,"compile_loss":true,"padding":"pack","pack_length":"batch","pad_multiple":64,"activation_checkpointing":"off","activation_memory_budget":0.05}'
-T pack-off-02 '{"scope":"regional","fused_optimizer":true,"compile_loss":true,"padding":"pack","pack_length":"batch","pad_multiple":64,"activation_checkpointing":"off","activation_memory_budget":0.2}'
-T pad-off-005 '{"scope":"regional","fused_optimizer":true,"compile_loss":true,"padding":"multiple","pad_multiple":64,"activation_checkpointing":"off","activation_memory_budget":0.05}'
