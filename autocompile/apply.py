@@ -217,6 +217,14 @@ def _module_doc(header: str, info: ModelInfo) -> list[str]:
     """The snippet's docstring but its closing quotes: the header (or a plain first line), how to
     call the snippet's functions, and what --parallel adds to that."""
     doc = header.strip() or "Compile settings found by autocompile."
+    if info.framework == "trainer":
+        return [
+            '"""' + doc,
+            "",
+            "For a Hugging Face Trainer (TRL's SFTTrainer too): call apply_to_trainer(trainer) once, after",
+            "building the Trainer and before trainer.train(). To start warm, call load_compile_cache(path)",
+            "first with a cache from `autocompile export`.",
+        ]
     lines = [
         '"""' + doc,
         "",
