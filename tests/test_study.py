@@ -379,7 +379,7 @@ def test_the_search_timeout_bounds_the_search(tmp_path, capsys):
         study="hang",
         directory=str(tmp_path),
         trials=3,
-        timeout_s=45,
+        timeout_s=35,  # more than a trial needs to be started (MIN_TRIAL_S), less than two
         trial_timeout_s=300,
         measure=FAST,
     )
@@ -391,7 +391,7 @@ def test_the_search_timeout_bounds_the_search(tmp_path, capsys):
     # its limit left the time stopping it takes (STOP_S): told before --timeout's deadline, not after
     deadline = study.user_attrs["budget"]["deadline"]
     assert study.trials[0].datetime_complete.timestamp() <= deadline, (study.trials[0].datetime_complete, deadline)
-    assert "search timeout of 45 s reached" in capsys.readouterr().err
+    assert "search timeout of 35 s reached" in capsys.readouterr().err
 
 
 def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():
