@@ -12,8 +12,10 @@ if python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)
   # 300; the horizon is the steps eager runs in ten times the budget (engine/horizon.py).
   autocompile search --model llama-8b --trials 100 --timeout 1800 --trial-timeout 300 --baseline-timeout 600 "$@"
 else
-  # About 3 minutes on 2 CPU cores: eager and plain torch.compile, the recipe, a neighbour of the
-  # best, then the finalist round against eager. studies/quickstart-cpu.toml keeps the space to
+  # About 3 minutes on 2 CPU cores: eager, the recipe, a neighbour of the best, plain torch.compile
+  # with what is left (run first, its 90 s limit could take the time the recipe and a neighbour need:
+  # engine/claims.py, plain_compile_waits), then the finalist round against eager; where the recipe or
+  # a neighbour has no result before the round, the search says so. studies/quickstart-cpu.toml keeps the space to
   # what pays off on 2 cores and fits that time; the horizon is a run of 100000 steps (10 minutes
   # of this toy), over which a warm-up of 15-50 s must pay for itself (docs/scoring.md).
   # Plain torch.compile warmed up in 33-49 s on 2 cores (its trial 66 s with another process

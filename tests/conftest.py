@@ -78,35 +78,47 @@ if "AUTOCOMPILE_TEST_CXX_CACHE" not in os.environ and "CXX" not in os.environ an
     atexit.register(shutil.rmtree, os.environ["AUTOCOMPILE_TEST_CXX_CACHE"], ignore_errors=True)
 
 
-# The test files that take longest, longest first (CI, 2 cores, --dist loadfile, 2026-11-26): they
-# start first, and the short ones fill in beside them at the end. xdist's own order (most tests
-# first) puts test_shared_cache.py, test_repro.py and test_numerics_*.py, 50-270 s each but of few
-# tests, near the end, where one of them can leave a worker running alone. A file not listed keeps
-# its place after these. A name with "::" is a work unit split off its file (SPLIT), placed apart.
+# The work units that take longest, longest first (a whole run on 2 cores loaded by two other test runs,
+# 2026-12-06, setups included): they start first, and the short ones fill in beside them at the end. xdist's
+# own order (most tests first) puts files of few long tests near the end, where one of them can leave a
+# worker running alone. A unit not listed keeps its place after these. A name with "::" is a work unit
+# split off its file (SPLIT), placed apart.
 SLOWEST_FIRST = [
-    "test_study.py",
-    "test_study.py::own searches",
-    "test_trial.py",
-    "test_checkpointing.py",
-    "test_checkpointing.py::own searches",
-    "test_parallel.py",
-    "test_parallel.py::ddp",
-    "test_parallel.py::fsdp2",
-    "test_shared_cache.py",
+    "test_packing.py::own searches",
+    "test_trainer.py::own searches",
+    "test_trainer.py",
     "test_shared_cache.py::own searches",
-    "test_repro.py",
+    "test_trial.py",
+    "test_apply.py",
+    "test_shared_cache.py",
+    "test_repro.py::own searches",
+    "test_checkpointing.py::own searches",
+    "test_golden.py",
+    "test_scale.py::own searches",
+    "test_parallel.py",
     "test_packing.py",
+    "test_parallel.py::ddp",
     "test_strategy.py",
     "test_scale.py",
+    "test_claims.py",
+    "test_checkpointing.py",
+    "test_screening.py",
+    "test_ceiling.py",
+    "test_study.py::own searches",
+    "test_study.py",
+    "test_parallel.py::fsdp2",
     "test_numerics_dropout.py",
     "test_dashboard.py",
-    "test_knowledge_failures.py",
+    "test_outputs.py",
+    "test_repro.py",
     "test_numerics_scaled.py",
-    "test_screening.py",
     "test_activation_budget.py",
+    "test_knowledge_failures.py",
     "test_divergence.py",
-    "test_workloads.py",
+    "test_plugin.py",
     "test_optimizer_step.py",
+    "test_horizon.py",
+    "test_workloads.py",
 ]
 
 # --dist loadfile keeps a file on one worker, and xdist hands each worker two files ahead: the
@@ -129,6 +141,22 @@ SPLIT = {
     "test_shared_cache.py": {
         "test_a_move_of_the_optimizer_step_loads_the_model_graphs_and_reconstructs_the_cold_warm_up",
         "test_a_configuration_predicted_to_lose_is_pruned_before_launch_and_plain_compile_is_bounded",
+    },
+    "test_packing.py": {
+        "test_packed_batches_train_like_the_padded_batch",
+        "test_packed_shapes_repeat_within_the_row_count_rule",
+    },
+    "test_repro.py": {"test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone"},
+    "test_trainer.py": {
+        "test_a_trial_of_a_trainer_s_job_runs_its_own_step_through_apply_to_trainer",
+        "test_a_lora_trainer_with_checkpointing_is_offered_the_memory_axis_and_trains_alike_without_it",
+    },
+    "test_scale.py": {
+        "test_two_workers_on_one_host_share_a_study",
+        "test_a_worker_killed_mid_trial_leaves_a_stale_trial_no_orphan_and_the_study_completes",
+        "test_a_trial_failed_as_stale_while_its_worker_ran_it_keeps_its_result_as_a_trial_of_its_own",
+        "test_ctrl_c_kills_the_running_trial_marks_it_interrupted_and_keeps_the_finished_ones",
+        "test_ctrl_c_stops_every_worker_and_keeps_the_finished_trials",
     },
 }
 PER_PARAMETER = {"test_parallel.py": ("ddp", "fsdp2")}  # the `searched` fixture's parameters

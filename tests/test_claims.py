@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 from autocompile.api import run_search
-from autocompile.engine.claims import MANY_BLOCKS, plain_compile_last
+from autocompile.engine.claims import MANY_BLOCKS, plain_compile_last, plain_compile_waits
 from autocompile.engine.knowledge import PlainCompiles
 from autocompile.engine.settings import SearchSettings
 from autocompile.engine.study import build_space, load_study
@@ -65,6 +65,38 @@ def test_plain_torch_compile_seen_cut_on_this_model_runs_last():
     assert why.startswith("its whole-model compile was cut while compiling after 30") and "captioner-fresh-12 trial 1" in why
     assert plain_compile_last(runner(None, plain)) is None
     assert plain_compile_last(runner(1500, PlainCompiles(None, "2.11.0+cu130", "NVIDIA H200", "captioner"))) is None
+
+
+def test_in_a_short_search_plain_torch_compile_waits_for_the_recipes_and_a_neighbour():
+    """The CPU quickstart (--timeout 180, --baseline-timeout 90, one recipe; 2026-12-06): plain torch.compile
+    warmed up for 49 s right after eager, and the recipe and a neighbour no longer fitted before the finalist
+    round. Where plain torch.compile's limit would leave less than eager, the recipes, a neighbour and the
+    round's rerun take at the least (MIN_TRIAL_S each), it waits for them; a longer search runs it right after eager."""
+    from autocompile.engine.cost import MIN_TRIAL_S
+
+    said = []
+
+    def runner(timeout_s, baseline_s, recipes=1, finalists=1, trial_s=900.0):
+        settings = SimpleNamespace(baseline_limit_s=baseline_s, trial_timeout_s=trial_s, finalists=finalists)
+        space = SimpleNamespace(starting_points=lambda: [{}] * recipes)
+        return SimpleNamespace(
+            study=optuna.create_study(), settings=settings, space=space, remaining=lambda: timeout_s,
+            progress=SimpleNamespace(line=said.append),
+        )  # fmt: skip
+
+    quickstart = runner(178.0, 90.0)
+    why = plain_compile_waits(quickstart)
+    assert why == (
+        "run first, its 90 s limit would leave 88 s of the 178 s of --timeout, where eager, 1 recipe, a neighbour "
+        f"and the finalist round's rerun take {4 * MIN_TRIAL_S:.0f} s at the least ({MIN_TRIAL_S:.0f} s each)"
+    )
+    assert said == [f"plain torch.compile runs after the recipes and a neighbour: {why}"]
+    assert quickstart.study.user_attrs["plain_compile_waits"] == why  # decided once, for every worker
+    assert plain_compile_waits(runner(1800.0, 600.0)) is None  # the GPU quickstart: right after eager
+    assert plain_compile_waits(runner(None, 90.0)) is None  # no --timeout
+    # test_shared_cache.py's search: its share of --timeout, 300 s, leaves 300 s
+    assert plain_compile_waits(runner(600.0, 900.0, recipes=3, finalists=0, trial_s=60.0)) is None
+    assert plain_compile_waits(runner(240.0, 120.0, recipes=3, finalists=0)) is not None  # 120 s left, 150 needed
 
 
 def test_a_trial_cut_while_compiling_says_how_far_the_compile_got(tmp_path):

@@ -219,7 +219,14 @@ def test_the_finalist_round_runs_under_a_tight_timeout(tmp_path, capsys):
         prune=False,
     )
     summary = run_search(settings)
-    assert "search timeout of 90 s reached" in capsys.readouterr().err  # the time bound stopped it, not the count
+    err = capsys.readouterr().err
+    assert "search timeout of 90 s reached" in err  # the time bound stopped it, not the count
+    # so short a search that plain torch.compile, run first, could take all of it: it waits for the recipes
+    # and a neighbour (claims.plain_compile_waits), then runs or is recorded as not run, before the round
+    assert "plain torch.compile runs after the recipes and a neighbour: run first, its " in err
+    roles = [r["role"] for r in summary["rows"] if not r["role"].startswith("finalist")]
+    recipes = [i for i, role in enumerate(roles) if role == "recipe"]
+    assert roles[:2] == ["eager", "recipe"] and roles.index("compile-defaults") > recipes[-1], roles
     verdict = summary["finalists"]
     assert verdict and verdict["candidates"][0]["status"] == "ok", verdict
     round_rows = [r for r in summary["rows"] if r["role"].startswith("finalist of")]

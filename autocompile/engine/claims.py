@@ -85,6 +85,7 @@ def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
         loop.claimed = None
         try:
             if not _next_trial(runner, budget, study_wide, loop):
+                said_unexplored(runner)
                 return
         except KeyboardInterrupt:
             if loop.claimed is not None:
@@ -162,12 +163,21 @@ def _baseline_limit(runner: Runner, role: Role, reserve: float) -> float:
     limit = settings.baseline_limit_s
     if role != Role.COMPILE_DEFAULTS or remaining is None:
         return limit
-    bounded = baseline_limit_s(limit, settings.trial_timeout_s, remaining - reserve)
+    left = max(remaining - reserve, 0.0)
+    bounded = baseline_limit_s(limit, settings.trial_timeout_s, left)
     if bounded is None:
         return limit
+    bounded = min(bounded, left)  # no more than is left (after the recipes and a neighbour it waited for)
+    share = (
+        f"at most {BASELINE_SHARE:.0%} of"
+        if bounded <= BASELINE_SHARE * left + 0.5
+        else "a trial's limit, within"
+        if bounded < left
+        else "all of"
+    )
     runner.progress.line(
-        f"plain torch.compile gets {bounded:.0f} s of the {limit:.0f} s --baseline-timeout: at most "
-        f"{BASELINE_SHARE:.0%} of the {max(remaining - reserve, 0):.0f} s left before the finalist round"
+        f"plain torch.compile gets {bounded:.0f} s of the {limit:.0f} s --baseline-timeout: {share} "
+        f"the {left:.0f} s left before the finalist round"
     )
     return bounded
 
@@ -263,11 +273,12 @@ def _startable(runner: Runner, before_round_s: float):
 
 def _owed_baselines(runner: Runner, deferred: bool = True, view: StudyView | None = None) -> list[tuple[Role, dict]]:
     """The baselines still owed, less those another worker is running and those this search cut by its budget,
-    and plain torch.compile where it runs last (`plain_compile_last`), unless `deferred` is False."""
+    and plain torch.compile where it runs last (`plain_compile_last`) or waits for the recipes and a first
+    proposal (`plain_compile_waits`), unless `deferred` is False."""
     view = view or StudyView(runner.study)
     running = {t.user_attrs.get("role") for t in view.running}
     owed = baselines_to_run(view.finished, runner.settings.baseline_limit_s)
-    last = deferred and plain_compile_last(runner)
+    last = deferred and (plain_compile_last(runner) or (plain_compile_waits(runner) and not _explored(view)))
     return [
         (role, config)
         for role, config in owed
@@ -306,13 +317,68 @@ def plain_compile_last(runner: Runner) -> str | None:
     return why
 
 
+def plain_compile_waits(runner: Runner) -> str | None:
+    """Why plain torch.compile waits for the recipes and a first proposal (a neighbour) in a short search,
+    or None (it runs right after eager): under --timeout, run first at its limit it would leave less than
+    what eager, the recipes, a neighbour and the finalist round's rerun take at the least (MIN_TRIAL_S each).
+    It then runs after them, with what is left, at most its limit. Decided once per study (its
+    `plain_compile_waits`), so that every worker and a resumed search agree."""
+    study, settings, remaining = runner.study, runner.settings, runner.remaining()
+    if "plain_compile_waits" in study.user_attrs:
+        return study.user_attrs["plain_compile_waits"]
+    why = None
+    if remaining is not None and runner.space is not None:
+        limit = baseline_limit_s(settings.baseline_limit_s, settings.trial_timeout_s, remaining)
+        limit = min(limit or settings.baseline_limit_s, remaining)
+        recipes = len(runner.space.starting_points())
+        need = (2 + recipes + (settings.finalists > 0)) * MIN_TRIAL_S
+        if remaining - limit < need:
+            why = (
+                f"run first, its {limit:.0f} s limit would leave {remaining - limit:.0f} s of the {remaining:.0f} s "
+                f"of --timeout, where eager, {recipes} recipe{'s' if recipes != 1 else ''}, a neighbour and the "
+                f"finalist round's rerun take {need:.0f} s at the least ({MIN_TRIAL_S:.0f} s each)"
+            )
+    study.set_user_attr("plain_compile_waits", why)
+    if why:
+        runner.progress.line(f"plain torch.compile runs after the recipes and a neighbour: {why}")
+    return why
+
+
+def _explored(view: StudyView) -> bool:
+    """Whether a proposal after the recipes (a neighbour, or TPE's) has run: what plain torch.compile waits
+    for in a short search (`plain_compile_waits`); one refused before launch did not run."""
+    return any(
+        t.user_attrs.get("role") in (Role.NEIGHBOUR, Role.SEARCH) and (t.user_attrs.get("wall_s") or 0.0) > 0.0
+        for t in view.finished
+    )
+
+
+def said_unexplored(runner: Runner) -> str | None:
+    """Under --timeout, the line said where the search's trials end with no recipe or no neighbour
+    measured (a result with a speed), what became of each, or None."""
+    if runner.deadline is None:
+        return None
+    finished = StudyView(runner.study).finished
+    missing = []
+    for role in (Role.RECIPE, Role.NEIGHBOUR):
+        ran = [t for t in finished if t.user_attrs.get("role") == role]
+        if not any(t.user_attrs.get("status") == Status.OK for t in ran):
+            how = ", ".join(f"trial {t.number} {t.user_attrs.get('status', 'failed')}" for t in ran) or "none started"
+            missing.append(f"no {role.value} measured ({how})")
+    if not missing:
+        return None
+    line = f"the search's trials end with {' and '.join(missing)}"
+    runner.progress.line(line)
+    return line
+
+
 def _plain_compile_now(runner: Runner, reserve: float, study_wide: bool = False) -> bool:
     """At the end of the exploration: plain torch.compile where it was left to run last, with what is left
     (its limit that, at most its own), or recorded as not run where too little is left for what it is
     expected to take. Whether it ran or was recorded (the search then goes on to the finalist round)."""
     config = dict(BASELINES_BY_ROLE[Role.COMPILE_DEFAULTS])
     with claim_lock(runner.storage, runner.url, runner.settings.study):
-        if not plain_compile_last(runner) or not any(
+        if not (plain_compile_last(runner) or plain_compile_waits(runner)) or not any(
             role == Role.COMPILE_DEFAULTS for role, _ in _owed_baselines(runner, deferred=False)
         ):
             return False
@@ -370,8 +436,9 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
             if why_not(config, runner.view(params=params), Outcome.DUPLICATE) is None:
                 study.enqueue_trial(params, user_attrs={"role": Role.RECIPE.value, "config": config})
         loop.recipes_queued = True
-    within = loop.neighbours_turn_now() if loop.recipes_queued else None
-    if loop.recipes_queued and (within is not None or neighbours_turn(study, loop.proposals)) and not waiting(study):
+    proposing = loop.recipes_queued and not pending  # a baseline owed (plain torch.compile that waited) goes first
+    within = loop.neighbours_turn_now() if proposing else None
+    if proposing and (within is not None or neighbours_turn(study, loop.proposals)) and not waiting(study):
         if within is not None:
             fits = _fits(runner, within)
         else:  # under --timeout, the moves that would be started with what is left before the round
