@@ -214,8 +214,16 @@ class Training:
 
     def step(self, index: int):
         i = index % len(self.batches)
-        if self.train_step:
-            return self._framework_step(i)
+        loss = self._framework_backward(i) if self.train_step else self._backward(i)
+        with self.step_context():
+            self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def _backward(self, i: int):
+        """The batch prepared by the snippet, the loss and its backward."""
         if self.host_batches is None:
             batch = self.prepare_batch(dict(self.batches[i]))
         else:
@@ -224,25 +232,14 @@ class Training:
             self.computed[i] = batch[self.varying].numel()
         loss = self.compute_loss(batch)
         self.backward(loss)
-        with self.step_context():
-            self.optimizer.step()
-        if self.scheduler is not None:
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         return loss
 
-    def _framework_step(self, i: int):
-        """A framework's step (a Trainer's: its training_step and clipping, prepare_batch in its hook), then the
-        optimizer's and the scheduler's steps as its loop takes them."""
+    def _framework_backward(self, i: int):
+        """A framework's own step up to the optimizer's (a Trainer's training_step and clipping, prepare_batch in
+        its hook)."""
         if self.varying and i not in self.computed:  # the tokens computed: what prepare_batch makes of the batch
             self.computed[i] = self.prepare_batch(dict(self.batches[i]))[self.varying].numel()
-        loss = self.train_step(self.model, dict(self.batches[i]))
-        with self.step_context():
-            self.optimizer.step()
-        if self.scheduler is not None:
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return loss
+        return self.train_step(self.model, dict(self.batches[i]))
 
 
 def _gpu_of(batches: list):
