@@ -81,6 +81,8 @@ def main(argv=None) -> int:
 
     class Clock(TrainerCallback):
         def on_step_end(self, targs, state, control, **kwargs):
+            if state.global_step <= args.warmup:  # a run cut off by a time limit still says where it got
+                print(f"step {state.global_step} at {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
             if state.global_step in (1, args.warmup, args.warmup + args.steps):
                 _sync()
                 marks[state.global_step] = time.perf_counter()
