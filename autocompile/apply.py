@@ -16,7 +16,7 @@ import sys
 import types
 from dataclasses import dataclass, field, replace
 
-from autocompile.space import INDUCTOR_OPTIONS_HOST, bucket_lengths, uses_cuda_graphs  # noqa: F401  (bucket_lengths: a snippet's BUCKETS)
+from autocompile.space import DEFAULTS, INDUCTOR_OPTIONS_HOST, bucket_lengths, uses_cuda_graphs  # noqa: F401  (bucket_lengths: a snippet's BUCKETS)
 from autocompile.parallel import literal as _literal
 from autocompile.space.optimizer import foreach_map_refusal
 from autocompile.workloads import SequenceLayout
@@ -112,6 +112,9 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     settings, body, helpers = _apply_lines(config, info, checkpointing_body)
     pack_body, pack_functions = _pack_apply_lines(config, info)
     body += pack_body
+    attention_body, attention_functions = _attention_lines(config)
+    body += attention_body
+    pack_functions += attention_functions
     body += _optimizer_lines(config)
     step_settings, step_functions = _step_lines(config)
     settings += step_settings
@@ -160,6 +163,25 @@ def _trainer_lines(config: dict) -> list[str]:
         lines += ["    trainer.accelerator.backward = lambda loss, **kwargs: backward(loss)  # under Compiled Autograd"]
     lines += ["    return trainer"]
     return lines + TRAINER_HELPERS
+
+
+def without_code(config: dict) -> list[str]:
+    """The winner as the Trainer's own settings, where they can say it (a whole-model compile in a mode:
+    TrainingArguments; each repeated block compiled alone: accelerate's TorchDynamoPlugin), else []."""
+    if not config.get("compile") or config.get("scope") not in ("full", "regional"):
+        return []
+    if any(config.get(key, value) != value for key, value in DEFAULTS.items() if key not in ("compile", "scope", "mode")):
+        return []
+    mode = config.get("mode", "default")
+    lines = [f'TrainingArguments(..., torch_compile=True, torch_compile_mode="{mode}")']
+    if config["scope"] == "regional":
+        lines += [
+            "with each repeated block compiled alone, which accelerate's TorchDynamoPlugin does "
+            "(use_regional_compilation): ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=true in the environment, or "
+            "in accelerate's config file: dynamo_config: {dynamo_backend: INDUCTOR, dynamo_mode: "
+            f"{mode}, dynamo_use_regional_compilation: true}}"
+        ]
+    return lines
 
 
 # apply_to_trainer's hooks, the same for every configuration of a Trainer's job.
@@ -891,6 +913,46 @@ def varlen_attention_lines() -> list[str]:
     return VARLEN_ATTENTION.format(gqa=gqa, causal=causal).splitlines()[1:]
 
 
+SDPA_FLASH = '''
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def sdpa_flash(module, query, key, value, attention_mask, **kwargs):
+    """The model's own SDPA attention with its kernel chosen among SDPA_BACKENDS: Flash Attention, the
+    memory-efficient kernel where a mask needs one, else math; never cuDNN's, which plans each new sequence
+    length on the host. The choice is traced into the compiled graphs, so compile caches keep them apart."""
+    with sdpa_kernel(SDPA_BACKENDS):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def sdpa_flash_on(model):
+    """The model's attention as sdpa_flash, set on the model (or on the one a wrapper such as peft's holds):
+    registered with Hugging Face's AttentionInterface under a name without "flash" (which it would take for
+    its own Flash Attention), its masks built as SDPA's."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register("autocompile_sdpa", sdpa_flash)
+    AttentionMaskInterface.register("autocompile_sdpa", sdpa_mask)
+    for module in model.modules():
+        if callable(getattr(type(module), "set_attn_implementation", None)):
+            module.set_attn_implementation("autocompile_sdpa")
+            return
+    raise ValueError("sdpa_flash_on: no Hugging Face model in this model")
+'''.splitlines()
+
+
+def _attention_lines(config: dict) -> tuple[list[str], list[str]]:
+    """apply_compilation's line and the functions that choose the SDPA kernel of the model's own attention."""
+    if config.get("attention", "model") == "model":
+        return [], []
+    line = "    sdpa_flash_on(model)  # the model's SDPA attention on Flash Attention's kernels, not cuDNN's"
+    return [line], SDPA_FLASH[1:] + ["", ""]
+
+
 def _pack_apply_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
     """What apply_compilation does for packed batches: the encoder mask's dtype taken from the model, and
     the attention switched to FlexAttention where the configuration says so."""
@@ -998,6 +1060,8 @@ def describe_config(config: dict) -> str:
         parts.append("foreach-map-opt")
     if config.get("static_grads"):
         parts.append("static-grads")
+    if config.get("attention", "model") != "model":
+        parts.append(f"attn-{config['attention']}")
     if config["padding"] == "pack":
         one_row = config.get("pack_length", "longest") == "batch"
         parts.append(

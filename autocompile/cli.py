@@ -676,7 +676,7 @@ def cmd_best(args) -> int:
 
 def _print_without_code(best: dict) -> None:
     """For a Trainer's job, the winner as the Trainer's own settings too, where they can say it."""
-    from autocompile.workloads.trainer import without_code
+    from autocompile.apply import without_code
 
     if "def apply_to_trainer(" not in best["snippet"]:
         return

@@ -66,10 +66,10 @@ def workload_traits(workload, options) -> WorkloadTraits:
     """The model's repeated blocks, found on the meta device (no memory, no weights)."""
     from autocompile.apply import find_repeated_blocks
     from autocompile.space.optimizer import foreach_map_refusal
-    from autocompile.workloads import checkpointing, packing
+    from autocompile.workloads import checkpointing, kernels, packing
 
     regions, fusable, refusal, found, blocks = None, False, WorkloadTraits.foreach_map_refusal, None, 0
-    flex = varlen = False
+    flex = varlen = sdpa = False
     try:
         import dataclasses
 
@@ -82,6 +82,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         causal = bool(workload.layout and workload.layout.causal)
         flex = causal and packing.flex_switchable(model)
         varlen = causal and packing.varlen_switchable(model)
+        sdpa = kernels.sdpa_attention(model)
         del model, optimizer
     except UserError:
         raise  # the workload cannot be built here (a missing package): say so
@@ -103,6 +104,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         pack_refusal=packing.refusal(workload),
         flex_attention=flex,
         varlen_attention=varlen,
+        sdpa_attention=sdpa,
         blocks=blocks,
     )
 

@@ -30,6 +30,7 @@ from autocompile.space import rules
 from autocompile.space.capabilities import _MISSING, Capabilities, _inductor_default
 from autocompile.space.dimensions import (
     ACTIVATION_BUDGETS,
+    ATTENTION,
     CHECKPOINTING,
     CUDA_GRAPH_MODES,
     DEFAULTS,
@@ -156,6 +157,7 @@ class SearchSpace:
             self._mark_dynamic_dimension()
         else:
             self.left_out.append(("padding, mark_dynamic", "the workload has no varying dimension"))
+        self._attention_dimension()
         self._inductor_dimensions()
         self._memory_dimension()
         if caps.compiled_autograd_api:
@@ -313,6 +315,23 @@ class SearchSpace:
             )
         for how, why in why_not.items():
             self.left_out.append((f"pack_attention={how}", why))
+
+    def _attention_dimension(self) -> None:
+        """The SDPA kernel of the model's own attention: torch's choice at each call, or Flash Attention without
+        cuDNN's (whose per-length plans can keep the host busier than the GPU where lengths vary). Offered for
+        Hugging Face models whose attention is SDPA, on CUDA, where cuDNN's kernel is one of torch's choices."""
+        if not self.traits.sdpa_attention:
+            self.left_out.append(("attention=flash", "the model's attention is not a Hugging Face model's SDPA"))
+        elif not self.caps.cuda:
+            self.left_out.append(("attention=flash", "keeps SDPA off cuDNN's kernel, which only CUDA has: needs a GPU"))
+        else:
+            self._add(
+                "attention",
+                ATTENTION,
+                "the kernel of the model's SDPA attention: torch's own choice, or Flash Attention without cuDNN's",
+                lambda c: c["padding"] != "pack" or c.get("pack_attention", "model") == "model",
+                where="not under FlexAttention or varlen_attn",
+            )
 
     def _parallel_dimensions(self) -> None:
         """What exists only under DDP or FSDP2. Never offered without --parallel, so a

@@ -21,6 +21,9 @@ PACK_LENGTHS = ("longest", "batch")  # packed rows of the workload's longest seq
 # sequence (torch's varlen_attn)
 PACK_ATTENTION = ("model", "flex", "varlen")
 MARK_DYNAMIC = ("off", "mark", "maybe")
+# The kernel a Hugging Face model's SDPA attention runs: torch's own choice at each call, or Flash Attention
+# (the memory-efficient kernel where a mask needs one) without cuDNN's, which plans each new length on the host
+ATTENTION = ("model", "flash")
 PARALLEL = ("none", "ddp", "fsdp2")  # how a trial's ranks share the model (--parallel)
 PARALLEL_KEYS = ("optimize_ddp", "fsdp_compile_order", "reshard_after_forward")
 # The model's own activation checkpointing (autocompile.workloads.checkpointing): as the workload built
@@ -45,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "pack_length": "longest",  # with padding == "pack": rows of the workload's longest, or one row for the batch
     "pack_attention": "model",  # with padding == "pack": the model's attention, FlexAttention (a document mask) or varlen
     "mark_dynamic": "off",  # mark the varying dimensions dynamic: off | mark | maybe
+    "attention": "model",  # the SDPA kernel of the model's own attention: model (torch's choice) | flash
     "inductor": {},  # Inductor config options that differ from the installed defaults
     "recompile_limit": None,  # None: torch's own
     "matmul_precision": None,  # None: torch's own ("highest"); "high" allows TF32
@@ -109,6 +113,7 @@ GRAPHS: dict[str, Graphs] = {
     "pack_length": _M,
     "pack_attention": _M,
     "mark_dynamic": _M | _SH,
+    "attention": _T | _M,
     "inductor": _M,
     "recompile_limit": _M,
     "matmul_precision": _M,
@@ -155,6 +160,9 @@ STARTING_POINTS: list[dict] = [
         "pad_multiple": 64,
     },
     {"scope": "regional"},  # each block compiled once: short warm-up, usually near full speed
+    # Where lengths vary on a GPU, a Hugging Face model's SDPA attention kept off cuDNN's kernel, whose per-length
+    # plans kept the host busier than the GPU (a Trainer's Llama 8B job: docs/results.md)
+    {"scope": "regional", "attention": "flash"},
     # Where Flash Attention over each packed sequence is offered (CUDA, a causal Hugging Face decoder): the batch
     # in one row, the optimizer step compiled with a tensor LR (llama-8b: 6.59 steps/s against 6.43 under the
     # model's attention and 6.03 with fused AdamW, H200: docs/decisions.md)
@@ -190,7 +198,7 @@ STARTING_POINTS: list[dict] = [
 
 # A recipe that names one of these applies only where the space has it (elsewhere its other values
 # would make another recipe: a budget without the checkpointing it stands in for).
-RECIPE_NEEDS = ("activation_checkpointing",)
+RECIPE_NEEDS = ("activation_checkpointing", "attention")
 
 # Activation memory budgets tried where memory is the constraint, or the model's own checkpointing is
 # off: None keeps what the partitioner keeps by default, lower values recompute more activations in
@@ -333,6 +341,7 @@ class WorkloadTraits:
     pack_refusal: str | None = "the workload's batch layout is not known"
     flex_attention: bool = False  # its model's attention can be switched to FlexAttention
     varlen_attention: bool = False  # ... or to a function of the snippet's (varlen_attn over each packed sequence)
+    sdpa_attention: bool = False  # a Hugging Face model's SDPA attention, whose kernel the snippet can choose
     # why the foreach_map step cannot stand in for the optimizer's (space/optimizer.py), or None
     foreach_map_refusal: str | None = "the workload's optimizer is not known"
 

@@ -270,7 +270,12 @@ def _inductor_rejection(c: dict, caps) -> str | None:
 
 
 def _packing_rejection(space, c: dict) -> str | None:
-    """Packing where the workload's layout allows it; its attention switched where the model can."""
+    """Packing where the workload's layout allows it; its attention switched where the model can, and the
+    model's own attention's kernel chosen where it is Hugging Face's SDPA."""
+    if c.get("attention", "model") != "model" and not (space.traits.sdpa_attention and space.caps.cuda):
+        return f"attention {c['attention']}: chosen for a Hugging Face model's SDPA attention on a GPU only"
+    if c.get("attention", "model") != "model" and c["padding"] == "pack" and c.get("pack_attention", "model") != "model":
+        return f"attention {c['attention']}: the model's own attention, not pack_attention {c['pack_attention']}"
     if c["padding"] != "pack":
         how = c.get("pack_attention", "model")
         return f"pack_attention {how}: only with padding pack" if how != "model" else None

@@ -324,25 +324,4 @@ def _train_step(trainer, model, batch: dict):
     return loss
 
 
-def without_code(config: dict) -> list[str]:
-    """The winner as the Trainer's own settings, where they can say it (a whole-model compile in a mode:
-    TrainingArguments; each repeated block compiled alone: accelerate's TorchDynamoPlugin), else []."""
-    plain = {"inductor": {}, "compile_optimizer": False, "compile_loss": False, "fullgraph": False, "dynamic": None}
-    plain.update(padding="longest", activation_checkpointing="as_built", compiled_autograd=False, activation_memory_budget=None)
-    if not config.get("compile") or config.get("scope") not in ("full", "regional"):
-        return []
-    if any(config.get(key, value) != value for key, value in plain.items()):
-        return []
-    mode = config.get("mode", "default")
-    lines = [f'TrainingArguments(..., torch_compile=True, torch_compile_mode="{mode}")']
-    if config["scope"] == "regional":
-        lines += [
-            "with each repeated block compiled alone, which accelerate's TorchDynamoPlugin does "
-            "(use_regional_compilation): ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=true in the environment, or "
-            "in accelerate's config file: dynamo_config: {dynamo_backend: INDUCTOR, dynamo_mode: "
-            f"{mode}, dynamo_use_regional_compilation: true}}"
-        ]
-    return lines
-
-
-__all__ = ["PREFIX", "TrainerJob", "is_trainer_target", "max_steps", "trainer_workload", "without_code"]
+__all__ = ["PREFIX", "TrainerJob", "is_trainer_target", "max_steps", "trainer_workload"]
