@@ -115,7 +115,7 @@ def test_no_layout_is_found_where_the_model_and_batch_do_not_say(tmp_path):
     assert "'score' of the batch has a row per sequence" in infer_layout(model, per_row, causal.varying)[1]
     assert "no argument of LlamaForCausalLM's forward" in infer_layout(model, batch, {**causal.varying, "targets": (1, 0)})[1]
     toy_model = get_workload(toy()).build(OPTIONS)[0]
-    assert infer_layout(toy_model, batch, causal.varying) == (None, "not a Hugging Face model: declare Workload.layout")
+    assert infer_layout(toy_model, batch, causal.varying) == (None, "it is not a Hugging Face model")
 
 
 def test_space_prints_where_the_layout_came_from(capsys):

@@ -40,7 +40,7 @@ def infer_layout(model, batch: dict, varying: dict) -> tuple[SequenceLayout | No
 
     found, _ = huggingface_model(model)
     if found is None:
-        return None, "not a Hugging Face model: declare Workload.layout"
+        return None, "it is not a Hugging Face model"
     name = type(found).__name__
     causal = _causal(found)
     why = _why_not(name, causal, _forward_parameters(found), batch, varying)
