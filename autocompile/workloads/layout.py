@@ -8,7 +8,7 @@ packed mask comes from the position ids) or an encoder (which needs a block-diag
 loss is taken to shift its labels, as a Hugging Face causal LM's own loss does. Whether the
 workload's loss does is not read off the model: the packing check asks the loss itself before a packed
 trial runs (trial/packing_check.py), and refuses the configuration, with its reason, where the layout found
-is wrong; it never trains.
+is wrong, before anything is compiled or measured.
 """
 
 from __future__ import annotations
