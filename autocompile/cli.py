@@ -761,6 +761,8 @@ def cmd_space(args) -> int:
         pinned = f"  (pinned to {json.dumps(dim['fixed'])})" if "fixed" in dim else ""
         where = f"  (where {dim['where']})" if "where" in dim else ""
         print(f"  {dim['name']:<{width}}  {json.dumps(dim['choices'])}{pinned}{where}")
+    if described["layout"]:
+        print(f"packing's sequence layout: {described['layout']}")
     print("left out:")
     for item in described["left_out"]:
         print(f"  {item['name']:<{width}}  {item['why']}")

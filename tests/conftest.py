@@ -118,6 +118,7 @@ SLOWEST_FIRST = [
     "test_plugin.py",
     "test_optimizer_step.py",
     "test_horizon.py",
+    "test_found_layout.py",
     "test_workloads.py",
 ]
 
@@ -219,6 +220,8 @@ SLOW = {
     "test_dashboard.py::test_each_trials_files_are_uploaded_once",
     "test_dashboard.py::test_the_exported_cache_is_loaded_by_a_fresh_trial",
     "test_divergence.py::test_the_first_module_whose_output_departs_is_named_in_the_record_and_its_reason",
+    "test_found_layout.py::test_a_found_layout_that_is_right_is_trained_and_measured",
+    "test_found_layout.py::test_a_wrong_found_layout_is_refused_by_the_packing_check_before_anything_is_measured",
     "test_golden.py::test_every_committed_study_prints_what_it_printed",
     "test_horizon.py::test_without_horizon_steps_the_horizon_is_what_eager_runs_in_ten_budgets",
     "test_knowledge_failures.py::test_a_value_that_failed_twice_the_same_way_is_not_offered_in_the_next_study",

@@ -547,3 +547,108 @@ def llama_positions_dropped() -> Workload:
 def toy_many_blocks() -> Workload:
     """Eight repeated blocks, one length: a model whose whole-model compile grows with its blocks."""
     return _workload("toy-many-blocks", lengths=(16, 16), depth=8, pool=2)
+
+
+def _tiny_llama(options: WorkloadOptions):
+    """A Llama causal LM of random weights at toy size, on the device."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(options.seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=WIDTH,
+        intermediate_size=2 * WIDTH,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2 * MAX_LEN,
+        pad_token_id=0,
+        use_cache=False,
+    )
+    config._attn_implementation = "sdpa"
+    with torch.device(options.device):
+        return LlamaForCausalLM(config)
+
+
+def _text_batches(options: WorkloadOptions, n: int) -> list[dict]:
+    """Batches as a Hugging Face collator for causal LM gives them: input_ids padded to the longest, their
+    attention mask, labels the input ids with padding ignored (the model's own loss shifts them)."""
+    rng = random.Random(options.seed)
+    generator = torch.Generator().manual_seed(options.seed)
+    out = []
+    for _ in range(n):
+        lengths = [rng.randint(4, MAX_LEN) for _ in range(options.batch_size or 4)]
+        ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+        for row, length in enumerate(lengths):
+            ids[row, :length] = torch.randint(3, VOCAB, (length,), generator=generator)
+        mask = (torch.arange(max(lengths))[None] < torch.tensor(lengths)[:, None]).long()
+        batch = {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+        out.append({key: value.to(options.device) for key, value in batch.items()})
+    return out
+
+
+def _undeclared(name: str, description: str, build, loss=None, forward=None, criterion=None) -> Workload:
+    """A Hugging Face model's fine-tune on `_text_batches` that declares no SequenceLayout."""
+    return Workload(
+        name=name,
+        description=description,
+        build=build,
+        batches=_text_batches,
+        loss=loss,
+        forward=forward,
+        criterion=criterion,
+        count=lambda batch: int(batch["attention_mask"].sum()),
+        unit="tokens",
+        varying={"input_ids": (1, 0), "attention_mask": (1, 0), "labels": (1, -100)},
+        max_len=lambda options: MAX_LEN,
+        batch_pool=4,
+    )
+
+
+def hf_causal_lm() -> Workload:
+    """A Hugging Face causal LM that declares no layout; its loss the model's own (labels shifted by it),
+    given as forward + criterion."""
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    def build(options: WorkloadOptions):
+        model = _tiny_llama(options)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def forward(model, batch):
+        inputs = {key: value for key, value in batch.items() if key != "labels"}
+        return model(**inputs).logits
+
+    def criterion(logits, batch):
+        return ForCausalLMLoss(logits, batch["labels"], vocab_size=logits.shape[-1])
+
+    return _undeclared("hf-causal-lm", "a Llama causal LM declaring no layout", build, forward=forward, criterion=criterion)
+
+
+def hf_peft() -> Workload:
+    """peft's LoRA on a Hugging Face causal LM, declaring no layout; its loss the model's (`model(**batch).loss`)."""
+
+    def build(options: WorkloadOptions):
+        import peft
+
+        config = peft.LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+        model = peft.get_peft_model(_tiny_llama(options), config)
+        return model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+
+    return _undeclared("hf-peft", "LoRA on a Llama declaring no layout", build, loss=lambda model, batch: model(**batch).loss)
+
+
+def hf_encoder() -> Workload:
+    """tiny_encoder (BERT's masked LM) declaring no layout."""
+    workload = tiny_encoder()
+    workload.layout, workload.name = None, "hf-encoder"
+    return workload
+
+
+def llama_undeclared() -> Workload:
+    """tiny-llama without its declared layout: its labels come shifted already (labels[i] = input_ids[i + 1]),
+    which the layout found from its model (a causal LM's own loss shifts them) gets wrong."""
+    from autocompile.workloads import get_workload
+
+    workload = get_workload("tiny-llama")
+    workload.layout, workload.name = None, "llama-undeclared"
+    return workload

@@ -67,9 +67,12 @@ def workload_traits(workload, options) -> WorkloadTraits:
     from autocompile.apply import find_repeated_blocks
     from autocompile.space.optimizer import foreach_map_refusal
     from autocompile.workloads import checkpointing, kernels, packing
+    from autocompile.workloads.layout import resolve
 
     regions, fusable, refusal, found, blocks = None, False, WorkloadTraits.foreach_map_refusal, None, 0
     flex = varlen = sdpa = False
+    pool = _cpu_pool(workload, options)
+    layout, source = resolve(workload, None, {})
     try:
         import dataclasses
 
@@ -79,7 +82,8 @@ def workload_traits(workload, options) -> WorkloadTraits:
         fusable = "fused" in getattr(optimizer, "defaults", {})
         refusal = foreach_map_refusal(optimizer)
         found = checkpointing.find(model, workload.checkpointing)
-        causal = bool(workload.layout and workload.layout.causal)
+        layout, source = resolve(workload, model, pool[0] if pool else {})
+        causal = bool(layout and layout.causal)
         flex = causal and packing.flex_switchable(model)
         varlen = causal and packing.varlen_switchable(model)
         sdpa = kernels.sdpa_attention(model)
@@ -96,12 +100,13 @@ def workload_traits(workload, options) -> WorkloadTraits:
         fusable_optimizer=fusable,
         criterion=workload.split_loss,
         schedule=workload.schedule is not None,
-        **_batch_shape(workload, options),
+        **_batch_shape(workload, options, pool),
         foreach_map_refusal=refusal,
         checkpointing=found.where if found else None,
         selective_checkpointing=bool(found and found.selective),
         checkpoint_in_forward=bool(found and found.in_forward),
-        pack_refusal=packing.refusal(workload),
+        pack_refusal=packing.refusal(workload, layout, source),
+        layout_source=source if layout else None,
         flex_attention=flex,
         varlen_attention=varlen,
         sdpa_attention=sdpa,
@@ -109,20 +114,26 @@ def workload_traits(workload, options) -> WorkloadTraits:
     )
 
 
-def _batch_shape(workload, options) -> dict:
-    """The varying dimension's range (`lengths`: the shortest length in the batch pool, the longest the
-    workload allows) and a batch's rows. Batches are built on the CPU (cheap, and the same lengths as on
-    any device); a workload that cannot build them there gives neither, and no rule counts its shapes."""
+def _cpu_pool(workload, options) -> list[dict]:
+    """The workload's batch pool, built on the CPU (cheap, and the same lengths and keys as on any device);
+    empty where it has no varying dimension or cannot build them there."""
     import dataclasses
 
     if not workload.varying:
-        return {"lengths": None}
-    cpu = dataclasses.replace(options, device="cpu")
-    key, (dim, _) = next(iter(workload.varying.items()))
+        return []
     try:
-        pool = workload.batches(cpu, workload.batch_pool)
+        return workload.batches(dataclasses.replace(options, device="cpu"), workload.batch_pool)
     except Exception:
+        return []
+
+
+def _batch_shape(workload, options, pool: list[dict]) -> dict:
+    """The varying dimension's range (`lengths`: the shortest length in the batch pool, the longest the
+    workload allows) and a batch's rows. A workload without a pool on the CPU (`_cpu_pool`) gives neither,
+    and no rule counts its shapes."""
+    if not pool:
         return {"lengths": None}
+    key, (dim, _) = next(iter(workload.varying.items()))
     shortest = min(batch[key].shape[dim] for batch in pool)
     return {"lengths": (shortest, max(workload.max_len(options), shortest)), "rows": max(b[key].shape[0] for b in pool)}
 

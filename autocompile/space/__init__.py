@@ -691,6 +691,11 @@ class SearchSpace:
         c = {**json.loads(json.dumps(DEFAULTS)), **config}
         return {d.name: self._value(d, c) for d in self.dimensions if d.name not in self.fixed and d.active(c)}
 
+    def layout_source(self) -> str | None:
+        """Where the layout packing follows came from (declared, or found from the model), where pack is offered."""
+        offered = any(d.name == "padding" and "pack" in d.choices for d in self.dimensions)
+        return self.traits.layout_source if offered else None
+
     def describe(self) -> dict:
         """What `autocompile space --json` prints."""
         return {
@@ -709,6 +714,7 @@ class SearchSpace:
                 for d in self.dimensions
             ],
             "left_out": [{"name": name, "why": why} for name, why in self.left_out],
+            "layout": self.layout_source(),
             "defaults": DEFAULTS,
         }
 

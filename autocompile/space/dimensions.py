@@ -339,6 +339,8 @@ class WorkloadTraits:
     checkpoint_in_forward: bool = False  # inside each block's forward: a block compiled alone traces it
     # why its variable-length batches cannot be packed (workloads.packing.refusal), or None
     pack_refusal: str | None = "the workload's batch layout is not known"
+    # where its SequenceLayout came from, in words (declared, or what was found from its model), or None
+    layout_source: str | None = None
     flex_attention: bool = False  # its model's attention can be switched to FlexAttention
     varlen_attention: bool = False  # ... or to a function of the snippet's (varlen_attn over each packed sequence)
     sdpa_attention: bool = False  # a Hugging Face model's SDPA attention, whose kernel the snippet can choose

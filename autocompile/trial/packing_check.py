@@ -21,6 +21,7 @@ from __future__ import annotations
 from autocompile.apply import load_snippet
 from autocompile.trial.protocol import PACKING_CHECK_VERSION
 from autocompile.trial.result import Status
+from autocompile.workloads.layout import LABELS
 
 # How far the packed batch's outputs may part from the padded batch's (norm of the difference over the padded's),
 # by the precision of the model's weights: rounding is the dtype's, not the device's (a 6-layer Llama in bf16
@@ -64,6 +65,7 @@ def packed_alike(torch, spec: dict, events, result: dict, setup, model) -> bool:
     found = {"tolerance": check.tolerance, **check.apart(padded)}
     if check.per_token:
         found.update(check.blind())
+    found.update(check.labels())
     result["packing_check"] = found
     if check.per_token and found["blind_batch"] is None:
         result.setdefault("notes", []).append(
@@ -80,6 +82,9 @@ def packed_alike(torch, spec: dict, events, result: dict, setup, model) -> bool:
 
 def _why_not(found: dict, check) -> str | None:
     """Why the packed batch does not train what the padded one does (eager, before anything compiled), or None."""
+    why = _labels_why_not(found, check.setup.info.layout)
+    if why:
+        return f"{why}, eager, before anything compiled"
     for key, what, why in BLIND_QUESTIONS:
         if found.get(key, 0) > BLIND_TOLERANCE:
             return f"{what} moved by {found[key]:.2%} (norm; nothing may move), eager, before anything compiled: {why}"
@@ -103,17 +108,38 @@ class Check:
         self.tolerance = PACKED_TOLERANCE["float32" if full else "half"]
         self.per_token = bool(setup.workload.split_loss)  # outputs per token, not one loss
 
-    def run(self, batch: dict):
-        """The forward's first output per token (the loss, where the workload gives only that), float, seeded."""
+    def run(self, batch: dict, loss: bool = False):
+        """The forward's first output per token (the loss, where the workload gives only that or `loss` asks
+        for it), float, seeded."""
         from autocompile.trial.divergence import first_tensor
 
         torch, workload = self.torch, self.setup.workload
         devices = [torch.cuda.current_device()] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.no_grad():
             torch.manual_seed(0)
-            if self.per_token:
+            if self.per_token and not loss:
                 return first_tensor(workload.forward(self.model, batch)).float()
             return workload.loss(self.model, batch).reshape(1).float()
+
+    def labels(self) -> dict:
+        """For a layout found from the model (not declared), where the batch has labels: whether the workload's
+        loss reads them, and each row's first one (a loss that shifts its labels itself never does), padded,
+        on the first batch; nothing where not asked."""
+        layout, batch = self.setup.info.layout, self.setup.batches[0]
+        if layout is None or not layout.source or LABELS not in self.setup.info.varying or batch[LABELS].shape[1] < 2:
+            return {}
+        pad = self.setup.info.varying[LABELS][1]
+        known = batch[LABELS][batch[LABELS] != pad].unique()
+        if known.numel() < 2:
+            return {}
+        base = self.run(dict(batch), loss=True)
+        noise = max(4 * float((self.run(dict(batch), loss=True) - base).abs()), 1e-7 * float(base.abs()))
+        first = self._loss_moved(batch, 0, known, base) > noise
+        return {"labels_first_read": first, "labels_read": first or self._loss_moved(batch, 1, known, base) > noise}
+
+    def _loss_moved(self, batch: dict, at: int, known, base) -> float:
+        """How far the loss moves when each row's label at `at` is another one the batch holds."""
+        return float((self.run(_relabelled(batch, at, known), loss=True) - base).abs())
 
     def apart(self, padded) -> dict:
         """The packed batch's outputs against the padded batch's, over the real tokens."""
@@ -142,7 +168,7 @@ class Check:
                 "blind_batch": index,
                 "other_sequences_moved": self._moved_by(packed, outputs, first, real & shared & ~first),
             }
-            if getattr(self.setup.workload.layout, "causal", False):
+            if getattr(self.setup.info.layout, "causal", False):
                 later = first & (self.torch.cumsum(first.int(), 1) > first.sum(1, keepdim=True) // 2)
                 found["earlier_tokens_moved"] = self._moved_by(packed, outputs, later, first & ~later)
             return found
@@ -155,13 +181,46 @@ class Check:
             return 0.0
         altered = dict(packed)
         for key in self.snippet["VARYING"]:
-            if packed.get(key) is None:  # a causal decoder's mask, left out once packed
+            # a causal decoder's mask, left out once packed; an encoder's block-diagonal one, not per token
+            if packed.get(key) is None or packed[key].shape[:2] != change.shape:
                 continue
             tensor = packed[key].clone()
             # (a copy of the first value: CUDA refuses to write a tensor from a view of itself)
             tensor[change] = tensor.reshape(-1, *tensor.shape[2:])[0].clone()
             altered[key] = tensor
         return _moved(outputs[keep], self.run(altered)[keep])
+
+
+def _labels_why_not(found: dict, layout) -> str | None:
+    """Why the labels, packed as the layout found from the model says, are not what the loss takes, or None."""
+    if "labels_read" not in found:
+        return None
+    declare = "declare Workload.layout (a SequenceLayout) to pack it"
+    if not found["labels_read"]:
+        return (
+            f"the workload's loss reads none of the batch's {LABELS!r} (changing them moved nothing): what it trains "
+            f"on, packed, is not known; {declare}"
+        )
+    if found["labels_first_read"] and LABELS in layout.shifted:
+        return (
+            f"the workload's loss reads each sequence's first label ({LABELS!r}): they come shifted already, where the layout "
+            "found from the model took its loss to shift them (a causal LM's own loss does): packed so, each "
+            f"sequence's first label would be dropped; {declare}, its shifted=()"
+        )
+    if not found["labels_first_read"] and LABELS not in layout.shifted:
+        return (
+            f"the workload's loss never reads a sequence's first label ({LABELS!r}): it shifts them itself, where the layout "
+            "found from the model took it not to: packed so, each sequence would learn to predict the next one's "
+            f"first token; {declare}, its shifted=({LABELS!r},)"
+        )
+    return None
+
+
+def _relabelled(batch: dict, at: int, known):
+    """The batch with each row's label at `at` another label the batch holds."""
+    labels = batch[LABELS].clone()
+    labels[:, at] = known[(labels[:, at] == known[0]).long()]
+    return {**batch, LABELS: labels}
 
 
 def _moved(reference, other) -> float:
@@ -172,5 +231,7 @@ def real_tokens(batch: dict, varying: dict):
     """Where a batch's varying keys ({key: pad value}) hold a real token (any key not at its pad value)."""
     import torch
 
-    # (a causal decoder's packed batch has no mask: its key is None, and its position ids say the rest)
-    return torch.stack([batch[key] != pad for key, pad in varying.items() if batch.get(key) is not None]).any(0)
+    # (a causal decoder's packed batch has no mask: its key is None, and its position ids say the rest; an
+    # encoder's holds a block-diagonal one, rows by tokens by tokens, which says nothing of single tokens)
+    tokens = {key: batch[key] for key in varying if batch.get(key) is not None and batch[key].dim() == 2}
+    return torch.stack([value != varying[key] for key, value in tokens.items()]).any(0)

@@ -34,7 +34,8 @@ REPLAY_SEED = 1234  # the random stream both sides of each replay step start fro
 # aligned, not switched off (a compiled GPT-2 drew its attention dropout in another fused kernel)
 REPLAY_VERSION = 3
 # The trial's packing check (trial/packing_check.py). 1 (no version in the record): packed against padded
-# within 5% (bf16's rounding over 32 layers came to 4.2-5.5% there); 2: what each token sees, exactly
+# within 5% (bf16's rounding over 32 layers came to 4.2-5.5% there); 2: what each token sees, exactly. Its
+# question of a found layout's labels refuses only more, never passes what 2 refused: no version of its own.
 PACKING_CHECK_VERSION = 2
 
 

@@ -550,6 +550,7 @@ def _model_info(workload, options, model, batches: list, result: dict, parallel:
     import torch._dynamo.config as dynamo_config
 
     from autocompile.workloads import checkpointing
+    from autocompile.workloads.layout import resolve
 
     regions = find_repeated_blocks(model)
     result["regions"] = regions
@@ -566,7 +567,7 @@ def _model_info(workload, options, model, batches: list, result: dict, parallel:
         compiled_autograd_api=compiled_autograd_api_name(),
         parallel=parallel,
         checkpointing=found,
-        layout=workload.layout,
+        layout=resolve(workload, model, batches[0] if batches else {})[0],
         framework=workload.framework,
         rows=max((batch[next(iter(workload.varying))].shape[0] for batch in batches), default=0) if workload.varying else 0,
     )

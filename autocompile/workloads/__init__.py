@@ -50,6 +50,8 @@ class SequenceLayout:
         packed sequence is ignored, so that no sequence is trained to predict the next one's start.
     packed: the batches come packed already (the job packs them itself, as TRL's packing does): they are
         not packed twice.
+    source: where the layout was found, in words, where it was found rather than declared (workloads/layout.py);
+        empty for a declared one.
     """
 
     positions: str | None = "position_ids"
@@ -57,6 +59,7 @@ class SequenceLayout:
     causal: bool = True
     shifted: tuple[str, ...] = ()
     packed: bool = False
+    source: str = ""
 
 
 @dataclass
@@ -80,7 +83,8 @@ class Workload:
     checkpointing: how a model of the workload's own switches its activation checkpointing
         (`Checkpointing`), where it has some; a Hugging Face model's is found without it.
     layout: how its variable-length sequences reach the model (`SequenceLayout`), so that the search
-        may pack them; None: never packed.
+        may pack them; None: found from the model where it is a Hugging Face one (workloads/layout.py),
+        else never packed.
     varying: batch keys whose length varies between batches -> (dim, pad value); the
         search pads and marks exactly these.
     parts: the model's natural submodules (e.g. encoder, decoder) for modular compilation.

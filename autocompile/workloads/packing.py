@@ -4,21 +4,25 @@ switched to FlexAttention, or to torch's varlen_attn, under packing.
 Packed, a batch's sequences share rows (first fit, longest first), each sequence whole in one row, so
 no padding is computed but the rows' tail; each sequence must attend only to itself, which the model
 learns from the position ids (a causal decoder of Hugging Face's) or a block-diagonal mask (an
-encoder). What the workload declares for it is its `SequenceLayout`; the snippet's `pack` does it.
+encoder). What the workload declares for it, or what is found from its model where it declares nothing, is
+its `SequenceLayout` (workloads/layout.py); the snippet's `pack` does it.
 """
 
 from __future__ import annotations
 
 
-def refusal(workload) -> str | None:
-    """Why the workload's batches cannot be packed, or None."""
-    layout = workload.layout
+def refusal(workload, layout=None, why: str = "") -> str | None:
+    """Why the workload's batches cannot be packed, or None. `layout`: its layout, declared or found from its
+    model (workloads/layout.py: `resolve`), and `why` there is none where there is none; the declared one
+    where not given."""
+    layout = layout or workload.layout
     if not workload.varying:
         return "the workload has no varying dimension"
     if layout is None:
         return (
             "the workload declares no SequenceLayout (Workload.layout): which key its forward passes as "
             "position ids, and its mask, so that packed sequences attend only to themselves"
+            + (f"; none found from its model: {why}" if why else "")
         )
     if layout.packed:
         return "the job packs its batches itself (TRL's packing or padding_free, a flattening collator): not packed twice"

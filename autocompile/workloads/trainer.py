@@ -198,7 +198,8 @@ def _pad_id(trainer, batches: list[dict]) -> int:
 
 def _layout(trainer, batches: list[dict], varying: dict) -> tuple[SequenceLayout | None, str]:
     if packed_already(trainer, batches[0]):
-        return SequenceLayout(positions="position_ids", packed=True), "the job packs its batches itself"
+        why = "the job packs its batches itself"
+        return SequenceLayout(positions="position_ids", packed=True, source=why), why
     return infer_layout(trainer.model, batches[0], varying)
 
 
