@@ -70,6 +70,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
 
     regions, fusable, refusal, found, blocks = None, False, WorkloadTraits.foreach_map_refusal, None, 0
     flex = varlen = sdpa = False
+    experts, other_experts = "", ()
     try:
         import dataclasses
 
@@ -83,6 +84,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         flex = causal and packing.flex_switchable(model)
         varlen = causal and packing.varlen_switchable(model)
         sdpa = kernels.sdpa_attention(model)
+        experts, other_experts = kernels.experts_implementations(model)
         del model, optimizer
     except UserError:
         raise  # the workload cannot be built here (a missing package): say so
@@ -105,6 +107,8 @@ def workload_traits(workload, options) -> WorkloadTraits:
         flex_attention=flex,
         varlen_attention=varlen,
         sdpa_attention=sdpa,
+        experts=experts,
+        other_experts=other_experts,
         blocks=blocks,
     )
 

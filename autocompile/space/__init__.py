@@ -158,6 +158,7 @@ class SearchSpace:
         else:
             self.left_out.append(("padding, mark_dynamic", "the workload has no varying dimension"))
         self._attention_dimension()
+        self._experts_dimension()
         self._inductor_dimensions()
         self._memory_dimension()
         if caps.compiled_autograd_api:
@@ -332,6 +333,19 @@ class SearchSpace:
                 lambda c: c["padding"] != "pack" or c.get("pack_attention", "model") == "model",
                 where="not under FlexAttention or varlen_attn",
             )
+
+    def _experts_dimension(self) -> None:
+        """How a Hugging Face mixture of experts computes its experts: as built, or another implementation the
+        installed transformers has. Each runs on the CPU too (torch's grouped_mm has a CPU kernel; under compile,
+        for a dtype other than bf16, transformers calls its own per-expert op instead), so none is left out there."""
+        if not self.traits.other_experts:
+            self.left_out.append(("experts", "the model has no Hugging Face experts whose implementation can be switched"))
+            return
+        self._add(
+            "experts",
+            ("model", *self.traits.other_experts),
+            f"how the mixture of experts computes its experts: as built ({self.traits.experts}), or another of transformers'",
+        )
 
     def _parallel_dimensions(self) -> None:
         """What exists only under DDP or FSDP2. Never offered without --parallel, so a

@@ -156,6 +156,8 @@ _BUILTIN: dict[str, str] = {
     "tiny-captioner": "autocompile.workloads._captioner:tiny_captioner",
     "lora-8b": "autocompile.workloads._lora:lora_8b",
     "tiny-lora": "autocompile.workloads._lora:tiny_lora",
+    "moe-2b": "autocompile.workloads._moe:moe_2b",
+    "tiny-moe": "autocompile.workloads._moe:tiny_moe",
 }
 
 

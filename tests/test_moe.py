@@ -1,0 +1,98 @@
+"""The mixture-of-experts workloads and the experts' implementation as a dimension: tiny-moe builds and trains, its
+model FLOPs count the active parameters, and an implementation of the experts switched by the snippet is offered
+where the model can switch and trains eager's losses under compile."""
+
+import pytest
+import torch
+
+from autocompile.apply import ModelInfo, describe_config, find_repeated_blocks, load_snippet, render_snippet, without_code
+from autocompile.engine.study import build_space
+from autocompile.space import DEFAULTS, EAGER
+from autocompile.workloads import WorkloadOptions, get_workload
+from autocompile.workloads._moe import TINY_MOE, active_parameters
+from autocompile.workloads.kernels import experts_implementations
+
+OPTIONS = WorkloadOptions(device="cpu", seed=0)
+
+
+def _losses(workload, config, batches):
+    model, optimizer = workload.build(OPTIONS)
+    info = ModelInfo(regions=find_repeated_blocks(model), varying=dict(workload.varying), max_len=workload.max_len(OPTIONS))
+    snippet = load_snippet(render_snippet({**DEFAULTS, **config}, info))
+    model, optimizer = snippet["apply_compilation"](model, optimizer)
+    losses = []
+    for batch in batches:
+        batch = snippet["prepare_batch"](dict(batch))
+        loss = workload.criterion(workload.forward(model, batch), batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss))
+    return model, losses
+
+
+def test_tiny_moe_builds_and_trains_padded_batches_of_varying_lengths():
+    """A Qwen3-MoE of float32 on the CPU, without router logits (no aux loss, no output-capturing hooks), its
+    batches padded to their longest and of varying lengths, trains: the losses fall over a few steps on one batch."""
+    workload = get_workload("tiny-moe")
+    model, optimizer = workload.build(OPTIONS)
+    assert type(model).__name__ == "Qwen3MoeForCausalLM" and not model.config.output_router_logits
+    assert next(model.parameters()).dtype == torch.float32
+    batches = workload.batches(OPTIONS, 4)
+    assert len({b["input_ids"].shape[1] for b in batches}) > 1
+    batch, losses = batches[0], []
+    for _ in range(5):
+        loss = workload.loss(model, batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
+
+
+def test_the_model_flops_count_the_active_parameters():
+    """A token passes through the dense parameters and top-k of n experts: counted by hand from TINY_MOE's sizes."""
+    model, _ = get_workload("tiny-moe").build(WorkloadOptions(device="meta"))
+    c = TINY_MOE
+    hidden, heads, kv, head_dim, expert = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["moe_intermediate_size"]
+    attention = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2 + 2 * head_dim  # q, o, k, v, q_norm, k_norm
+    router_and_norms = c["num_experts"] * hidden + 2 * hidden
+    one_expert = 3 * hidden * expert  # gate, up, down
+    dense = c["num_hidden_layers"] * (attention + router_and_norms) + 2 * c["vocab_size"] * hidden + hidden
+    assert sum(p.numel() for p in model.parameters()) == dense + c["num_hidden_layers"] * c["num_experts"] * one_expert
+    assert active_parameters(model) == dense + c["num_hidden_layers"] * c["num_experts_per_tok"] * one_expert
+
+
+def test_the_experts_implementation_is_offered_where_the_model_can_switch_it():
+    """tiny-moe's experts, built as grouped_mm, may be switched to the per-expert loop or batched_mm on the CPU too;
+    a model without experts leaves the dimension out with its reason and refuses a configuration that sets it;
+    the per-expert loop is refused under fullgraph."""
+    space = build_space("tiny-moe", "cpu")
+    assert (space.traits.experts, space.traits.other_experts) == ("grouped_mm", ("eager", "batched_mm"))
+    assert next(d for d in space.dimensions if d.name == "experts").choices == ("model", "eager", "batched_mm")
+    assert space.rejection({**DEFAULTS, "experts": "batched_mm"}) is None
+    assert "breaks the graph" in space.rejection({**DEFAULTS, "experts": "eager", "fullgraph": True})
+    assert "can switch to" in space.rejection({**DEFAULTS, "experts": "grouped_mm"})  # already the model's own
+
+    llama = build_space("tiny-lora", "cpu")  # a peft-wrapped dense Llama
+    assert "no Hugging Face experts" in dict(llama.left_out)["experts"]
+    assert "experts" not in {d.name for d in llama.dimensions}
+    assert "experts batched_mm" in llama.rejection({**DEFAULTS, "experts": "batched_mm"})
+    model, _ = get_workload("tiny-lora").build(WorkloadOptions(device="meta"))
+    assert experts_implementations(model) == ("", ())
+
+
+@pytest.mark.parametrize("how", ["batched_mm", "eager"])
+def test_an_experts_implementation_switched_by_the_snippet_trains_eagers_losses(how):
+    """The snippet's experts_on sets the implementation on the model before each decoder layer is compiled alone,
+    and the padded batches train the same losses as eager with the model's own (grouped_mm) experts."""
+    workload = get_workload("tiny-moe")
+    batches = workload.batches(OPTIONS, 3)
+    config = {"scope": "regional", "experts": how}
+    torch._dynamo.reset()
+    model, losses = _losses(workload, config, batches)
+    assert model.config._experts_implementation == how
+    _, eager = _losses(workload, EAGER, batches)
+    assert losses == pytest.approx(eager, rel=1e-4)
+    assert describe_config({**DEFAULTS, **config}).endswith(f"experts-{how}")
+    assert without_code({**DEFAULTS, **config}) == []  # the Trainer's settings cannot say it
