@@ -54,7 +54,13 @@ def test_the_model_flops_count_the_active_parameters():
     """A token passes through the dense parameters and top-k of n experts: counted by hand from TINY_MOE's sizes."""
     model, _ = get_workload("tiny-moe").build(WorkloadOptions(device="meta"))
     c = TINY_MOE
-    hidden, heads, kv, head_dim, expert = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["moe_intermediate_size"]
+    hidden, heads, kv, head_dim, expert = (
+        c["hidden_size"],
+        c["num_attention_heads"],
+        c["num_key_value_heads"],
+        c["head_dim"],
+        c["moe_intermediate_size"],
+    )
     attention = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2 + 2 * head_dim  # q, o, k, v, q_norm, k_norm
     router_and_norms = c["num_experts"] * hidden + 2 * hidden
     one_expert = 3 * hidden * expert  # gate, up, down
@@ -82,17 +88,34 @@ def test_the_experts_implementation_is_offered_where_the_model_can_switch_it():
     assert experts_implementations(model) == ("", ())
 
 
-@pytest.mark.parametrize("how", ["batched_mm", "eager"])
-def test_an_experts_implementation_switched_by_the_snippet_trains_eagers_losses(how):
-    """The snippet's experts_on sets the implementation on the model before each decoder layer is compiled alone,
-    and the padded batches train the same losses as eager with the model's own (grouped_mm) experts."""
+def test_an_experts_implementation_switched_by_the_snippet_trains_eagers_losses():
+    """The snippet's experts_on sets batched_mm on the model before each decoder layer is compiled alone, and
+    padded batches of two lengths train the same losses as eager with the model's own (grouped_mm) experts."""
     workload = get_workload("tiny-moe")
-    batches = workload.batches(OPTIONS, 3)
-    config = {"scope": "regional", "experts": how}
+    batches = workload.batches(OPTIONS, 2)
+    assert batches[0]["input_ids"].shape != batches[1]["input_ids"].shape
+    config = {"scope": "regional", "experts": "batched_mm"}
     torch._dynamo.reset()
     model, losses = _losses(workload, config, batches)
-    assert model.config._experts_implementation == how
+    assert model.config._experts_implementation == "batched_mm"
     _, eager = _losses(workload, EAGER, batches)
     assert losses == pytest.approx(eager, rel=1e-4)
-    assert describe_config({**DEFAULTS, **config}).endswith(f"experts-{how}")
+    assert describe_config({**DEFAULTS, **config}).endswith("experts-batched_mm")
     assert without_code({**DEFAULTS, **config}) == []  # the Trainer's settings cannot say it
+
+
+@pytest.mark.parametrize("how", ["eager", "grouped_mm", "batched_mm"])
+def test_only_the_per_expert_loop_breaks_the_graph(how):
+    """What the rule against experts eager under fullgraph says: Dynamo traces the grouped and batched products
+    whole, and breaks on the loop over the experts a batch routes to."""
+    model, _ = get_workload("tiny-moe").build(OPTIONS)
+    model.set_experts_implementation(how)
+    block = model.model.layers[0].mlp
+    torch._dynamo.reset()
+    compiled = torch.compile(block, backend="eager", fullgraph=True)
+    hidden = torch.randn(2, 8, TINY_MOE["hidden_size"])
+    if how == "eager":
+        with pytest.raises((torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError), match="in expert_hit"):
+            compiled(hidden)
+    else:
+        assert torch.allclose(compiled(hidden), block(hidden))
