@@ -973,10 +973,8 @@ def _experts_lines(config: dict) -> tuple[list[str], list[str]]:
     how = config.get("experts", "model")
     if how == "model":
         return [], []
-    return [f'    experts_on(model, "{how}")  # the experts computed by transformers\' {how} implementation'], EXPERTS_ON[1:] + [
-        "",
-        "",
-    ]
+    line = f'    experts_on(model, "{how}")  # the experts computed by transformers\' {how} implementation'
+    return [line], EXPERTS_ON[1:] + ["", ""]
 
 
 def _pack_apply_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
