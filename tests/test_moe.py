@@ -8,9 +8,11 @@ import torch
 from autocompile.apply import ModelInfo, describe_config, find_repeated_blocks, load_snippet, render_snippet, without_code
 from autocompile.engine.study import build_space
 from autocompile.space import DEFAULTS, EAGER
+from autocompile.trial import TrialRequest, run_trial
 from autocompile.workloads import WorkloadOptions, get_workload
 from autocompile.workloads._moe import TINY_MOE, active_parameters
 from autocompile.workloads.kernels import experts_implementations
+from conftest import FAST
 
 OPTIONS = WorkloadOptions(device="cpu", seed=0)
 
@@ -67,6 +69,28 @@ def test_the_model_flops_count_the_active_parameters():
     dense = c["num_hidden_layers"] * (attention + router_and_norms) + 2 * c["vocab_size"] * hidden + hidden
     assert sum(p.numel() for p in model.parameters()) == dense + c["num_hidden_layers"] * c["num_experts"] * one_expert
     assert active_parameters(model) == dense + c["num_hidden_layers"] * c["num_experts_per_tok"] * one_expert
+
+
+def test_a_trial_reports_the_model_tflops_of_the_active_parameters(tmp_path, toolchain_dir):
+    """A trial of tiny-moe records its model FLOPs per token from the active parameters, and the model TFLOP/s at
+    the tokens/s it measured (MFU: over the device's peak); a dense Llama counts all its parameters."""
+    request = TrialRequest(
+        model="tiny-moe",
+        config=EAGER,
+        device="cpu",
+        trial_dir=str(tmp_path / "t"),
+        timeout_s=300,
+        toolchain_dir=toolchain_dir,
+        measure=FAST,
+    )
+    record = run_trial(request)
+    assert record["status"] == "ok", record["reason"]
+    model, _ = get_workload("tiny-moe").build(WorkloadOptions(device="meta"))
+    assert record["model_flops_per_item"] == 6 * active_parameters(model) < 6 * sum(p.numel() for p in model.parameters())
+    assert record["model_tflops_per_s"] == pytest.approx(record["model_flops_per_item"] * record["items_per_s"] / 1e12)
+    llama = get_workload("tiny-llama")
+    dense, _ = llama.build(WorkloadOptions(device="meta"))
+    assert llama.flops_per_item(dense) == 6 * sum(p.numel() for p in dense.parameters())
 
 
 def test_the_experts_implementation_is_offered_where_the_model_can_switch_it():

@@ -115,6 +115,7 @@ def _make(name, description, config_kwargs, batch_size, seq_len, dtype, pool, gp
         varying={"input_ids": (1, PAD_ID), "labels": (1, -100)},
         max_len=max_len,
         layout=SequenceLayout(positions="position_ids"),
+        flops_per_item=lambda model: 6 * active_parameters(model),
         batch_pool=pool,
         gpu_only=gpu_only,
     )
