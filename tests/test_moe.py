@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from autocompile.apply import ModelInfo, describe_config, find_repeated_blocks, load_snippet, render_snippet, without_code
-from autocompile.engine.study import build_space
-from autocompile.space import DEFAULTS, EAGER
+from autocompile.engine.study import build_space, workload_traits
+from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace
 from autocompile.trial import TrialRequest, run_trial
 from autocompile.workloads import WorkloadOptions, get_workload
-from autocompile.workloads._moe import TINY_MOE, active_parameters
+from autocompile.workloads._moe import QWEN3_MOE_2B, TINY_MOE, active_parameters
 from autocompile.workloads.kernels import experts_implementations
 from conftest import FAST
 
@@ -109,7 +109,22 @@ def test_the_experts_implementation_is_offered_where_the_model_can_switch_it():
     assert "experts" not in {d.name for d in llama.dimensions}
     assert "experts batched_mm" in llama.rejection({**DEFAULTS, "experts": "batched_mm"})
     model, _ = get_workload("tiny-lora").build(WorkloadOptions(device="meta"))
-    assert experts_implementations(model) == ("", ())
+    assert experts_implementations(model) == ("", (), {})
+
+
+def test_batched_mm_is_left_out_where_its_copies_of_the_weights_cannot_fit():
+    """batched_mm gathers each token's top-k experts' weights and keeps them for the backward: for moe-2b's batch of
+    8 x 2048 tokens, 2 bytes x 3 x 2048 x 768 a copy, 4 copies a token, 8 layers: 4948 GB, so it is left out."""
+    traits = workload_traits(get_workload("moe-2b"), WorkloadOptions(device="cuda"))
+    c = QWEN3_MOE_2B
+    gathered = (
+        2 * 3 * c["hidden_size"] * c["moe_intermediate_size"] * c["num_experts_per_tok"] * 8 * 2048 * c["num_hidden_layers"]
+    )
+    assert (traits.experts, traits.other_experts) == ("grouped_mm", ("eager",))
+    assert f"{gathered / 1e9:.0f} GB for a batch of 16384 tokens" in traits.experts_refused["batched_mm"]
+    space = SearchSpace(Capabilities.detect("cuda"), traits)
+    assert next(d for d in space.dimensions if d.name == "experts").choices == ("model", "eager")
+    assert "experts=batched_mm" in dict(space.left_out)
 
 
 def test_an_experts_implementation_switched_by_the_snippet_trains_eagers_losses():

@@ -70,7 +70,8 @@ def workload_traits(workload, options) -> WorkloadTraits:
 
     regions, fusable, refusal, found, blocks = None, False, WorkloadTraits.foreach_map_refusal, None, 0
     flex = varlen = sdpa = False
-    experts, other_experts = "", ()
+    experts, other_experts, experts_refused = "", (), {}
+    shape = _batch_shape(workload, options)
     try:
         import dataclasses
 
@@ -84,7 +85,8 @@ def workload_traits(workload, options) -> WorkloadTraits:
         flex = causal and packing.flex_switchable(model)
         varlen = causal and packing.varlen_switchable(model)
         sdpa = kernels.sdpa_attention(model)
-        experts, other_experts = kernels.experts_implementations(model)
+        tokens = shape.get("rows", 1) * (shape["lengths"][1] if shape.get("lengths") else workload.max_len(options))
+        experts, other_experts, experts_refused = kernels.experts_implementations(model, tokens)
         del model, optimizer
     except UserError:
         raise  # the workload cannot be built here (a missing package): say so
@@ -98,7 +100,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         fusable_optimizer=fusable,
         criterion=workload.split_loss,
         schedule=workload.schedule is not None,
-        **_batch_shape(workload, options),
+        **shape,
         foreach_map_refusal=refusal,
         checkpointing=found.where if found else None,
         selective_checkpointing=bool(found and found.selective),
@@ -109,6 +111,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         sdpa_attention=sdpa,
         experts=experts,
         other_experts=other_experts,
+        experts_refused=experts_refused,
         blocks=blocks,
     )
 

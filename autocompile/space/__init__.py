@@ -338,8 +338,11 @@ class SearchSpace:
         """How a Hugging Face mixture of experts computes its experts: as built, or another implementation the
         installed transformers has. Each runs on the CPU too (torch's grouped_mm has a CPU kernel; under compile,
         for a dtype other than bf16, transformers calls its own per-expert op instead), so none is left out there."""
+        for how, why in self.traits.experts_refused.items():
+            self.left_out.append((f"experts={how}", why))
         if not self.traits.other_experts:
-            self.left_out.append(("experts", "the model has no Hugging Face experts whose implementation can be switched"))
+            if not self.traits.experts:
+                self.left_out.append(("experts", "the model has no Hugging Face experts whose implementation can be switched"))
             return
         self._add(
             "experts",

@@ -349,6 +349,7 @@ class WorkloadTraits:
     sdpa_attention: bool = False  # a Hugging Face model's SDPA attention, whose kernel the snippet can choose
     experts: str = ""  # a Hugging Face mixture of experts' implementation as built ("": no such experts)
     other_experts: tuple[str, ...] = ()  # ... and those the installed transformers can switch it to
+    experts_refused: dict[str, str] = field(default_factory=dict)  # ... and of those, the ones left out: why
     # why the foreach_map step cannot stand in for the optimizer's (space/optimizer.py), or None
     foreach_map_refusal: str | None = "the workload's optimizer is not known"
 

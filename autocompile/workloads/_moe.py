@@ -83,12 +83,13 @@ def active_parameters(model) -> int:
     return dense + experts * config.num_experts_per_tok // config.num_experts
 
 
-def _make(name, description, config_kwargs, batch_size, seq_len, dtype, pool, gpu_only=False):
+def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, dtype_on_cpu, pool, gpu_only=False):
     def max_len(options: WorkloadOptions) -> int:
         return options.seq_len or seq_len
 
     def build(options: WorkloadOptions):
-        model = moe_model(config_kwargs, options, max_len(options), dtype if options.device.startswith("cuda") else torch.float32)
+        dtype = dtype_on_cuda if options.device.startswith("cuda") else dtype_on_cpu
+        model = moe_model(config_kwargs, options, max_len(options), dtype)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         return model, optimizer
 
@@ -130,7 +131,8 @@ def moe_2b() -> Workload:
         QWEN3_MOE_2B,
         batch_size=8,
         seq_len=2048,
-        dtype=torch.bfloat16,
+        dtype_on_cuda=torch.bfloat16,
+        dtype_on_cpu=torch.bfloat16,
         pool=16,
         gpu_only=True,
     )
@@ -144,6 +146,7 @@ def tiny_moe() -> Workload:
         TINY_MOE,
         batch_size=8,
         seq_len=64,
-        dtype=torch.bfloat16,
+        dtype_on_cuda=torch.bfloat16,
+        dtype_on_cpu=torch.float32,
         pool=8,
     )
