@@ -102,7 +102,7 @@ def test_the_experts_implementation_is_offered_where_the_model_can_switch_it():
     assert next(d for d in space.dimensions if d.name == "experts").choices == ("model", "eager", "batched_mm")
     assert space.rejection({**DEFAULTS, "experts": "batched_mm"}) is None
     assert "breaks the graph" in space.rejection({**DEFAULTS, "experts": "eager", "fullgraph": True})
-    assert "can switch to" in space.rejection({**DEFAULTS, "experts": "grouped_mm"})  # already the model's own
+    assert "the model's own" in space.rejection({**DEFAULTS, "experts": "grouped_mm"})
 
     llama = build_space("tiny-lora", "cpu")  # a peft-wrapped dense Llama
     assert "no Hugging Face experts" in dict(llama.left_out)["experts"]
@@ -125,6 +125,20 @@ def test_batched_mm_is_left_out_where_its_copies_of_the_weights_cannot_fit():
     space = SearchSpace(Capabilities.detect("cuda"), traits)
     assert next(d for d in space.dimensions if d.name == "experts").choices == ("model", "eager")
     assert "experts=batched_mm" in dict(space.left_out)
+    assert "4948 GB" in space.rejection({**DEFAULTS, "experts": "batched_mm"})
+
+
+def test_the_snippet_switches_the_experts_inside_a_peft_wrapper():
+    """apply_compilation's experts_on finds the Hugging Face model a peft wrapper (compiled whole) holds and switches
+    its experts there."""
+    import peft
+
+    model, optimizer = get_workload("tiny-moe").build(OPTIONS)
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    assert experts_implementations(wrapped)[:2] == ("grouped_mm", ("eager", "batched_mm"))
+    snippet = load_snippet(render_snippet({**DEFAULTS, "experts": "eager"}, ModelInfo(regions=find_repeated_blocks(model))))
+    snippet["apply_compilation"](wrapped, optimizer)  # compiled lazily: nothing runs until a forward
+    assert model.config._experts_implementation == "eager"
 
 
 def test_an_experts_implementation_switched_by_the_snippet_trains_eagers_losses():

@@ -295,6 +295,10 @@ def _experts_rejection(space, c: dict) -> str | None:
     how = c.get("experts", "model")
     if how == "model":
         return None
+    if how == space.traits.experts:
+        return f"experts {how}: the model's own implementation (experts model)"
+    if how in space.traits.experts_refused:
+        return f"experts {how}: {space.traits.experts_refused[how]}"
     if how not in space.traits.other_experts:
         return f"experts {how}: not an implementation this model's experts can switch to"
     if how == "eager" and c["fullgraph"]:
