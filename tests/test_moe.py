@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autocompile.apply import ModelInfo, describe_config, find_repeated_blocks, load_snippet, render_snippet, without_code
+from autocompile.errors import UserError
 from autocompile.engine.study import build_space, workload_traits
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace
 from autocompile.trial import TrialRequest, run_trial
@@ -103,6 +104,8 @@ def test_the_experts_implementation_is_offered_where_the_model_can_switch_it():
     assert space.rejection({**DEFAULTS, "experts": "batched_mm"}) is None
     assert "breaks the graph" in space.rejection({**DEFAULTS, "experts": "eager", "fullgraph": True})
     assert "the model's own" in space.rejection({**DEFAULTS, "experts": "grouped_mm"})
+    with pytest.raises(UserError, match="experts"):
+        space.validate({**DEFAULTS, "experts": "sonic"})
 
     llama = build_space("tiny-lora", "cpu")  # a peft-wrapped dense Llama
     assert "no Hugging Face experts" in dict(llama.left_out)["experts"]

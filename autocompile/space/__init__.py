@@ -34,6 +34,7 @@ from autocompile.space.dimensions import (
     CHECKPOINTING,
     CUDA_GRAPH_MODES,
     DEFAULTS,
+    EXPERTS,
     EAGER,
     GRAPHS,
     INDUCTOR_OPTIONS,
@@ -685,6 +686,7 @@ class SearchSpace:
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise UserError("recompile_limit must be a positive integer")
         _check("matmul_precision", full["matmul_precision"], (None, "highest", "high", "medium"))
+        _check("experts", full["experts"], EXPERTS)
         _check("optimize_ddp", full["optimize_ddp"], (None, True, False, *self.caps.optimize_ddp_modes))
         _check("fsdp_compile_order", full["fsdp_compile_order"], ("before", "after"))
         _check("reshard_after_forward", full["reshard_after_forward"], (True, False))
