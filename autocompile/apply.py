@@ -115,6 +115,9 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     attention_body, attention_functions = _attention_lines(config)
     body += attention_body
     pack_functions += attention_functions
+    experts_body, experts_functions = _experts_lines(config)
+    body += experts_body
+    pack_functions += experts_functions
     body += _optimizer_lines(config)
     step_settings, step_functions = _step_lines(config)
     settings += step_settings
@@ -953,6 +956,27 @@ def _attention_lines(config: dict) -> tuple[list[str], list[str]]:
     return [line], SDPA_FLASH[1:] + ["", ""]
 
 
+EXPERTS_ON = '''
+def experts_on(model, implementation):
+    """The experts of a Hugging Face mixture of experts computed by another of transformers' implementations, set
+    on the model (or on the one a wrapper such as peft's holds), which passes it to its sub-models."""
+    for module in model.modules():
+        if callable(getattr(type(module), "set_experts_implementation", None)):
+            module.set_experts_implementation(implementation)
+            return
+    raise ValueError("experts_on: no Hugging Face model in this model")
+'''.splitlines()
+
+
+def _experts_lines(config: dict) -> tuple[list[str], list[str]]:
+    """apply_compilation's line and the function that switch the implementation of a mixture of experts' experts."""
+    how = config.get("experts", "model")
+    if how == "model":
+        return [], []
+    line = f'    experts_on(model, "{how}")  # the experts computed by transformers\' {how} implementation'
+    return [line], EXPERTS_ON[1:] + ["", ""]
+
+
 def _pack_apply_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
     """What apply_compilation does for packed batches: the encoder mask's dtype taken from the model, and
     the attention switched to FlexAttention where the configuration says so."""
@@ -1062,6 +1086,8 @@ def describe_config(config: dict) -> str:
         parts.append("static-grads")
     if config.get("attention", "model") != "model":
         parts.append(f"attn-{config['attention']}")
+    if config.get("experts", "model") != "model":
+        parts.append(f"experts-{config['experts']}")
     if config["padding"] == "pack":
         one_row = config.get("pack_length", "longest") == "batch"
         parts.append(

@@ -73,6 +73,8 @@ def workload_traits(workload, options) -> WorkloadTraits:
     flex = varlen = sdpa = False
     pool = _cpu_pool(workload, options)
     layout, source = resolve(workload, None, {})
+    experts, other_experts, experts_refused = "", (), {}
+    shape = _batch_shape(workload, options, pool)
     try:
         import dataclasses
 
@@ -87,6 +89,8 @@ def workload_traits(workload, options) -> WorkloadTraits:
         flex = causal and packing.flex_switchable(model)
         varlen = causal and packing.varlen_switchable(model)
         sdpa = kernels.sdpa_attention(model)
+        tokens = shape.get("rows", 1) * (shape["lengths"][1] if shape.get("lengths") else workload.max_len(options))
+        experts, other_experts, experts_refused = kernels.experts_implementations(model, tokens)
         del model, optimizer
     except UserError:
         raise  # the workload cannot be built here (a missing package): say so
@@ -100,7 +104,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         fusable_optimizer=fusable,
         criterion=workload.split_loss,
         schedule=workload.schedule is not None,
-        **_batch_shape(workload, options, pool),
+        **shape,
         foreach_map_refusal=refusal,
         checkpointing=found.where if found else None,
         selective_checkpointing=bool(found and found.selective),
@@ -110,6 +114,9 @@ def workload_traits(workload, options) -> WorkloadTraits:
         flex_attention=flex,
         varlen_attention=varlen,
         sdpa_attention=sdpa,
+        experts=experts,
+        other_experts=other_experts,
+        experts_refused=experts_refused,
         blocks=blocks,
     )
 

@@ -34,6 +34,7 @@ from autocompile.space.dimensions import (
     CHECKPOINTING,
     CUDA_GRAPH_MODES,
     DEFAULTS,
+    EXPERTS,
     EAGER,
     GRAPHS,
     INDUCTOR_OPTIONS,
@@ -158,6 +159,7 @@ class SearchSpace:
         else:
             self.left_out.append(("padding, mark_dynamic", "the workload has no varying dimension"))
         self._attention_dimension()
+        self._experts_dimension()
         self._inductor_dimensions()
         self._memory_dimension()
         if caps.compiled_autograd_api:
@@ -332,6 +334,22 @@ class SearchSpace:
                 lambda c: c["padding"] != "pack" or c.get("pack_attention", "model") == "model",
                 where="not under FlexAttention or varlen_attn",
             )
+
+    def _experts_dimension(self) -> None:
+        """How a Hugging Face mixture of experts computes its experts: as built, or another implementation the
+        installed transformers has. Each runs on the CPU too (torch's grouped_mm has a CPU kernel; under compile,
+        for a dtype other than bf16, transformers calls its own per-expert op instead), so none is left out there."""
+        for how, why in self.traits.experts_refused.items():
+            self.left_out.append((f"experts={how}", why))
+        if not self.traits.other_experts:
+            if not self.traits.experts:
+                self.left_out.append(("experts", "the model has no Hugging Face experts whose implementation can be switched"))
+            return
+        self._add(
+            "experts",
+            ("model", *self.traits.other_experts),
+            f"how the mixture of experts computes its experts: as built ({self.traits.experts}), or another of transformers'",
+        )
 
     def _parallel_dimensions(self) -> None:
         """What exists only under DDP or FSDP2. Never offered without --parallel, so a
@@ -668,6 +686,7 @@ class SearchSpace:
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise UserError("recompile_limit must be a positive integer")
         _check("matmul_precision", full["matmul_precision"], (None, "highest", "high", "medium"))
+        _check("experts", full["experts"], EXPERTS)
         _check("optimize_ddp", full["optimize_ddp"], (None, True, False, *self.caps.optimize_ddp_modes))
         _check("fsdp_compile_order", full["fsdp_compile_order"], ("before", "after"))
         _check("reshard_after_forward", full["reshard_after_forward"], (True, False))

@@ -24,6 +24,9 @@ MARK_DYNAMIC = ("off", "mark", "maybe")
 # The kernel a Hugging Face model's SDPA attention runs: torch's own choice at each call, or Flash Attention
 # (the memory-efficient kernel where a mask needs one) without cuDNN's, which plans each new length on the host
 ATTENTION = ("model", "flash")
+# How a Hugging Face mixture of experts computes its experts (transformers' ExpertsInterface): as built, a loop over
+# the experts a batch hits, one grouped matrix product per projection, or one batched product over each token's top-k
+EXPERTS = ("model", "eager", "grouped_mm", "batched_mm")
 PARALLEL = ("none", "ddp", "fsdp2")  # how a trial's ranks share the model (--parallel)
 PARALLEL_KEYS = ("optimize_ddp", "fsdp_compile_order", "reshard_after_forward")
 # The model's own activation checkpointing (autocompile.workloads.checkpointing): as the workload built
@@ -49,6 +52,7 @@ DEFAULTS: dict[str, Any] = {
     "pack_attention": "model",  # with padding == "pack": the model's attention, FlexAttention (a document mask) or varlen
     "mark_dynamic": "off",  # mark the varying dimensions dynamic: off | mark | maybe
     "attention": "model",  # the SDPA kernel of the model's own attention: model (torch's choice) | flash
+    "experts": "model",  # a mixture of experts' implementation: model (as built) | eager | grouped_mm | batched_mm
     "inductor": {},  # Inductor config options that differ from the installed defaults
     "recompile_limit": None,  # None: torch's own
     "matmul_precision": None,  # None: torch's own ("highest"); "high" allows TF32
@@ -114,6 +118,7 @@ GRAPHS: dict[str, Graphs] = {
     "pack_attention": _M,
     "mark_dynamic": _M | _SH,
     "attention": _T | _M,
+    "experts": _T | _M,
     "inductor": _M,
     "recompile_limit": _M,
     "matmul_precision": _M,
@@ -344,6 +349,9 @@ class WorkloadTraits:
     flex_attention: bool = False  # its model's attention can be switched to FlexAttention
     varlen_attention: bool = False  # ... or to a function of the snippet's (varlen_attn over each packed sequence)
     sdpa_attention: bool = False  # a Hugging Face model's SDPA attention, whose kernel the snippet can choose
+    experts: str = ""  # a Hugging Face mixture of experts' implementation as built ("": no such experts)
+    other_experts: tuple[str, ...] = ()  # ... and those the installed transformers can switch it to
+    experts_refused: dict[str, str] = field(default_factory=dict)  # ... and of those, the ones left out: why
     # why the foreach_map step cannot stand in for the optimizer's (space/optimizer.py), or None
     foreach_map_refusal: str | None = "the workload's optimizer is not known"
 

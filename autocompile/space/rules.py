@@ -172,6 +172,7 @@ def rejection(space, config: dict) -> str | None:
         or _parallel_rejection(space, c)
         or _checkpointing_rejection(space, c)
         or _packing_rejection(space, c)
+        or _experts_rejection(space, c)
         or _optimizer_rejection(c, traits)
         or _static_grads_rejection(c, caps)
         or _graph_step_rejection(c, caps, traits)
@@ -285,6 +286,23 @@ def _packing_rejection(space, c: dict) -> str | None:
         return "pack_attention flex: the model's attention cannot be switched to FlexAttention here"
     if c.get("pack_attention", "model") == "varlen" and not (space.traits.varlen_attention and space.caps.cuda):
         return "pack_attention varlen: Flash Attention over each sequence needs a GPU and a causal Hugging Face model here"
+    return None
+
+
+def _experts_rejection(space, c: dict) -> str | None:
+    """Another implementation of the experts only where the model's can switch to it; the per-expert loop
+    never under fullgraph, since its loop over the experts a batch routes to breaks the graph."""
+    how = c.get("experts", "model")
+    if how == "model":
+        return None
+    if how == space.traits.experts:
+        return f"experts {how}: the model's own implementation (experts model)"
+    if how in space.traits.experts_refused:
+        return f"experts {how}: {space.traits.experts_refused[how]}"
+    if how not in space.traits.other_experts:
+        return f"experts {how}: not an implementation this model's experts can switch to"
+    if how == "eager" and c["fullgraph"]:
+        return "experts eager: its loop over the experts a batch routes to breaks the graph, which fullgraph refuses"
     return None
 
 

@@ -83,6 +83,8 @@ class Result(TypedDict, total=False):
     steps_per_s: float
     items_per_s: float
     unit: str
+    model_flops_per_item: float  # a training step's model FLOPs per item, where the workload declares them
+    model_tflops_per_s: float  # ... at the measured items/s: MFU is this over the device's peak
     window_steps: int
     window_rates: list[float]
     settling_windows: int  # the first windows left out of the steady speed, still settling (worker.settled)

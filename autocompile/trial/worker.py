@@ -397,6 +397,8 @@ def _build(spec: dict, result: dict) -> tuple[Setup, tuple]:
     parts["batches"], mark = time.perf_counter() - mark, time.perf_counter()
     model, optimizer = workload.build(options)
     parts["model_and_optimizer"] = time.perf_counter() - mark
+    if workload.flops_per_item:
+        result["model_flops_per_item"] = workload.flops_per_item(model)
     info = _model_info(workload, options, model, batches, result, spec.get("parallel", "none"))
     return Setup(workload, options, pool, batches, counts, info), (model, optimizer)
 
@@ -761,6 +763,8 @@ def _measure(
         peak_mem_kind=peak_kind,
     )
     _gather_ranks(result)
+    if result.get("model_flops_per_item"):  # the model's FLOPs at this speed: MFU is this over the device's peak
+        result["model_tflops_per_s"] = result["model_flops_per_item"] * result["items_per_s"] / 1e12
     if cut:  # what those windows lost against the steady speed: seconds, small beside the warm-up
         result["settling_s"] = max(0.0, sum(times[:cut]) - cut * total_time / len(steady))
         result["notes"].append(

@@ -90,6 +90,8 @@ class Workload:
     parts: the model's natural submodules (e.g. encoder, decoder) for modular compilation.
     count(batch) -> real (unpadded) items in a batch, in `unit`, for items/s.
     max_len(options) -> the longest length a varying dimension can take.
+    flops_per_item(model) -> a training step's model FLOPs per item (6 x the parameters an item passes through:
+        a mixture of experts' active ones), from which a trial reports model TFLOP/s and so MFU; None: not declared.
     A framework's job (a Hugging Face Trainer: workloads/trainer.py) gives three more:
     attach(namespace, model, optimizer) -> (model, optimizer, scheduler): the snippet goes in through the
         framework's own hook (the snippet's apply_to_trainer), then what the framework does before its first
@@ -119,6 +121,7 @@ class Workload:
     attach: Callable[[dict, Any, Any], tuple[Any, Any, Any]] | None = None
     train_step: Callable[[Any, dict], Any] | None = None
     framework: str = ""
+    flops_per_item: Callable[[Any], float] | None = None
 
     def __post_init__(self):
         if (self.forward is None) != (self.criterion is None):
@@ -160,6 +163,8 @@ _BUILTIN: dict[str, str] = {
     "tiny-captioner": "autocompile.workloads._captioner:tiny_captioner",
     "lora-8b": "autocompile.workloads._lora:lora_8b",
     "tiny-lora": "autocompile.workloads._lora:tiny_lora",
+    "moe-2b": "autocompile.workloads._moe:moe_2b",
+    "tiny-moe": "autocompile.workloads._moe:tiny_moe",
 }
 
 

@@ -110,6 +110,7 @@ def _make(
         max_len=max_len,
         parts=(),
         layout=SequenceLayout(positions="position_ids"),
+        flops_per_item=lambda model: 6 * sum(p.numel() for p in model.parameters()),  # a dense model: every parameter
         batch_pool=pool,
         gpu_only=gpu_only,
     )

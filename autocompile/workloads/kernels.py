@@ -1,7 +1,9 @@
 """The model's own implementation choices that the search can switch: which of torch's SDPA kernels its
-attention runs."""
+attention runs, and how a mixture of experts computes its experts."""
 
 from __future__ import annotations
+
+import torch
 
 
 def sdpa_attention(model) -> bool:
@@ -13,3 +15,47 @@ def sdpa_attention(model) -> bool:
             implementation = getattr(getattr(module, "config", None), "_attn_implementation", None)
             return implementation == "sdpa" and bool(getattr(module, "_supports_attention_backend", False))
     return False
+
+
+# The experts' implementations of transformers' ExpertsInterface that need no package besides torch: a loop over
+# the experts a batch hits, one grouped matrix product per projection, or one batched product over each token's top-k
+EXPERTS = ("eager", "grouped_mm", "batched_mm")
+# batched_mm gathers a copy of each routed expert's weights per token, kept for the backward in every layer: past
+# this much for the workload's largest batch (a tenth of an 80 GB card) it cannot pay off
+BATCHED_MM_LIMIT_GB = 8
+
+
+def experts_implementations(model, tokens: int = 0) -> tuple[str, tuple[str, ...], dict[str, str]]:
+    """The implementation of a Hugging Face mixture-of-experts model's experts (itself, or inside a wrapper such as
+    peft's), the others the installed transformers can switch it to (set_experts_implementation), and those left
+    out with why (batched_mm where its copies of the weights for `tokens` tokens pass BATCHED_MM_LIMIT_GB);
+    ("", (), {}) for a model without such experts."""
+    for module in model.modules():
+        if callable(getattr(type(module), "set_experts_implementation", None)):
+            if not type(module)._can_set_experts_implementation():
+                return "", (), {}
+            from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+            current = module.config._experts_implementation
+            others = [how for how in EXPERTS if how != current and (how == "eager" or how in ALL_EXPERTS_FUNCTIONS)]
+            gathered = _batched_mm_gb(model, tokens)
+            refused = {}
+            if "batched_mm" in others and gathered > BATCHED_MM_LIMIT_GB:
+                others.remove("batched_mm")
+                refused["batched_mm"] = (
+                    f"copies each token's experts' weights, kept for the backward: {gathered:.0f} GB for a batch of "
+                    f"{tokens} tokens, above {BATCHED_MM_LIMIT_GB} GB"
+                )
+            return current, tuple(others), refused
+    return "", (), {}
+
+
+def _batched_mm_gb(model, tokens: int) -> float:
+    """What batched_mm's gathered weights hold over all layers for `tokens` tokens, in GB."""
+    total = 0
+    for module in model.modules():
+        weights = [getattr(module, name, None) for name in ("gate_up_proj", "down_proj")]
+        top_k = getattr(getattr(module, "config", None), "num_experts_per_tok", 0)
+        if top_k and all(isinstance(w, torch.nn.Parameter) and w.dim() == 3 for w in weights):
+            total += sum(w[0].numel() * w.element_size() for w in weights) * top_k * tokens
+    return total / 1e9
