@@ -40,7 +40,7 @@ from autocompile.engine.finalists import finalist_reserve
 from autocompile.engine.gates import Outcome, Refusal, why_not
 from autocompile.engine.records import BASELINES, Role, refused_before_launch, set_attrs
 from autocompile.engine.runner import BASELINE_CONFIGS, Runner, ask, baselines_to_run, new_trial, waiting
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import StudyView, view_of
 from autocompile.trial.result import Status
 
 BASELINES_BY_ROLE = dict(BASELINE_CONFIGS)
@@ -275,7 +275,7 @@ def _owed_baselines(runner: Runner, deferred: bool = True, view: StudyView | Non
     """The baselines still owed, less those another worker is running and those this search cut by its budget,
     and plain torch.compile where it runs last (`plain_compile_last`) or waits for the recipes and a first
     proposal (`plain_compile_waits`), unless `deferred` is False."""
-    view = view or StudyView(runner.study)
+    view = view_of(runner.study, view)
     running = {t.user_attrs.get("role") for t in view.running}
     owed = baselines_to_run(view.finished, runner.settings.baseline_limit_s)
     last = deferred and (plain_compile_last(runner) or (plain_compile_waits(runner) and not _explored(view)))
@@ -358,7 +358,7 @@ def said_unexplored(runner: Runner) -> str | None:
     measured (a result with a speed), what became of each, or None."""
     if runner.deadline is None:
         return None
-    finished = StudyView(runner.study).finished
+    finished = runner.look().finished
     missing = []
     for role in (Role.RECIPE, Role.NEIGHBOUR):
         ran = [t for t in finished if t.user_attrs.get("role") == role]
@@ -411,7 +411,7 @@ def _claim(runner: Runner, loop: LoopState):
     """Under the study's lock: choose the next trial and claim it (role, config and worker recorded
     at once, so no other worker starts the same). Returns (trial, config, role); None when it was
     refused before launch or is a duplicate."""
-    study, view = runner.study, StudyView(runner.study)
+    study, view = runner.study, runner.look()
     pending = _owed_baselines(runner, view=view)
     _queue_proposals(runner, loop, pending)
     trial = ask(study)

@@ -24,7 +24,7 @@ from autocompile.engine.cost import Predictor, rerun_estimate_s, too_slow, twin_
 from autocompile.engine.knowledge.peaks import MARGIN as PEAK_MARGIN
 from autocompile.engine.learned import measured_as
 from autocompile.engine.scoring import _judged_by_an_older_guard, best_score
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import view_of
 from autocompile.space import DEFAULTS
 from autocompile.trial.result import Status
 
@@ -161,7 +161,7 @@ def over_memory_before(config: dict, view: View) -> tuple[str, dict] | None:
     if view.peaks is None or view.max_memory_gb is None:
         return None
     known = view.peaks.floor(config, view.study.study_name)
-    limit = StudyView(view.study).memory_limit(view.max_memory_gb) if known else None  # "eager": its measured peak
+    limit = view_of(view.study).memory_limit(view.max_memory_gb) if known else None  # "eager": its measured peak
     if not limit or known["peak_gb"] <= limit * (1 + PEAK_MARGIN):
         return None
     reason = (

@@ -33,7 +33,7 @@ from autocompile.engine.records import (
     to_attrs,
     trial_folder,
 )
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import StudyView, view_of
 from autocompile.engine.cost import MIN_TRIAL_S, Predictor
 from autocompile.engine.knowledge.paces import MARGIN as PACE_MARGIN
 from autocompile.engine.gates import Outcome, Refusal, View, ran_its_course, why_not
@@ -216,6 +216,10 @@ class Runner:
         self.plain = plain  # the knowledge store's plain torch.compiles of this model here (or None)
         self.cut_baselines: set[Role] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
+
+    def look(self) -> StudyView:
+        """The study's trials as they stand now (engine/studyview.py), for what one moment of a turn asks."""
+        return view_of(self.study)
 
     def view(self, **asked) -> View:
         """What the gates see of this search (engine/gates.py), with what the asker says of the configuration
@@ -438,7 +442,7 @@ class Runner:
         (its first losses; its peak under --max-memory-gb eager), and the workers do not wait for it before
         they start. The trial's heartbeat goes on; an eager whose worker died is failed as stale."""
         said = False
-        while any(t.user_attrs.get("role") == Role.EAGER and t.number != trial.number for t in StudyView(self.study).running):
+        while any(t.user_attrs.get("role") == Role.EAGER and t.number != trial.number for t in self.look().running):
             if not said:
                 self.progress.line(f"  trial {trial.number} {label}: measured; waiting for eager's record to judge it")
                 said = True
@@ -475,7 +479,7 @@ class Runner:
         study (not where `tell` is False: its trial failed meanwhile, and `finish` keeps it apart);
         the judged record."""
         settings = self.settings
-        view = StudyView(self.study)
+        view = self.look()
         record = judge(record, view.eager_record(settings.study_dir), settings.device, view.memory_limit(settings.max_memory_gb))
         if record["status"] == Status.INFEASIBLE and record.get("numerics", {}).get("differs") and settings.triage:
             self.progress.line(f"  trial {trial.number}: numerics off; comparing it with eager module by module")
@@ -625,7 +629,7 @@ class Runner:
         parent = trial.user_attrs.get("parent")
         moved = trial.user_attrs.get("changed") or []
         known = self.gains.ceiling(moved) if self.gains is not None and parent is not None else None
-        pace = StudyView(self.study).trials[parent].user_attrs.get("steps_per_s") if known else None
+        pace = view_of(self.study).trials[parent].user_attrs.get("steps_per_s") if known else None
         if not pace:
             return None, ""
         ceiling = pace * known["ratio"]
@@ -649,7 +653,7 @@ class Runner:
         )
 
     def _report(self, number: int, label: str, record: dict) -> None:
-        view = StudyView(self.study)  # after the tell
+        view = self.look()  # after the tell
         eager, best = view.baseline_value(Role.EAGER, "steps_per_s"), view.best_trial
         if best:
             self.progress.best = f"best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager"
