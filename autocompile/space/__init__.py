@@ -62,7 +62,7 @@ from autocompile.space.dimensions import (
     uses_cuda_graphs,
 )
 from autocompile.space.rules import doomed
-from autocompile.space.spacefile import SpaceFile, _toml_none, load_space_file
+from autocompile.space.spacefile import SpaceFile, load_space_file
 
 
 # What other modules import from `autocompile.space`: the names defined in its modules.
@@ -784,3 +784,10 @@ def _set(config: dict, path: tuple[str, ...], value) -> None:
         config[path[0]] = value
     else:
         config[path[0]] = {**config[path[0]], path[1]: value}
+
+
+def _toml_none(value, choices):
+    """TOML has no null: "none" or "null" stands for None where None is a choice."""
+    if isinstance(value, str) and value.lower() in ("none", "null") and _member(None, choices):
+        return None
+    return value
