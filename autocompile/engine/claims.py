@@ -34,15 +34,18 @@ from autocompile.engine.cost import (
     neighbour_s,
 )
 from autocompile.engine.screening import screen_trial
+from autocompile.engine.scoring import _judged_by_an_older_guard
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
 from autocompile.engine.strategy import neighbour_cost, neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
-from autocompile.engine.gates import Outcome, Refusal, why_not
+from autocompile.engine.gates import Outcome, Refusal, ran_its_course, why_not
 from autocompile.engine.records import BASELINES, Role, refused_before_launch, set_attrs
-from autocompile.engine.runner import BASELINE_CONFIGS, Runner, ask, baselines_to_run, new_trial, waiting
+from autocompile.engine.runner import Runner, ask, new_trial, waiting
 from autocompile.engine.studyview import StudyView, view_of
+from autocompile.space import DEFAULTS, EAGER
 from autocompile.trial.result import Status
 
+BASELINE_CONFIGS = ((Role.EAGER, EAGER), (Role.COMPILE_DEFAULTS, DEFAULTS))
 BASELINES_BY_ROLE = dict(BASELINE_CONFIGS)
 
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
@@ -269,6 +272,19 @@ def _startable(runner: Runner, before_round_s: float):
     refused as not fitting is not proposed again each turn (llama-8b-fresh-14's trials 17, 19 and 21)."""
     view = runner.view(before_round_s=before_round_s)
     return lambda neighbour: why_not(neighbour["config"], view, Outcome.NOT_STARTED) is None
+
+
+def baselines_to_run(finished: list, limit_s: float) -> list[tuple[Role, dict]]:
+    """The baselines (role, config) a search still owes its study: those never measured, and
+    one that timed out under a shorter limit than `limit_s` (it is measured again)."""
+    done = {
+        t.user_attrs.get("role")
+        for t in finished
+        if t.state == optuna.trial.TrialState.COMPLETE
+        and ran_its_course(t.user_attrs, limit_s)
+        and not _judged_by_an_older_guard(t.user_attrs)
+    }
+    return [(role, config) for role, config in BASELINE_CONFIGS if role not in done]
 
 
 def _owed_baselines(runner: Runner, deferred: bool = True, view: StudyView | None = None) -> list[tuple[Role, dict]]:

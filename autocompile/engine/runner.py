@@ -36,21 +36,19 @@ from autocompile.engine.records import (
 from autocompile.engine.studyview import StudyView, view_of
 from autocompile.engine.cost import MIN_TRIAL_S, Predictor
 from autocompile.engine.knowledge.paces import MARGIN as PACE_MARGIN
-from autocompile.engine.gates import Outcome, Refusal, View, ran_its_course, why_not
+from autocompile.engine.gates import Outcome, Refusal, View, why_not
 from autocompile.engine.learned import mark_refused_in, rng_dependent
 from autocompile.engine.scoring import (
     RECOMPILE_PENALTY,
     compiles_after_warmup,
     penalised_compiles,
     recording_s,
-    _judged_by_an_older_guard,
     judge,
     numerics_tolerance,
     optimistic_score,
     score,
     violation,
 )
-from autocompile.space import DEFAULTS, EAGER
 from autocompile.engine.storage import fail_stale, heartbeat_s, this_worker
 from autocompile.trial import TrialRequest, caches, divergence, run_trial, triage
 from autocompile.trial.protocol import STOP_S
@@ -59,8 +57,6 @@ from autocompile.trial.result import Status
 if TYPE_CHECKING:
     from autocompile.engine.settings import SearchSettings
     from autocompile.space import SearchSpace
-
-BASELINE_CONFIGS = ((Role.EAGER, EAGER), (Role.COMPILE_DEFAULTS, DEFAULTS))
 
 
 class Progress:
@@ -128,19 +124,6 @@ def _stoppable(stop: threading.Event, pruning=None):
         return pruning(events) if pruning else None
 
     return should_stop
-
-
-def baselines_to_run(finished: list, limit_s: float) -> list[tuple[Role, dict]]:
-    """The baselines (role, config) a search still owes its study: those never measured, and
-    one that timed out under a shorter limit than `limit_s` (it is measured again)."""
-    done = {
-        t.user_attrs.get("role")
-        for t in finished
-        if t.state == optuna.trial.TrialState.COMPLETE
-        and ran_its_course(t.user_attrs, limit_s)
-        and not _judged_by_an_older_guard(t.user_attrs)
-    }
-    return [(role, config) for role, config in BASELINE_CONFIGS if role not in done]
 
 
 def waiting(study) -> bool:
