@@ -38,7 +38,7 @@ from autocompile.engine.scoring import _judged_by_an_older_guard
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
 from autocompile.engine.strategy import neighbour_cost, neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
-from autocompile.engine.gates import Outcome, Refusal, ran_its_course, why_not
+from autocompile.engine.gates import Outcome, plain_not_started, ran_its_course, why_not
 from autocompile.engine.records import BASELINES, Role, refused_before_launch, set_attrs
 from autocompile.engine.runner import Runner, ask, new_trial, waiting
 from autocompile.engine.studyview import StudyView, view_of
@@ -402,15 +402,9 @@ def _plain_compile_now(runner: Runner, reserve: float, study_wide: bool = False)
         # claimed: no other worker starts it
         set_attrs(trial, {"role": Role.COMPILE_DEFAULTS, "config": config, "worker": this_worker()})
     left = max((runner.remaining() or 0.0) - reserve, 0.0)
-    seen = runner.plain.expected() if runner.plain is not None else None
-    if left < MIN_TRIAL_S or (seen and seen["cut"] and seen["seconds"] >= left):
-        before = f"; it was cut while compiling after {seen['seconds']:.0f} s before ({seen['from']})" if seen else ""
-        runner.refuse(
-            trial,
-            config,
-            Role.COMPILE_DEFAULTS,
-            Refusal(f"plain torch.compile: {left:.0f} s left before the finalist round{before}", Outcome.NOT_STARTED, "plain"),
-        )
+    refusal = plain_not_started(left, runner.plain.expected() if runner.plain is not None else None)
+    if refusal is not None:
+        runner.refuse(trial, config, Role.COMPILE_DEFAULTS, refusal)
         runner.cut_baselines.add(Role.COMPILE_DEFAULTS)
         return True
     limit = min(runner.settings.baseline_limit_s, left)
