@@ -55,6 +55,7 @@ from autocompile.trial.protocol import STOP_S
 from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
+    from autocompile.engine.knowledge import CompileCuts, Failures, MoveGains, Paces, Peaks, PlainCompiles
     from autocompile.engine.settings import SearchSettings
     from autocompile.space import SearchSpace
 
@@ -97,6 +98,18 @@ class Progress:
 
 def _header(settings: SearchSettings, number: int) -> str:
     return snippet_header(settings.model, settings.study, number)
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the knowledge store knows of this model here (engine/knowledge), each part None without the store."""
+
+    failures: Failures | None = None  # values that failed twice the same way
+    cuts: CompileCuts | None = None  # values cut twice while compiling
+    gains: MoveGains | None = None  # how far a neighbour has gone past its parent
+    paces: Paces | None = None  # how fast a configuration has run on this workload
+    peaks: Peaks | None = None  # how much memory a configuration took on this workload
+    plain: PlainCompiles | None = None  # what plain torch.compile's whole-model compile took on this model here
 
 
 @dataclass(frozen=True)
@@ -164,7 +177,8 @@ def _penalised(record: dict) -> str:
 
 
 class Runner:
-    """Runs trials of one search against its study: launch, prune, triage, judge, tell."""
+    """Runs trials of one search against its study: launch, prune, triage, judge, tell. `known`: the
+    knowledge store's parts, by name (`Known`)."""
 
     def __init__(
         self,
@@ -177,13 +191,8 @@ class Runner:
         callbacks=(),
         *,
         space: SearchSpace | None = None,
-        failures=None,
-        cuts=None,
-        gains=None,
-        paces=None,
-        peaks=None,
-        plain=None,
         started: float | None = None,
+        **known,
     ):
         self.study, self.storage, self.url, self.settings, self.progress = study, storage, url, settings, progress
         self.deadline = deadline
@@ -191,14 +200,21 @@ class Runner:
         self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
         self.started = time.time() if started is None else started  # when the search began
         self.space = space  # what is searched, and what it refuses before launch
-        self.failures = failures  # the knowledge store's failures: values that failed twice the same way
-        self.cuts = cuts  # the knowledge store's compile cuts: values cut twice while compiling (or None)
-        self.gains = gains  # the knowledge store's gains: how far a neighbour has gone past its parent (or None)
-        self.paces = paces  # the knowledge store's paces: how fast a configuration has run on this workload (or None)
-        self.peaks = peaks  # the knowledge store's peaks: how much memory a configuration took on this workload (or None)
-        self.plain = plain  # the knowledge store's plain torch.compiles of this model here (or None)
+        self.known = Known(**known)
         self.cut_baselines: set[Role] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
+
+    @property
+    def gains(self) -> MoveGains | None:
+        return self.known.gains
+
+    @property
+    def paces(self) -> Paces | None:
+        return self.known.paces
+
+    @property
+    def plain(self) -> PlainCompiles | None:
+        return self.known.plain
 
     def look(self) -> StudyView:
         """The study's trials as they stand now (engine/studyview.py), for what one moment of a turn asks."""
@@ -212,11 +228,11 @@ class Runner:
             self.study,
             settings.trial_timeout_s,
             self.space,
-            self.failures,
-            self.cuts,
+            self.known.failures,
+            self.known.cuts,
             self.predictor,
             horizon.scoring(settings) if settings.prune else None,
-            peaks=self.peaks,
+            peaks=self.known.peaks,
             max_memory_gb=settings.max_memory_gb,
             **asked,
         )
