@@ -97,26 +97,42 @@ def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
 
 
 def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState) -> bool:
-    """Claim the next trial (`loop.claimed`) and run it; False when the search is done."""
-    study, settings, progress = runner.study, runner.settings, runner.progress
+    """One turn: claim the next trial (`loop.claimed`), gate it and run it (the runner judges it and tells
+    the study, whose observers learn from it); False when the search's trials are done."""
     reserve = loop.reserve = kept_for_round(runner, budget, study_wide)
     if _out_of_time(runner, reserve, loop) or _budget_spent(runner, budget, reserve, loop):
         return _plain_compile_now(runner, reserve, study_wide)  # where it runs last; then on to the round
-    with claim_lock(runner.storage, runner.url, settings.study):
+    claim = _claim_next(runner, budget, loop)
+    if claim is None:  # refused before launch, a duplicate, or none left to claim
+        return not _budget_spent(runner, budget, reserve, loop) and not _proposals_exhausted(runner, loop)
+    return _run_claimed(runner, *claim, study_wide, loop)
+
+
+def _claim_next(runner: Runner, budget: dict, loop: LoopState):
+    """Under the study's lock, the stale trials failed: the next trial claimed (`_claim`), within the budget."""
+    study = runner.study
+    with claim_lock(runner.storage, runner.url, runner.settings.study):
         fail_stale(study)
         claim = None if counted(study) >= budget["trials"] else _claim(runner, loop)
         if isinstance(claim, tuple):
             loop.claimed = claim[0]
-    if claim is None and _budget_spent(runner, budget, reserve, loop):
+    return claim
+
+
+def _proposals_exhausted(runner: Runner, loop: LoopState) -> bool:
+    """Whether the sampler proposed MAX_DUPLICATES configurations already claimed in a row (said)."""
+    if loop.duplicates < MAX_DUPLICATES:
         return False
-    if loop.duplicates >= MAX_DUPLICATES:
-        progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
-        return False
-    if claim is None:
-        return True
-    trial, config, role = claim
+    runner.progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
+    return True
+
+
+def _run_claimed(runner: Runner, trial, config: dict, role: Role, study_wide: bool, loop: LoopState) -> bool:
+    """A claimed trial gated at its start (it fits before the finalist round; its screen) and run; False
+    where it does not fit and no neighbour does (`_fit_instead`)."""
+    study, settings, reserve = runner.study, runner.settings, loop.reserve
     if study_wide:
-        progress.done = counted(study) - 1  # this trial's place in the study's budget
+        runner.progress.done = counted(study) - 1  # this trial's place in the study's budget
     baseline = role in BASELINES
     if not baseline and runner.out_of_time(trial, config, reserve):
         return _fit_instead(runner, reserve, loop)  # a neighbour that fits next, or on to the finalist round
