@@ -4,9 +4,9 @@ answer worked out once from one reading of the study.
 
 A `StudyView` is the study at the moment it was built (one `get_trials`): it does not follow the
 study, so a reader is handed one built after the last tell, asks it what it needs, and passes it on.
-`view_of(study)` builds it, the one place that does (the search builds one per turn: `Runner.look`).
-The functions beside it (`best_trial(study)`, ...) are its answers for a reader that asks one
-question. Not to be confused with `gates.View`, what a gate sees of a search when it is asked.
+`view_of(study)` is the one place that builds it; the search's runner reads one through it where a
+moment of its turn asks (`Runner.look`). The functions beside it (`best_trial(study)`, ...) are its
+answers for a reader that asks one question. Not to be confused with `gates.View`, what a gate sees of a search when it is asked.
 """
 
 from __future__ import annotations
