@@ -607,7 +607,7 @@ def test_rejudge_chooses_a_finalist_round_of_an_older_rule_again_from_its_own_ro
 def test_a_baseline_that_timed_out_under_a_shorter_limit_is_measured_again():
     import optuna
 
-    from autocompile.engine.runner import baselines_to_run
+    from autocompile.engine.claims import baselines_to_run
 
     def finished(role, status, wall_s):
         return optuna.trial.create_trial(value=0.0, user_attrs={"role": role, "status": status, "wall_s": wall_s})

@@ -34,15 +34,18 @@ from autocompile.engine.cost import (
     neighbour_s,
 )
 from autocompile.engine.screening import screen_trial
+from autocompile.engine.scoring import _judged_by_an_older_guard
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
 from autocompile.engine.strategy import neighbour_cost, neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
-from autocompile.engine.gates import Outcome, Refusal, why_not
+from autocompile.engine.gates import Outcome, plain_not_started, ran_its_course, why_not
 from autocompile.engine.records import BASELINES, Role, refused_before_launch, set_attrs
-from autocompile.engine.runner import BASELINE_CONFIGS, Runner, ask, baselines_to_run, new_trial, waiting
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.runner import Runner, ask, new_trial, waiting
+from autocompile.engine.studyview import StudyView, view_of
+from autocompile.space import DEFAULTS, EAGER
 from autocompile.trial.result import Status
 
+BASELINE_CONFIGS = ((Role.EAGER, EAGER), (Role.COMPILE_DEFAULTS, DEFAULTS))
 BASELINES_BY_ROLE = dict(BASELINE_CONFIGS)
 
 MAX_DUPLICATES = 5  # proposals in a row already claimed elsewhere: the sampler has nothing new to offer
@@ -94,26 +97,42 @@ def work(runner: Runner, budget: dict, study_wide: bool = False) -> None:
 
 
 def _next_trial(runner: Runner, budget: dict, study_wide: bool, loop: LoopState) -> bool:
-    """Claim the next trial (`loop.claimed`) and run it; False when the search is done."""
-    study, settings, progress = runner.study, runner.settings, runner.progress
+    """One turn: claim the next trial (`loop.claimed`), gate it and run it (the runner judges it and tells
+    the study, whose observers learn from it); False when the search's trials are done."""
     reserve = loop.reserve = kept_for_round(runner, budget, study_wide)
     if _out_of_time(runner, reserve, loop) or _budget_spent(runner, budget, reserve, loop):
         return _plain_compile_now(runner, reserve, study_wide)  # where it runs last; then on to the round
-    with claim_lock(runner.storage, runner.url, settings.study):
+    claim = _claim_next(runner, budget, loop)
+    if claim is None:  # refused before launch, a duplicate, or none left to claim
+        return not _budget_spent(runner, budget, reserve, loop) and not _proposals_exhausted(runner, loop)
+    return _run_claimed(runner, *claim, study_wide, loop)
+
+
+def _claim_next(runner: Runner, budget: dict, loop: LoopState):
+    """Under the study's lock, the stale trials failed: the next trial claimed (`_claim`), within the budget."""
+    study = runner.study
+    with claim_lock(runner.storage, runner.url, runner.settings.study):
         fail_stale(study)
         claim = None if counted(study) >= budget["trials"] else _claim(runner, loop)
         if isinstance(claim, tuple):
             loop.claimed = claim[0]
-    if claim is None and _budget_spent(runner, budget, reserve, loop):
+    return claim
+
+
+def _proposals_exhausted(runner: Runner, loop: LoopState) -> bool:
+    """Whether the sampler proposed MAX_DUPLICATES configurations already claimed in a row (said)."""
+    if loop.duplicates < MAX_DUPLICATES:
         return False
-    if loop.duplicates >= MAX_DUPLICATES:
-        progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
-        return False
-    if claim is None:
-        return True
-    trial, config, role = claim
+    runner.progress.line(f"the sampler proposed {MAX_DUPLICATES} configurations already claimed in a row: stopping")
+    return True
+
+
+def _run_claimed(runner: Runner, trial, config: dict, role: Role, study_wide: bool, loop: LoopState) -> bool:
+    """A claimed trial gated at its start (it fits before the finalist round; its screen) and run; False
+    where it does not fit and no neighbour does (`_fit_instead`)."""
+    study, settings, reserve = runner.study, runner.settings, loop.reserve
     if study_wide:
-        progress.done = counted(study) - 1  # this trial's place in the study's budget
+        runner.progress.done = counted(study) - 1  # this trial's place in the study's budget
     baseline = role in BASELINES
     if not baseline and runner.out_of_time(trial, config, reserve):
         return _fit_instead(runner, reserve, loop)  # a neighbour that fits next, or on to the finalist round
@@ -271,11 +290,24 @@ def _startable(runner: Runner, before_round_s: float):
     return lambda neighbour: why_not(neighbour["config"], view, Outcome.NOT_STARTED) is None
 
 
+def baselines_to_run(finished: list, limit_s: float) -> list[tuple[Role, dict]]:
+    """The baselines (role, config) a search still owes its study: those never measured, and
+    one that timed out under a shorter limit than `limit_s` (it is measured again)."""
+    done = {
+        t.user_attrs.get("role")
+        for t in finished
+        if t.state == optuna.trial.TrialState.COMPLETE
+        and ran_its_course(t.user_attrs, limit_s)
+        and not _judged_by_an_older_guard(t.user_attrs)
+    }
+    return [(role, config) for role, config in BASELINE_CONFIGS if role not in done]
+
+
 def _owed_baselines(runner: Runner, deferred: bool = True, view: StudyView | None = None) -> list[tuple[Role, dict]]:
     """The baselines still owed, less those another worker is running and those this search cut by its budget,
     and plain torch.compile where it runs last (`plain_compile_last`) or waits for the recipes and a first
     proposal (`plain_compile_waits`), unless `deferred` is False."""
-    view = view or StudyView(runner.study)
+    view = view_of(runner.study, view)
     running = {t.user_attrs.get("role") for t in view.running}
     owed = baselines_to_run(view.finished, runner.settings.baseline_limit_s)
     last = deferred and (plain_compile_last(runner) or (plain_compile_waits(runner) and not _explored(view)))
@@ -358,7 +390,7 @@ def said_unexplored(runner: Runner) -> str | None:
     measured (a result with a speed), what became of each, or None."""
     if runner.deadline is None:
         return None
-    finished = StudyView(runner.study).finished
+    finished = runner.look().finished
     missing = []
     for role in (Role.RECIPE, Role.NEIGHBOUR):
         ran = [t for t in finished if t.user_attrs.get("role") == role]
@@ -386,15 +418,9 @@ def _plain_compile_now(runner: Runner, reserve: float, study_wide: bool = False)
         # claimed: no other worker starts it
         set_attrs(trial, {"role": Role.COMPILE_DEFAULTS, "config": config, "worker": this_worker()})
     left = max((runner.remaining() or 0.0) - reserve, 0.0)
-    seen = runner.plain.expected() if runner.plain is not None else None
-    if left < MIN_TRIAL_S or (seen and seen["cut"] and seen["seconds"] >= left):
-        before = f"; it was cut while compiling after {seen['seconds']:.0f} s before ({seen['from']})" if seen else ""
-        runner.refuse(
-            trial,
-            config,
-            Role.COMPILE_DEFAULTS,
-            Refusal(f"plain torch.compile: {left:.0f} s left before the finalist round{before}", Outcome.NOT_STARTED, "plain"),
-        )
+    refusal = plain_not_started(left, runner.plain.expected() if runner.plain is not None else None)
+    if refusal is not None:
+        runner.refuse(trial, config, Role.COMPILE_DEFAULTS, refusal)
         runner.cut_baselines.add(Role.COMPILE_DEFAULTS)
         return True
     limit = min(runner.settings.baseline_limit_s, left)
@@ -411,7 +437,7 @@ def _claim(runner: Runner, loop: LoopState):
     """Under the study's lock: choose the next trial and claim it (role, config and worker recorded
     at once, so no other worker starts the same). Returns (trial, config, role); None when it was
     refused before launch or is a duplicate."""
-    study, view = runner.study, StudyView(runner.study)
+    study, view = runner.study, runner.look()
     pending = _owed_baselines(runner, view=view)
     _queue_proposals(runner, loop, pending)
     trial = ask(study)

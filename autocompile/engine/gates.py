@@ -4,8 +4,9 @@ in one order (GATES), each refusal ending one way (its Outcome).
 A gate answers one question, `why_not(config, view)`: a Refusal (its reason, and what it makes of the
 trial that asked) or None. A caller asks the gates whose outcomes its moment allows (`why_not` below):
 at a claim, whether the configuration was tried, cannot work or cannot win; before a claimed trial
-starts, whether it fits what is left before the finalist round; in the round's plan, whether a
-finalist's rerun fits a rerun's limit. What a check knows stays where it is kept: the space's rules
+starts, whether it fits what is left before the finalist round; where plain torch.compile was left to
+run last, whether it still fits (`plain_not_started`); in the round's plan, whether a finalist's rerun
+fits a rerun's limit. What a check knows stays where it is kept: the space's rules
 (`space.rules`), the knowledge store's failures and compile cuts (`engine.knowledge`), the cost
 model (`engine.cost`); the gate asks it. The runner tells the study each outcome (`Runner.refuse`).
 """
@@ -20,11 +21,11 @@ from typing import TYPE_CHECKING
 import optuna
 
 from autocompile.engine.contained import contained
-from autocompile.engine.cost import Predictor, rerun_estimate_s, too_slow, twin_time
+from autocompile.engine.cost import MIN_TRIAL_S, Predictor, rerun_estimate_s, too_slow, twin_time
 from autocompile.engine.knowledge.peaks import MARGIN as PEAK_MARGIN
 from autocompile.engine.learned import measured_as
 from autocompile.engine.scoring import _judged_by_an_older_guard, best_score
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import view_of
 from autocompile.space import DEFAULTS
 from autocompile.trial.result import Status
 
@@ -161,7 +162,7 @@ def over_memory_before(config: dict, view: View) -> tuple[str, dict] | None:
     if view.peaks is None or view.max_memory_gb is None:
         return None
     known = view.peaks.floor(config, view.study.study_name)
-    limit = StudyView(view.study).memory_limit(view.max_memory_gb) if known else None  # "eager": its measured peak
+    limit = view_of(view.study).memory_limit(view.max_memory_gb) if known else None  # "eager": its measured peak
     if not limit or known["peak_gb"] <= limit * (1 + PEAK_MARGIN):
         return None
     reason = (
@@ -207,6 +208,16 @@ def out_of_time(config: dict, view: View) -> str | None:
         f"its twin{'s' if len(twins) > 1 else ''} ({which}) took {need:.0f} s, and "
         f"{max(left, 0):.0f} s are left before the finalist round"
     )
+
+
+def plain_not_started(left_s: float, seen: dict | None) -> Refusal | None:
+    """Why plain torch.compile, left to run last, is not started with `left_s` before the finalist round:
+    less than MIN_TRIAL_S left, or less than its whole-model compile took on this model here before it was
+    cut (`seen`: the knowledge store's `plain`); None: it runs."""
+    if left_s >= MIN_TRIAL_S and not (seen and seen["cut"] and seen["seconds"] >= left_s):
+        return None
+    before = f"; it was cut while compiling after {seen['seconds']:.0f} s before ({seen['from']})" if seen else ""
+    return Refusal(f"plain torch.compile: {left_s:.0f} s left before the finalist round{before}", Outcome.NOT_STARTED, "plain")
 
 
 # A rerun's warm estimate rests on one measured share (cost.WARM_SHARE): a finalist is measured again

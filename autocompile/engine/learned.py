@@ -9,7 +9,7 @@ trial obeys what it is passed (TrialRequest) and says so in its record.
 from __future__ import annotations
 
 from autocompile.engine.records import Role, from_attrs
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import view_of
 from autocompile.space import DEFAULTS, Graphs, shaping
 
 # The settings Dynamo's shape constraints depend on: those that shape the graphs it traces
@@ -28,7 +28,7 @@ def rng_dependent(study) -> dict | None:
     (the worker then skips the check's three eager forwards). None, and the trial checks, where no
     trial has found it yet, or where the study's eager baseline did not run cleanly: then the
     check's eager first loss is the numerics reference (scoring.numerics_verdict)."""
-    view = StudyView(study)
+    view = view_of(study)
     if view.baseline_trial(Role.EAGER) is None:
         return None
     for t in view.finished:

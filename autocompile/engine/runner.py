@@ -33,34 +33,31 @@ from autocompile.engine.records import (
     to_attrs,
     trial_folder,
 )
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import StudyView, view_of
 from autocompile.engine.cost import MIN_TRIAL_S, Predictor
 from autocompile.engine.knowledge.paces import MARGIN as PACE_MARGIN
-from autocompile.engine.gates import Outcome, Refusal, View, ran_its_course, why_not
+from autocompile.engine.gates import Outcome, Refusal, View, why_not
 from autocompile.engine.learned import mark_refused_in, rng_dependent
 from autocompile.engine.scoring import (
     RECOMPILE_PENALTY,
     compiles_after_warmup,
     penalised_compiles,
     recording_s,
-    _judged_by_an_older_guard,
     judge,
     numerics_tolerance,
     optimistic_score,
     score,
     violation,
 )
-from autocompile.space import DEFAULTS, EAGER
 from autocompile.engine.storage import fail_stale, heartbeat_s, this_worker
 from autocompile.trial import TrialRequest, caches, divergence, run_trial, triage
 from autocompile.trial.protocol import STOP_S
 from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
+    from autocompile.engine.knowledge import CompileCuts, Failures, MoveGains, Paces, Peaks, PlainCompiles
     from autocompile.engine.settings import SearchSettings
     from autocompile.space import SearchSpace
-
-BASELINE_CONFIGS = ((Role.EAGER, EAGER), (Role.COMPILE_DEFAULTS, DEFAULTS))
 
 
 class Progress:
@@ -104,6 +101,18 @@ def _header(settings: SearchSettings, number: int) -> str:
 
 
 @dataclass(frozen=True)
+class Known:
+    """What the knowledge store knows of this model here (engine/knowledge), each part None without the store."""
+
+    failures: Failures | None = None  # values that failed twice the same way
+    cuts: CompileCuts | None = None  # values cut twice while compiling
+    gains: MoveGains | None = None  # how far a neighbour has gone past its parent
+    paces: Paces | None = None  # how fast a configuration has run on this workload
+    peaks: Peaks | None = None  # how much memory a configuration took on this workload
+    plain: PlainCompiles | None = None  # what plain torch.compile's whole-model compile took on this model here
+
+
+@dataclass(frozen=True)
 class Prepared:
     """A trial made ready by `Runner.prepare`: its request, and what `Runner.finish` tells the study with."""
 
@@ -128,19 +137,6 @@ def _stoppable(stop: threading.Event, pruning=None):
         return pruning(events) if pruning else None
 
     return should_stop
-
-
-def baselines_to_run(finished: list, limit_s: float) -> list[tuple[Role, dict]]:
-    """The baselines (role, config) a search still owes its study: those never measured, and
-    one that timed out under a shorter limit than `limit_s` (it is measured again)."""
-    done = {
-        t.user_attrs.get("role")
-        for t in finished
-        if t.state == optuna.trial.TrialState.COMPLETE
-        and ran_its_course(t.user_attrs, limit_s)
-        and not _judged_by_an_older_guard(t.user_attrs)
-    }
-    return [(role, config) for role, config in BASELINE_CONFIGS if role not in done]
 
 
 def waiting(study) -> bool:
@@ -181,7 +177,8 @@ def _penalised(record: dict) -> str:
 
 
 class Runner:
-    """Runs trials of one search against its study: launch, prune, triage, judge, tell."""
+    """Runs trials of one search against its study: launch, prune, triage, judge, tell. `known`: the
+    knowledge store's parts, by name (`Known`)."""
 
     def __init__(
         self,
@@ -194,13 +191,8 @@ class Runner:
         callbacks=(),
         *,
         space: SearchSpace | None = None,
-        failures=None,
-        cuts=None,
-        gains=None,
-        paces=None,
-        peaks=None,
-        plain=None,
         started: float | None = None,
+        **known,
     ):
         self.study, self.storage, self.url, self.settings, self.progress = study, storage, url, settings, progress
         self.deadline = deadline
@@ -208,14 +200,25 @@ class Runner:
         self.trials_wall = 0.0  # the trials' own time, to show what the harness adds
         self.started = time.time() if started is None else started  # when the search began
         self.space = space  # what is searched, and what it refuses before launch
-        self.failures = failures  # the knowledge store's failures: values that failed twice the same way
-        self.cuts = cuts  # the knowledge store's compile cuts: values cut twice while compiling (or None)
-        self.gains = gains  # the knowledge store's gains: how far a neighbour has gone past its parent (or None)
-        self.paces = paces  # the knowledge store's paces: how fast a configuration has run on this workload (or None)
-        self.peaks = peaks  # the knowledge store's peaks: how much memory a configuration took on this workload (or None)
-        self.plain = plain  # the knowledge store's plain torch.compiles of this model here (or None)
+        self.known = Known(**known)
         self.cut_baselines: set[Role] = set()  # baselines this search cut by its budget (claims._baseline_limit)
         self._predictor: tuple | None = None  # (the finished trials it was built from, Predictor)
+
+    @property
+    def gains(self) -> MoveGains | None:
+        return self.known.gains
+
+    @property
+    def paces(self) -> Paces | None:
+        return self.known.paces
+
+    @property
+    def plain(self) -> PlainCompiles | None:
+        return self.known.plain
+
+    def look(self) -> StudyView:
+        """The study's trials as they stand now (engine/studyview.py), for what one moment of a turn asks."""
+        return view_of(self.study)
 
     def view(self, **asked) -> View:
         """What the gates see of this search (engine/gates.py), with what the asker says of the configuration
@@ -225,11 +228,11 @@ class Runner:
             self.study,
             settings.trial_timeout_s,
             self.space,
-            self.failures,
-            self.cuts,
+            self.known.failures,
+            self.known.cuts,
             self.predictor,
             horizon.scoring(settings) if settings.prune else None,
-            peaks=self.peaks,
+            peaks=self.known.peaks,
             max_memory_gb=settings.max_memory_gb,
             **asked,
         )
@@ -438,7 +441,7 @@ class Runner:
         (its first losses; its peak under --max-memory-gb eager), and the workers do not wait for it before
         they start. The trial's heartbeat goes on; an eager whose worker died is failed as stale."""
         said = False
-        while any(t.user_attrs.get("role") == Role.EAGER and t.number != trial.number for t in StudyView(self.study).running):
+        while any(t.user_attrs.get("role") == Role.EAGER and t.number != trial.number for t in self.look().running):
             if not said:
                 self.progress.line(f"  trial {trial.number} {label}: measured; waiting for eager's record to judge it")
                 said = True
@@ -475,7 +478,7 @@ class Runner:
         study (not where `tell` is False: its trial failed meanwhile, and `finish` keeps it apart);
         the judged record."""
         settings = self.settings
-        view = StudyView(self.study)
+        view = self.look()
         record = judge(record, view.eager_record(settings.study_dir), settings.device, view.memory_limit(settings.max_memory_gb))
         if record["status"] == Status.INFEASIBLE and record.get("numerics", {}).get("differs") and settings.triage:
             self.progress.line(f"  trial {trial.number}: numerics off; comparing it with eager module by module")
@@ -625,7 +628,7 @@ class Runner:
         parent = trial.user_attrs.get("parent")
         moved = trial.user_attrs.get("changed") or []
         known = self.gains.ceiling(moved) if self.gains is not None and parent is not None else None
-        pace = StudyView(self.study).trials[parent].user_attrs.get("steps_per_s") if known else None
+        pace = view_of(self.study).trials[parent].user_attrs.get("steps_per_s") if known else None
         if not pace:
             return None, ""
         ceiling = pace * known["ratio"]
@@ -649,7 +652,7 @@ class Runner:
         )
 
     def _report(self, number: int, label: str, record: dict) -> None:
-        view = StudyView(self.study)  # after the tell
+        view = self.look()  # after the tell
         eager, best = view.baseline_value(Role.EAGER, "steps_per_s"), view.best_trial
         if best:
             self.progress.best = f"best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager"

@@ -24,7 +24,7 @@ import optuna
 
 from autocompile.engine.cost import neighbour_s
 from autocompile.engine.records import Role, config_columns
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import StudyView, view_of
 from autocompile.engine.scoring import DEFAULT_HORIZON
 from autocompile.engine.storage import same_machine
 from autocompile.space import Graphs, shaping
@@ -170,7 +170,7 @@ def incumbent(space, study, view: StudyView | None = None):
     recipe, neighbour or TPE trial, or plain torch.compile (its parameters: every dimension at its
     default). Not eager, not a finalist rerun. A trial measured again in a finalist round is judged by
     the mean of its scores: one run's score can be far from another's. (trial, params), or (None, None)."""
-    best = (view or StudyView(study)).incumbent
+    best = view_of(study, view).incumbent
     if best is None:
         return None, None
     return best, trial_params(space, best)
@@ -184,7 +184,7 @@ def effects(study, view: StudyView | None = None) -> list[dict]:
     failure; `other_machine` where the two ran on different machines, whose hosts may differ in
     speed. A parent outside the space (plain torch.compile under a space file) differs in more than
     the move: the quickstart's trial 3 changed five dimensions of trial 1, not one."""
-    view = view or StudyView(study)
+    view = view_of(study, view)
     means, rows = view.mean_scores, []
     for t in view.finished:
         a = t.user_attrs
@@ -262,7 +262,7 @@ def fastest(space, study, view: StudyView | None = None):
     """The trial of the search (`StudyView.searched`) with the highest steady speed that ran cleanly (its
     warm-up aside), and its parameters: the incumbent may have won on warm-up, and what made this one
     fast is worth borrowing. (trial, params), or (None, {})."""
-    ok = [t for t in (view or StudyView(study)).searched if t.user_attrs.get("status") == Status.OK]
+    ok = [t for t in view_of(study, view).searched if t.user_attrs.get("status") == Status.OK]
     top = max(ok, key=lambda t: t.user_attrs.get("steps_per_s") or 0, default=None)
     return (None, {}) if top is None else (top, trial_params(space, top))
 
@@ -317,7 +317,7 @@ def neighbours_turn(study, proposals: int) -> bool:
     if proposals % 2 == 0:
         return True
     spent = {Role.NEIGHBOUR: 0.0, Role.SEARCH: 0.0}
-    for t in StudyView(study).finished:
+    for t in view_of(study).finished:
         role = t.user_attrs.get("role")
         if role in spent:
             spent[role] += t.user_attrs.get("wall_s") or 0.0
@@ -338,7 +338,7 @@ def next_neighbour(space, study, tried, cost=None, fits=None, known=None) -> dic
     The score trades steady speed against warm-up: the incumbent may win on warm-up alone, and
     the fastest trial without its costliest compile may keep its speed (docs/decisions.md: "a parent
     heavy with warm-up first drops a graph it compiles besides the model's")."""
-    view = StudyView(study)
+    view = view_of(study)
     fit = fitting_move(space, study, tried, view)
     fit = fit if fit is None or fits is None or fits(fit) else None
     best, base = incumbent(space, study, view)
@@ -387,7 +387,7 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
     dim = next((d for d in space.dimensions if d.name == BUDGET), None)
     if dim is None:
         return None
-    view = view or StudyView(study)
+    view = view_of(study, view)
     over = [t for t in view.searched if t.user_attrs.get("over_memory_gb")]
     for t in sorted(over, key=lambda t: -(t.user_attrs.get("steps_per_s") or 0)):
         if _fitted(view, t.user_attrs["config"]):

@@ -52,7 +52,7 @@ from autocompile.engine.strategy import compile_cut_values
 from autocompile.trial import caches, prestart, reap_orphans
 from autocompile.trial.result import Status
 from autocompile.engine.records import Role, trial_folder
-from autocompile.engine.studyview import EAGER_PEAK, StudyView
+from autocompile.engine.studyview import EAGER_PEAK, view_of
 
 
 def _sampler(seed: int):
@@ -180,7 +180,7 @@ def memory_bound(max_memory_gb: float | None, device: str, study=None) -> str | 
         return "--max-memory-gb eager: no more than eager's peak as the workload built it"
     if max_memory_gb is not None:
         return f"--max-memory-gb {max_memory_gb:g}"
-    eager = StudyView(study).first_of(Role.EAGER, Status.OK, Status.OOM) if study else None
+    eager = view_of(study).first_of(Role.EAGER, Status.OK, Status.OOM) if study else None
     if eager is None or not device.startswith("cuda"):
         return None
     eager = eager.user_attrs

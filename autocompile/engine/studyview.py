@@ -3,9 +3,10 @@ search's points, incumbent and candidates, the winner, each configuration's meas
 answer worked out once from one reading of the study.
 
 A `StudyView` is the study at the moment it was built (one `get_trials`): it does not follow the
-study, so a reader builds one after a tell (`StudyView(study)`), asks it what it needs, and lets it
-go. The functions beside it (`best_trial(study)`, ...) are its answers for a reader that asks one
-question. Not to be confused with `gates.View`, what a gate sees of a search when it is asked.
+study, so a reader is handed one built after the last tell, asks it what it needs, and passes it on.
+`view_of(study)` is the one place that builds it; the search's runner reads one through it where a
+moment of its turn asks (`Runner.look`). The functions beside it (`best_trial(study)`, ...) are its
+answers for a reader that asks one question. Not to be confused with `gates.View`, what a gate sees of a search when it is asked.
 """
 
 from __future__ import annotations
@@ -204,20 +205,25 @@ def _distinct(ranked: list) -> list:
     return out
 
 
+def view_of(study, view: StudyView | None = None) -> StudyView:
+    """`view`, where the caller was handed one; else `study` as it stands now."""
+    return view if view is not None else StudyView(study)
+
+
 # -- one question of a study -------------------------------------------------------------------
 
 
 def baseline_value(study, role: Role, key: str):
-    return StudyView(study).baseline_value(role, key)
+    return view_of(study).baseline_value(role, key)
 
 
 def eager_record(study, study_dir: str | None = None) -> dict | None:
-    return StudyView(study).eager_record(study_dir)
+    return view_of(study).eager_record(study_dir)
 
 
 def search_candidates(study, compiled_only: bool = True) -> list:
-    return StudyView(study).search_candidates(compiled_only)
+    return view_of(study).search_candidates(compiled_only)
 
 
 def best_trial(study):
-    return StudyView(study).best_trial
+    return view_of(study).best_trial

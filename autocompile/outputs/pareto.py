@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from autocompile.engine.records import Role
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import StudyView, view_of
 from autocompile.trial.result import Status
 
 FIGURES = ("warmup_s", "warmup_steps", "steps_per_s", "recompiles_after_warmup", "peak_mem_gb")
@@ -39,7 +39,7 @@ class Point:
         return score({"status": Status.OK, **self.figures}, horizon)
 
 
-def measured_points(study, max_memory_gb: float | None = None) -> list[Point]:
+def measured_points(study, max_memory_gb: float | None = None, view: StudyView | None = None) -> list[Point]:
     """Each configuration that ran cleanly (eager included), first trial first. Under a memory limit:
     those whose peak is within it, a trial made infeasible by a search's own limit alone included
     (it trained as eager does, and was measured)."""
@@ -49,7 +49,7 @@ def measured_points(study, max_memory_gb: float | None = None) -> list[Point]:
         return a.get("status") == Status.OK or (max_memory_gb is not None and _over_the_search_limit_alone(a))
 
     points = []
-    for trials in StudyView(study).measurements(ran):
+    for trials in view_of(study, view).measurements(ran):
         figures = {k: statistics.mean(t.user_attrs.get(k) or 0 for t in trials) for k in FIGURES}
         figures["peak_mem_gb"] = max(t.user_attrs.get("peak_mem_gb") or 0 for t in trials)  # the worst run's
         points.append(Point(trial=trials[0], trials=trials, figures=figures))
@@ -96,10 +96,10 @@ def winning_ranges(points: list[Point]) -> dict[int, tuple[int, int]]:
     return ranges
 
 
-def best_trial_for(study, horizon: int, max_memory_gb: float | None = None):
+def best_trial_for(study, horizon: int, max_memory_gb: float | None = None, view: StudyView | None = None):
     """The first trial of the configuration with the best score at `horizon`, by its measurements;
     under a memory limit, of those whose peak memory is within it."""
-    best = winner_at(measured_points(study, max_memory_gb), horizon)
+    best = winner_at(measured_points(study, max_memory_gb, view), horizon)
     return best.trial if best else None
 
 

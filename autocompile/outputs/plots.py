@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from autocompile.apply import describe_config
 from autocompile.outputs.pareto import measured_points, pareto_front, winner_at
 from autocompile.engine.records import Role, config_columns, status_of
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import StudyView, view_of
 from autocompile.trial.result import Status
 
 DPI = 110
@@ -69,7 +69,7 @@ def _finished(study) -> list:
 def plot_scores(study, path: str) -> dict:
     """(a) The score of each trial in order, by role; failures at 0, pruned trials at the bound
     they could still reach; eager and plain torch.compile as horizontal lines."""
-    horizon, figure, view = _horizon(study), _figure(9, 4.8), StudyView(study)
+    horizon, figure, view = _horizon(study), _figure(9, 4.8), view_of(study)
     ax = figure.add_subplot()
     drawn = {"ran": [], "pruned": [], "failed": []}
     for t in view.finished:

@@ -9,7 +9,7 @@ from autocompile.apply import describe_config
 from autocompile.engine.contained import summary as contained_summary
 from autocompile.engine.records import Role, full_record, speedup, status_of
 from autocompile.engine.strategy import effects
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import StudyView, view_of
 from autocompile.trial.result import FAILURES, STOPPED, Status
 
 
@@ -18,7 +18,7 @@ def default_score_bound(study, horizon: int, view: StudyView | None = None) -> f
     horizon / the seconds it spent warming up before it was stopped."""
     elapsed = [
         t.user_attrs["warmup_elapsed_s"]
-        for t in (view or StudyView(study)).trials
+        for t in view_of(study, view).trials
         if t.user_attrs.get("role") == Role.COMPILE_DEFAULTS
         and t.user_attrs.get("status") in STOPPED
         and t.user_attrs.get("warmup_elapsed_s")
@@ -28,7 +28,7 @@ def default_score_bound(study, horizon: int, view: StudyView | None = None) -> f
 
 def trial_rows(study, view: StudyView | None = None) -> list[dict]:
     """One flat row per finished trial: what tables, JSON and reports show."""
-    view = view or StudyView(study)
+    view = view_of(study, view)
     eager_sps = view.baseline_value(Role.EAGER, "steps_per_s")
     default_sps = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
     eager_peak = view.baseline_value(Role.EAGER, "peak_mem_gb")  # eager as the workload built it
@@ -99,7 +99,7 @@ def summarize(
     """The winner and the table; with write, the winner's snippet goes to study_dir. With a
     horizon other than the study's, or a memory limit, the winner for it comes from the
     measurements (its score too)."""
-    view = StudyView(study)
+    view = view_of(study)
     rows = trial_rows(study, view)
     if study_dir:
         add_repros(rows, study_dir)
@@ -140,7 +140,7 @@ def _winner(study, view: StudyView, horizon: int, max_memory_gb: float | None) -
     from autocompile.outputs.pareto import best_trial_for
     from autocompile.engine.scoring import score
 
-    best = best_trial_for(study, horizon, max_memory_gb)
+    best = best_trial_for(study, horizon, max_memory_gb, view)
     return best, lambda t: score({**t.user_attrs, "status": Status.OK}, horizon)  # within the limit: it ran
 
 
@@ -329,7 +329,7 @@ def winner_snippet(
         "vs_default",
     )  # as the summary has them (cold-checked, pooled)
     a = {**full_record(best, study_dir), **{k: v for k, v in (summary_best or {}).items() if k in kept}}
-    view = view or StudyView(study)
+    view = view_of(study, view)
     measured = _measured_words(a, view)
     config = a.get("config") or {}
     if a.get("peak_mem_gb") and (

@@ -55,18 +55,16 @@ from autocompile.space.dimensions import (
     Dimension,
     Graphs,
     WorkloadTraits,
-    _fits,
     bucket_lengths,
     _member,
     _OPTION_GROUPS,
-    _set,
     _show,
     shaping,
     uses_autotune,
     uses_cuda_graphs,
 )
 from autocompile.space.rules import doomed
-from autocompile.space.spacefile import SpaceFile, _toml_none, load_space_file
+from autocompile.space.spacefile import SpaceFile, load_space_file
 
 
 # What other modules import from `autocompile.space`: the names defined in its modules.
@@ -803,3 +801,37 @@ def _check_inductor(full: dict, torch_version: str) -> None:
             raise UserError(f"torch {torch_version} has no Inductor option {key!r}")
         if not _fits(value, default):
             raise UserError(f"Inductor option {key!r} takes a {type(default).__name__}, got {_show(value)}")
+
+
+def _fits(value, default) -> bool:
+    """Whether `value` may be given for an Inductor option whose installed default is `default`
+    (bool and int kept apart: True is an int to Python, not to a config)."""
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, str):
+        return isinstance(value, str)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    if isinstance(default, dict):
+        return isinstance(value, dict)
+    if default is None:  # an optional setting: its type is not known from the default
+        return value is None or isinstance(value, (bool, int, float, str, list, tuple, dict))
+    return False  # a group of options, a callable, an object: not something a configuration carries
+
+
+def _set(config: dict, path: tuple[str, ...], value) -> None:
+    if len(path) == 1:
+        config[path[0]] = value
+    else:
+        config[path[0]] = {**config[path[0]], path[1]: value}
+
+
+def _toml_none(value, choices):
+    """TOML has no null: "none" or "null" stands for None where None is a choice."""
+    if isinstance(value, str) and value.lower() in ("none", "null") and _member(None, choices):
+        return None
+    return value

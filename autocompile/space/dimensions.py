@@ -272,26 +272,6 @@ _OPTION_GROUPS = (
 )
 
 
-def _fits(value, default) -> bool:
-    """Whether `value` may be given for an Inductor option whose installed default is `default`
-    (bool and int kept apart: True is an int to Python, not to a config)."""
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(default, str):
-        return isinstance(value, str)
-    if isinstance(default, (list, tuple)):
-        return isinstance(value, (list, tuple))
-    if isinstance(default, dict):
-        return isinstance(value, dict)
-    if default is None:  # an optional setting: its type is not known from the default
-        return value is None or isinstance(value, (bool, int, float, str, list, tuple, dict))
-    return False  # a group of options, a callable, an object: not something a configuration carries
-
-
 def _member(value, choices) -> bool:
     """`value in choices`, but True is not 1 and 1.0 is not 1."""
     return any(type(value) is type(choice) and value == choice for choice in choices)
@@ -354,13 +334,6 @@ class WorkloadTraits:
     experts_refused: dict[str, str] = field(default_factory=dict)  # ... and of those, the ones left out: why
     # why the foreach_map step cannot stand in for the optimizer's (space/optimizer.py), or None
     foreach_map_refusal: str | None = "the workload's optimizer is not known"
-
-
-def _set(config: dict, path: tuple[str, ...], value) -> None:
-    if len(path) == 1:
-        config[path[0]] = value
-    else:
-        config[path[0]] = {**config[path[0]], path[1]: value}
 
 
 def bucket_lengths(max_len: int, limit: int = 8) -> list[int]:

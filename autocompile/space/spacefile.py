@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autocompile.errors import UserError
-from autocompile.space.dimensions import _member
 
 
 @dataclass
@@ -84,10 +83,3 @@ def load_space_file(path: str) -> SpaceFile:
             if not values:
                 raise UserError(f"{path}: [{name}] {key} lists no value")
     return SpaceFile(path=path, **sections)
-
-
-def _toml_none(value, choices):
-    """TOML has no null: "none" or "null" stands for None where None is a choice."""
-    if isinstance(value, str) and value.lower() in ("none", "null") and _member(None, choices):
-        return None
-    return value

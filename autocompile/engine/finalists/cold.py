@@ -12,7 +12,7 @@ from autocompile.engine.finalists.plan import rerun_limit_s
 from autocompile.engine.finalists.verdict import choose_winner, measurements, pool_row
 from autocompile.engine.records import Role
 from autocompile.engine.runner import new_trial
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import view_of
 from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def _reconstructed_winner(study, verdict: dict, checks: list):
     row = next((r for r in verdict["candidates"] if r["trial"] == verdict["winner"]), None)
     if row is None or any(c["of"] == row["trial"] for c in checks):
         return None
-    first = StudyView(study).trials[row["trial"]]
+    first = view_of(study).trials[row["trial"]]
     return first if first.user_attrs.get("warmup_kind") == "reconstructed" else None
 
 
@@ -111,7 +111,7 @@ def _chosen_again(runner: Runner, verdict: dict, row: dict, record: dict, check:
         "warmup_reconstructed": False,
         "reruns": [*row["reruns"], check["trial"]],
     }
-    view = StudyView(study)
+    view = runner.look()
     cold_row = pool_row(cold_row, measurements(view.trials, cold_row), verdict["eager_steps_per_s"], horizon)
     rows = [r if r is not row else cold_row for r in verdict["candidates"]]
     eager = view.baseline_trial(Role.EAGER)

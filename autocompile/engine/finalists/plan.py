@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from autocompile.engine.cost import added_s, cold_over_warm_s, cold_scale, rerun_estimate_s, round_s
 from autocompile.engine.finalists.verdict import expected_cold, reconstructed
 from autocompile.engine.gates import Outcome, Refusal, View, why_not
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import StudyView, view_of
 
 if TYPE_CHECKING:
     from autocompile.engine.runner import Runner
@@ -79,7 +79,7 @@ def contenders(study, k: int, limit_s: float | None = None, view: StudyView | No
     """The top k distinct configurations that a rerun could still make the winner: best first,
     those within REACH of the leader's score, and whose rerun fits `limit_s` (the trial limit, which
     bounds a rerun: `not_rerun`)."""
-    top = (view or StudyView(study)).search_candidates()[:k]
+    top = view_of(study, view).search_candidates()[:k]
     return [t for t in top if t.value >= (1 - REACH) * top[0].value and not not_rerun(study, t, limit_s)]
 
 
@@ -96,7 +96,7 @@ def finalist_reserve(study, k: int, limit_s: float | None = None, gpus: int = 1)
     take longer the second time. Nothing while no compiled trial is a contender: the round measures
     contenders against eager, and without one it does not run. On several GPUs (`gpus`), what the
     longest of their sequences takes (`split`: each its eager and its finalists)."""
-    view = StudyView(study)
+    view = view_of(study)
     finalists = contenders(study, k, limit_s, view) if k > 0 else []
     if not finalists:
         return 0.0
@@ -132,11 +132,11 @@ def reserve_note(study, k: int, timeout_s: float | None, limit_s: float | None =
     )
 
 
-def say_left_out(runner: Runner, k: int, candidates: list) -> None:
+def say_left_out(runner: Runner, k: int, candidates: list, view: StudyView) -> None:
     """A line for each of the top k left out of the round (not a contender): its rerun too long for
-    the trial limit (`not_rerun`), or its score too far behind the leader's (REACH)."""
+    the trial limit (`not_rerun`), or its score too far behind the leader's (REACH); `view`: the round's study."""
     trial_limit = runner.settings.trial_timeout_s
-    top, chosen = StudyView(runner.study).search_candidates()[:k], {c.number for c in candidates}
+    top, chosen = view.search_candidates()[:k], {c.number for c in candidates}
     for t in top:
         refusal = not_rerun(runner.study, t, trial_limit)
         if refusal:
@@ -149,13 +149,16 @@ def say_left_out(runner: Runner, k: int, candidates: list) -> None:
             )
 
 
-def plan_round(runner: Runner, eager, candidates: list, rounds: int, gpus: int = 1) -> tuple[list[list], float]:
+def plan_round(
+    runner: Runner, eager, candidates: list, rounds: int, gpus: int = 1, view: StudyView | None = None
+) -> tuple[list[list], float]:
     """The finalists whose reruns fit what is left of --timeout, best first, as each GPU's list (`split`:
     every GPU measures its own eager, then its finalists), and by how much the round may run past it
-    (when none fits, the best is measured all the same, on the first GPU)."""
+    (when none fits, the best is measured all the same, on the first GPU); `view`: the round's study."""
     remaining, overrun = runner.remaining(), 0.0
     eager_s = rerun_estimate_s(eager) if eager is not None else 0.0
-    budget = None if remaining is None else (remaining - cold_check_s(runner.study, len(candidates))) / rounds - eager_s
+    cold_s = None if remaining is None else cold_check_s(runner.study, len(candidates), view=view)
+    budget = None if remaining is None else (remaining - cold_s) / rounds - eager_s
     lanes, left = [[] for _ in range(gpus)], [budget] * gpus
     for t, gpu in zip(candidates, split(candidates, gpus)):
         if budget is not None and rerun_estimate_s(t) > left[gpu]:

@@ -15,7 +15,7 @@ from autocompile.engine.finalists.plan import cold_pick, contenders, plan_round,
 from autocompile.engine.finalists.verdict import WINNER_RULE, reconstructed, rechosen, round_verdict
 from autocompile.engine.records import Role, plain
 from autocompile.engine.runner import Prepared, new_trial
-from autocompile.engine.studyview import StudyView
+from autocompile.engine.studyview import view_of
 from autocompile.trial.protocol import REPLAY_VERSION, STOP_S
 from autocompile.trial.result import Status
 
@@ -41,16 +41,16 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1, gpus: list[str] | Non
     split over them (`plan.split`), each GPU measuring its own eager then its finalists, all GPUs
     at once (`lanes`), and the verdict compares them on one footing (`verdict.gpu_footing`).
     """
-    study, progress, view = runner.study, runner.progress, StudyView(runner.study)
+    study, progress, view = runner.study, runner.progress, runner.look()
     eager = view.baseline_trial(Role.EAGER)
     candidates = contenders(study, k, runner.settings.trial_timeout_s, view)
     if not candidates:
         return None
     if eager is None:  # eager did not fit: the finalists are measured again among themselves
         progress.line("finalist round: without eager (its baseline did not run cleanly): the finalists alone")
-    say_left_out(runner, k, candidates)
+    say_left_out(runner, k, candidates, view)
     gpus = list(gpus or [None])
-    lanes, overrun = plan_round(runner, eager, candidates, rounds, len(gpus))
+    lanes, overrun = plan_round(runner, eager, candidates, rounds, len(gpus), view)
     finalists = [t for t in candidates if any(t.number == x.number for lane in lanes for x in lane)]
     numbers = [t.number for t in finalists]
     done = study.user_attrs.get("finalists")
@@ -81,7 +81,7 @@ def run_finalists(runner: Runner, k: int, rounds: int = 1, gpus: list[str] | Non
         verdict = _verdict(runner, eager, finalists, runs, rounds, on)
     if verdict["winner"] is not None:
         progress.line("finalists: " + verdict["why"])
-        trials = StudyView(study).trials  # the round's runs among them
+        trials = runner.look().trials  # the round's runs among them
         verdict = cold_check(
             runner, verdict, [cold_run_check(trials[n], x) for n, xs in runs.items() for x in xs if x.get("cold")]
         )
@@ -293,7 +293,7 @@ def _kept(record: dict, prepared: Prepared, gpu: str | None) -> dict:
 def rechoose(study, horizon: int, say=print) -> dict | None:
     """The study's finalist verdict chosen again under the current rule from the round's own runs,
     without measuring (`verdict.rechosen`). Stored, and said when the winner changes."""
-    verdict, view = study.user_attrs.get("finalists"), StudyView(study)
+    verdict, view = study.user_attrs.get("finalists"), view_of(study)
     eager = view.baseline_trial(Role.EAGER)
     if not verdict or verdict.get("winner_rule") == WINNER_RULE or eager is None:
         return verdict
