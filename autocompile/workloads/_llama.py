@@ -44,6 +44,12 @@ def llama_model(
 
     dtype = dtype_on_cuda if options.device.startswith("cuda") else dtype_on_cpu
     config = LlamaConfig(**config_kwargs, max_position_embeddings=max(longest, 2048))
+    return built_in_place(LlamaForCausalLM, config, options, dtype, attention)
+
+
+def built_in_place(model_class, config, options: WorkloadOptions, dtype, attention: str = "sdpa"):
+    """`model_class(config)` of random weights (the options' seed) built in place on the device in `dtype`, in
+    training mode, with no KV cache; under screening, with the options' fewer decoder layers."""
     if options.blocks:  # screening: fewer decoder layers, built that way (never built full)
         config.num_hidden_layers = min(options.blocks, config.num_hidden_layers)
     config._attn_implementation = attention
@@ -53,7 +59,7 @@ def llama_model(
     torch.set_default_dtype(dtype)
     try:
         with torch.device(options.device):
-            model = LlamaForCausalLM(config)
+            model = model_class(config)
     finally:
         torch.set_default_dtype(previous)
     model.train()
@@ -76,18 +82,35 @@ def text_batches(options: WorkloadOptions, n: int, size: int, longest: int, voca
 def _make(
     name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, dtype_on_cpu, pool, gpu_only=False, attention="sdpa"
 ):
+    def build_model(options: WorkloadOptions, longest: int):
+        return llama_model(config_kwargs, options, longest, dtype_on_cuda, dtype_on_cpu, attention)
+
+    def flops_per_item(model) -> int:  # a dense model: every parameter
+        return 6 * sum(p.numel() for p in model.parameters())
+
+    return decoder_workload(
+        name, description, build_model, config_kwargs["vocab_size"], batch_size, seq_len, pool, flops_per_item, gpu_only
+    )
+
+
+def decoder_workload(
+    name, description, build_model, vocab_size, batch_size, seq_len, pool, flops_per_item, gpu_only=False
+) -> Workload:
+    """A causal decoder's workload: `build_model(options, longest)` trained with AdamW under warm-up + cosine LR
+    on padded batches of the fine-tuning length mix, its loss over the shifted labels."""
+
     def max_len(options: WorkloadOptions) -> int:
         return options.seq_len or seq_len
 
     def build(options: WorkloadOptions):
-        model = llama_model(config_kwargs, options, max_len(options), dtype_on_cuda, dtype_on_cpu, attention)
+        model = build_model(options, max_len(options))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         return model, optimizer
 
     def batches(options: WorkloadOptions, n: int) -> list[dict]:
         # Right padding under causal attention leaves real tokens untouched, and padded labels are
         # ignored, so no attention mask is needed (and SDPA keeps its fast path).
-        return text_batches(options, n, options.batch_size or batch_size, max_len(options), config_kwargs["vocab_size"])
+        return text_batches(options, n, options.batch_size or batch_size, max_len(options), vocab_size)
 
     def forward(model, batch):
         return model(input_ids=batch["input_ids"], position_ids=batch.get("position_ids")).logits
@@ -110,7 +133,7 @@ def _make(
         max_len=max_len,
         parts=(),
         layout=SequenceLayout(positions="position_ids"),
-        flops_per_item=lambda model: 6 * sum(p.numel() for p in model.parameters()),  # a dense model: every parameter
+        flops_per_item=flops_per_item,
         batch_pool=pool,
         gpu_only=gpu_only,
     )

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from autocompile.workloads import SequenceLayout, Workload, WorkloadOptions, warmup_cosine
-from autocompile.workloads._batching import causal_lm_loss, count_labels
-from autocompile.workloads._llama import PAD_ID, text_batches
+from autocompile.workloads import Workload, WorkloadOptions
+from autocompile.workloads._llama import built_in_place, decoder_workload
 
 # Qwen3-30B-A3B's layer (hidden 2048, 32 heads of 128, 4 KV heads, experts of 768) with 32 experts, top-4, 8 layers
 QWEN3_MOE_2B = dict(
@@ -52,21 +51,8 @@ def moe_model(config_kwargs: dict, options: WorkloadOptions, longest: int, dtype
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     config = Qwen3MoeConfig(**config_kwargs, max_position_embeddings=max(longest, 2048))
-    if options.blocks:  # screening: fewer decoder layers, built that way (never built full)
-        config.num_hidden_layers = min(options.blocks, config.num_hidden_layers)
-    config._attn_implementation = "sdpa"
-    config.use_cache = False
     config.output_router_logits = False
-    torch.manual_seed(options.seed)
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(options.device):
-            model = Qwen3MoeForCausalLM(config)
-    finally:
-        torch.set_default_dtype(previous)
-    model.train()
-    return model
+    return built_in_place(Qwen3MoeForCausalLM, config, options, dtype)
 
 
 def expert_parameters(model) -> int:
@@ -84,41 +70,15 @@ def active_parameters(model) -> int:
 
 
 def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, dtype_on_cpu, pool, gpu_only=False):
-    def max_len(options: WorkloadOptions) -> int:
-        return options.seq_len or seq_len
-
-    def build(options: WorkloadOptions):
+    def build_model(options: WorkloadOptions, longest: int):
         dtype = dtype_on_cuda if options.device.startswith("cuda") else dtype_on_cpu
-        model = moe_model(config_kwargs, options, max_len(options), dtype)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        return model, optimizer
+        return moe_model(config_kwargs, options, longest, dtype)
 
-    def batches(options: WorkloadOptions, n: int) -> list[dict]:
-        # Right padding under causal attention, padded labels ignored: no attention mask needed (as llama's)
-        return text_batches(options, n, options.batch_size or batch_size, max_len(options), config_kwargs["vocab_size"])
+    def flops_per_item(model) -> int:
+        return 6 * active_parameters(model)
 
-    def forward(model, batch):
-        return model(input_ids=batch["input_ids"], position_ids=batch.get("position_ids")).logits
-
-    def criterion(logits, batch):
-        return causal_lm_loss(logits, batch["labels"])
-
-    return Workload(
-        name=name,
-        description=description,
-        build=build,
-        batches=batches,
-        forward=forward,
-        criterion=criterion,
-        schedule=warmup_cosine,
-        count=count_labels,
-        unit="tokens",
-        varying={"input_ids": (1, PAD_ID), "labels": (1, -100)},
-        max_len=max_len,
-        layout=SequenceLayout(positions="position_ids"),
-        flops_per_item=lambda model: 6 * active_parameters(model),
-        batch_pool=pool,
-        gpu_only=gpu_only,
+    return decoder_workload(
+        name, description, build_model, config_kwargs["vocab_size"], batch_size, seq_len, pool, flops_per_item, gpu_only
     )
 
 
