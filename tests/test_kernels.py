@@ -10,25 +10,9 @@ from autocompile.engine.study import build_space
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
 from autocompile.workloads import WorkloadOptions, get_workload
 from autocompile.workloads.kernels import sdpa_attention
+from snippet_loop import snippet_losses
 
 OPTIONS = WorkloadOptions(device="cpu", seed=0)
-
-
-def _losses(workload, config, batches):
-    model, optimizer = workload.build(OPTIONS)
-    model.set_attn_implementation("sdpa")  # tiny-llama is built with eager attention
-    info = ModelInfo(regions=find_repeated_blocks(model), varying=dict(workload.varying), max_len=workload.max_len(OPTIONS))
-    snippet = load_snippet(render_snippet({**DEFAULTS, **config}, info))
-    model, optimizer = snippet["apply_compilation"](model, optimizer)
-    losses = []
-    for batch in batches:
-        batch = snippet["prepare_batch"](dict(batch))
-        loss = workload.criterion(workload.forward(model, batch), batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(float(loss))
-    return model, losses
 
 
 def test_the_sdpa_kernel_is_chosen_inside_the_forward_and_trains_the_same_losses():
@@ -39,9 +23,9 @@ def test_the_sdpa_kernel_is_chosen_inside_the_forward_and_trains_the_same_losses
     workload = get_workload("tiny-llama")
     batches = workload.batches(OPTIONS, 3)
     flash = {"scope": "regional", "attention": "flash"}
-    model, losses = _losses(workload, flash, batches)
+    model, losses = snippet_losses(workload, flash, batches, OPTIONS, attention="sdpa")
     assert model.config._attn_implementation == "autocompile_sdpa"
-    _, eager = _losses(workload, EAGER, batches)
+    _, eager = snippet_losses(workload, EAGER, batches, OPTIONS, attention="sdpa")
     assert losses == pytest.approx(eager, rel=1e-3)
 
     fresh, _ = workload.build(OPTIONS)

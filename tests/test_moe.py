@@ -14,24 +14,9 @@ from autocompile.workloads import WorkloadOptions, get_workload
 from autocompile.workloads._moe import QWEN3_MOE_2B, TINY_MOE, active_parameters
 from autocompile.workloads.kernels import experts_implementations
 from conftest import FAST
+from snippet_loop import snippet_losses
 
 OPTIONS = WorkloadOptions(device="cpu", seed=0)
-
-
-def _losses(workload, config, batches):
-    model, optimizer = workload.build(OPTIONS)
-    info = ModelInfo(regions=find_repeated_blocks(model), varying=dict(workload.varying), max_len=workload.max_len(OPTIONS))
-    snippet = load_snippet(render_snippet({**DEFAULTS, **config}, info))
-    model, optimizer = snippet["apply_compilation"](model, optimizer)
-    losses = []
-    for batch in batches:
-        batch = snippet["prepare_batch"](dict(batch))
-        loss = workload.criterion(workload.forward(model, batch), batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(float(loss))
-    return model, losses
 
 
 def test_tiny_moe_builds_and_trains_padded_batches_of_varying_lengths():
@@ -151,9 +136,9 @@ def test_an_experts_implementation_switched_by_the_snippet_trains_eagers_losses(
     batches = workload.batches(OPTIONS, 1) * 2  # one length: one compile of each layer (a second is 20 s of CPU)
     config = {"scope": "regional", "experts": "batched_mm"}
     torch._dynamo.reset()
-    model, losses = _losses(workload, config, batches)
+    model, losses = snippet_losses(workload, config, batches, OPTIONS)
     assert model.config._experts_implementation == "batched_mm"
-    _, eager = _losses(workload, EAGER, batches)
+    _, eager = snippet_losses(workload, EAGER, batches, OPTIONS)
     assert losses == pytest.approx(eager, rel=1e-4)
     assert describe_config({**DEFAULTS, **config}).endswith("experts-batched_mm")
     assert without_code({**DEFAULTS, **config}) == []  # the Trainer's settings cannot say it
