@@ -77,6 +77,12 @@ def test_a_trial_reports_the_model_tflops_of_the_active_parameters(tmp_path, too
     llama = get_workload("tiny-llama")
     dense, _ = llama.build(WorkloadOptions(device="meta"))
     assert llama.flops_per_item(dense) == 6 * sum(p.numel() for p in dense.parameters())
+    # MFU where the device's dense bf16 peak is known (not the CPU's): the same figure on an H100 would read so
+    from autocompile.outputs.table import _mfu_words
+
+    assert _mfu_words(record) == ""
+    on_h100 = {**record, "device_name": "NVIDIA H100 80GB HBM3", "model_tflops_per_s": 440.0}
+    assert _mfu_words(on_h100).startswith(" MFU 44.5%: 440 TFLOP/s")
 
 
 def test_the_experts_implementation_is_offered_where_the_model_can_switch_it():

@@ -253,6 +253,20 @@ def _round_speed(best: dict, verdict: dict | None, view: StudyView, scored: bool
     )
 
 
+# Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), by a word of the device's name: MFU's denominator
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.4), ("H200", 989.4), ("A100", 312.0))
+
+
+def _mfu_words(record: dict) -> str:
+    """The model's FLOPs at the measured speed over the device's dense bf16 peak, where the workload declares
+    its FLOPs (6 x the parameters an item passes through) and the device's peak is known."""
+    tflops, device = record.get("model_tflops_per_s"), record.get("device_name") or ""
+    peak = next((value for word, value in PEAK_BF16_TFLOPS if word in device), None)
+    if not (tflops and peak):
+        return ""
+    return f" MFU {100 * tflops / peak:.1f}%: {tflops:.0f} TFLOP/s of the model's FLOPs, of a dense bf16 peak of {peak:g}."
+
+
 def _warm_up_words(record: dict) -> str:
     """ "warm-up 12.3 s", and how it was found where it was not one cold run."""
     kind = record.get("warmup_kind") or ""
@@ -362,6 +376,7 @@ def _measured_words(a: dict, view: StudyView) -> str:
     return (
         f"Measured on {a.get('device_name')} with torch {a.get('torch')}: {a.get('steps_per_s', 0):.3g} steps/s "
         f"steady ({vs_eager} eager, {_against_defaults(vs_default)}), {_warm_up_words(a)}."
+        + _mfu_words(a)
         + (f" The steady speed pools its runs in the finalist round: {_then(a['paces'])} steps/s." if pooled else "")
     )
 
