@@ -20,7 +20,7 @@ from autocompile.api import run_search
 from autocompile.outputs.table import format_summary
 from autocompile.engine.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
-from conftest import FAST, HISTORY, ROOT, drawn_image, toy
+from conftest import FAST, HISTORY, ROOT, command, drawn_image, toy
 
 
 def cli(*args, cwd=None):
@@ -361,9 +361,9 @@ def test_best_of_a_study_not_in_the_storage(searched):
 
 
 def test_models_and_space_commands():
-    out = cli("models")
+    out = command("models")
     assert out.returncode == 0 and out.stdout.splitlines()[0].startswith("llama-8b")
-    out = cli("space", "--model", "captioner", "--device", "cuda", "--json")
+    out = command("space", "--model", "captioner", "--device", "cuda", "--json")
     space = json.loads(out.stdout)
     assert "mode.encoder" in [d["name"] for d in space["dimensions"]]
 
