@@ -1,6 +1,7 @@
 import atexit
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -371,6 +372,24 @@ def numerics_of_plain_compile(tmp_path, workload: str, seed: int, triage: bool =
     record = plain_compile_record(tmp_path)
     assert record["study_trials"] == 2
     return record
+
+
+def command(*args: str) -> subprocess.CompletedProcess:
+    """`autocompile ARGS` run by the command's own function in this process, as its entry point calls it: its
+    exit status and what it printed. A process of its own imports torch (transformers, peft) anew, seconds on
+    2 busy cores, where the test is about what the command prints, not about its process."""
+    import contextlib
+    import io
+
+    from autocompile.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's own exits (--help, --version, a usage error)
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(["autocompile", *args], code, out.getvalue(), err.getvalue())
 
 
 def plain_compile_record(tmp_path) -> dict:

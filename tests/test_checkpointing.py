@@ -5,8 +5,6 @@ guard, refused with CUDA graphs, and memory chosen from a finished study."""
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,14 +13,9 @@ from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, ren
 from autocompile.engine.study import build_space
 from autocompile.space import DEFAULTS, EAGER, doomed
 from autocompile.workloads import WorkloadOptions, checkpointing, get_workload
-from conftest import FAST, ROOT, toy
+from conftest import FAST, command, toy
 
 OPTIONS = WorkloadOptions(device="cpu", seed=0)
-
-
-def cli(*args):
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "autocompile", *args], capture_output=True, text=True, env=env)
 
 
 def dims(space) -> dict:
@@ -47,7 +40,7 @@ def test_the_dimension_is_offered_where_the_model_checkpoints(model, found):
     budget = dims(space)["activation_memory_budget"]
     assert budget.choices == (None, 0.8, 0.5, 0.2, 0.05) and budget.where == "activation_checkpointing is off"
     assert not budget.active({**DEFAULTS, "activation_checkpointing": "as_built"})
-    out = cli("space", "--model", model, "--device", "cpu")
+    out = command("space", "--model", model, "--device", "cpu")
     assert out.returncode == 0, out.stderr
     assert '["as_built", "off", "selective"]' in out.stdout
     assert "(where activation_checkpointing is off)" in out.stdout
@@ -160,7 +153,7 @@ def test_the_snippet_switches_the_model_s_checkpointing_and_trains_like_eager_as
 
 
 def test_a_configuration_with_the_checkpointing_off_runs_through_trial(tmp_path):
-    out = cli(
+    out = command(
         "trial",
         "--model",
         "tiny-lora",
@@ -224,7 +217,7 @@ def test_a_search_turns_the_checkpointing_off_and_best_picks_under_a_memory_limi
         and t.user_attrs.get("status") in ("ok", "infeasible")
     }
     limit = max(r["peak_mem_gb"] for r in measured.values())  # every configuration that ran fits
-    out = cli("best", "--study", "ckpt", "--dir", directory, "--max-memory-gb", str(limit), "--json")
+    out = command("best", "--study", "ckpt", "--dir", directory, "--max-memory-gb", str(limit), "--json")
     assert out.returncode == 0, out.stderr
     chosen = json.loads(out.stdout)
     from autocompile.engine.scoring import score
@@ -233,14 +226,14 @@ def test_a_search_turns_the_checkpointing_off_and_best_picks_under_a_memory_limi
     assert chosen["number"] == max(scores, key=scores.get) and chosen["max_memory_gb"] == limit
     from autocompile.outputs.pareto import measured_points, memory_front
 
-    pareto = cli("best", "--study", "ckpt", "--dir", directory, "--pareto").stdout
+    pareto = command("best", "--study", "ckpt", "--dir", directory, "--pareto").stdout
     assert "Pareto front of steady throughput against peak memory" in pareto
     # the recipe is listed where it is on the memory front (on the CPU, RSS can put it behind plain torch.compile)
     on_front = recipe.number in {p.number for p in memory_front(measured_points(study, float("inf")))}
     assert ("model-ckpt=off act-budget=0.5" in pareto) == on_front
     least = min(r["peak_mem_gb"] for r in measured.values())
-    out = cli("best", "--study", "ckpt", "--dir", directory, "--max-memory-gb", str(least / 10))
+    out = command("best", "--study", "ckpt", "--dir", directory, "--max-memory-gb", str(least / 10))
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert f"measured no configuration within {least / 10:g} GB: the least any needed was {least:.2f} GB" in out.stderr
-    pareto = cli("best", "--study", "ckpt", "--dir", directory, "--pareto").stdout
+    pareto = command("best", "--study", "ckpt", "--dir", directory, "--pareto").stdout
     assert "Pareto front of steady throughput against peak memory" in pareto and "eager as built peaked at" in pareto

@@ -29,7 +29,7 @@ from autocompile.engine.records import full_record
 from autocompile.outputs.export import check_warm_start, export
 from autocompile.api import run_search
 from autocompile.engine.study import SearchSettings, load_study, storage_url
-from conftest import FAST, HISTORY, ROOT, toy
+from conftest import FAST, HISTORY, ROOT, command, toy
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -207,12 +207,6 @@ def test_a_cache_made_elsewhere_is_refused(exported, tmp_path, capsys):
 
 def test_export_refuses_what_it_cannot_export_in_one_line(exported):
     directory = exported[0]
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for args, expected in ((["--trial", "0"], "is eager: nothing is compiled"), (["--trial", "9"], "has no trial 9")):
-        out = subprocess.run(
-            [sys.executable, "-m", "autocompile", "export", "--study", "toy", "--dir", directory, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
+        out = command("export", "--study", "toy", "--dir", directory, *args)
         assert out.returncode == 2 and expected in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

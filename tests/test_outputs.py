@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import HISTORY, ROOT, drawn_image
+from conftest import HISTORY, ROOT, command, drawn_image
 
 STUDIES = os.path.join(ROOT, "studies")
 
@@ -24,13 +24,13 @@ def cli(*args):
 def test_best_of_a_committed_result_prints_its_snippet_and_winner(workload, study):
     """studies/WORKLOAD/ holds the study that stands as the workload's result, under its own name:
     `best --study WORKLOAD` reads it, and prints the snippet and the winner line its search wrote."""
-    out = cli("best", "--study", workload, "--dir", STUDIES)
+    out = command("best", "--study", workload, "--dir", STUDIES)
     assert out.returncode == 0, out.stderr
     with open(os.path.join(STUDIES, workload, "apply_compilation.py")) as f:
         assert out.stdout.rstrip() == f.read().rstrip() and f"(study '{study}'" in out.stdout
     with open(os.path.join(STUDIES, workload, "trials.txt")) as f:
         assert out.stderr.splitlines()[0] in f.read()
-    figures = json.loads(cli("best", "--study", workload, "--dir", STUDIES, "--json").stdout)
+    figures = json.loads(command("best", "--study", workload, "--dir", STUDIES, "--json").stdout)
     assert figures["status"] == "ok" and figures["vs_eager"] > 1
 
 
@@ -39,16 +39,16 @@ def test_the_winner_s_speed_is_what_its_finalist_round_took():
     in its finalist round, which took 6.95 (2.06x its eager). The winner line, `--json` and the snippet's
     docstring say the round's figures, not the first run's alone; at another horizon the speed stays
     pooled and the score is worked out for that horizon."""
-    figures = json.loads(cli("best", "--study", "llama-8b", "--dir", STUDIES, "--json").stdout)
+    figures = json.loads(command("best", "--study", "llama-8b", "--dir", STUDIES, "--json").stdout)
     first, rerun = figures["paces"]
     assert rerun < figures["steps_per_s"] < first and figures["number"] == 2
     assert figures["vs_eager"] == pytest.approx(2.06, abs=0.005)
     assert figures["items_per_s"] / figures["steps_per_s"] == pytest.approx(9231.1 / first, rel=1e-4)  # tokens a step
-    out = cli("best", "--study", "llama-8b", "--dir", STUDIES)
+    out = command("best", "--study", "llama-8b", "--dir", STUDIES)
     assert "6.95 steps/s (7.04 then 6.86 pooled in the finalist round), 2.06x eager" in out.stderr.splitlines()[0]
     assert "6.95 steps/s steady (2.06x eager" in out.stdout
     assert "The steady speed pools its runs in the finalist round: 7.04 then 6.86 steps/s." in out.stdout
-    short = json.loads(cli("best", "--study", "llama-8b", "--dir", STUDIES, "--json", "--horizon", "20000").stdout)
+    short = json.loads(command("best", "--study", "llama-8b", "--dir", STUDIES, "--json", "--horizon", "20000").stdout)
     assert short["steps_per_s"] == figures["steps_per_s"] and short["score"] != figures["score"]
 
 
@@ -57,7 +57,7 @@ def test_a_winner_that_is_plain_torch_compile_is_1x_plain_torch_compile(tmp_path
     plain torch.compile won, 260 then 264 steps/s in its round. Pooled, it is 1.00x itself, not its pooled
     speed over its first run's (1.01x), in the winner line and in the snippet."""
     shutil.copytree(os.path.join(ROOT, "tests", "data", "cpu-quickstart-2026-11-29"), tmp_path, dirs_exist_ok=True)
-    out = cli("best", "--study", "tiny-llama", "--dir", str(tmp_path))
+    out = command("best", "--study", "tiny-llama", "--dir", str(tmp_path))
     assert out.returncode == 0, out.stderr
     line = out.stderr.splitlines()[0]
     assert "(compile-defaults)" in line and "(260 then 264 pooled in the finalist round)" in line
@@ -73,11 +73,11 @@ def test_best_of_a_search_stopped_before_its_finalist_round_says_so(tmp_path):
     shutil.copytree(os.path.join(HISTORY, "lora-8b-60gb-2"), tmp_path / "lora-8b-60gb-2")
     url = f"sqlite:///{tmp_path / 'lora-8b-60gb-2' / 'study.db'}"
     optuna.load_study(study_name="lora-8b-60gb-2", storage=url).set_user_attr("finalists", None)
-    out = cli("best", "--study", "lora-8b-60gb-2", "--dir", str(tmp_path))
+    out = command("best", "--study", "lora-8b-60gb-2", "--dir", str(tmp_path))
     assert out.returncode == 0 and out.stdout.startswith('"""Compile settings for lora-8b'), out.stderr
     assert "note: study 'lora-8b-60gb-2' has no finalist round yet" in out.stderr
     for finished, directory in (("lora-8b-60gb-2", HISTORY), ("lora-8b", STUDIES)):  # lora-8b: lora-8b-fresh-2
-        out = cli("best", "--study", finished, "--dir", directory)
+        out = command("best", "--study", finished, "--dir", directory)
         assert out.returncode == 0 and "no finalist round" not in out.stderr, out.stderr
 
 
@@ -164,7 +164,7 @@ def test_best_for_another_horizon_changes_the_winner_where_the_front_says(llama_
     from autocompile.engine.study import load_study
 
     def best(*extra):
-        out = cli("best", "--study", "llama-8b", "--dir", llama_copy, "--json", *extra)
+        out = command("best", "--study", "llama-8b", "--dir", llama_copy, "--json", *extra)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
@@ -180,10 +180,10 @@ def test_best_for_another_horizon_changes_the_winner_where_the_front_says(llama_
     first, last = winning_ranges(points)[short["number"]]
     assert first <= 100 <= last < 1000
 
-    out = cli("best", "--study", "llama-8b", "--dir", llama_copy, "--horizon", "100")
+    out = command("best", "--study", "llama-8b", "--dir", llama_copy, "--horizon", "100")
     assert out.stderr.startswith(f"winner for 100 steps: trial {short['number']} ")
     assert f"'llama-8b', trial {short['number']})" in out.stdout.splitlines()[0]  # that trial's snippet
-    out = cli("best", "--study", "llama-8b", "--dir", llama_copy, "--pareto")
+    out = command("best", "--study", "llama-8b", "--dir", llama_copy, "--pareto")
     listed = [line.split()[1 if line.startswith("*") else 0] for line in out.stdout.splitlines()[2:-1]]
     assert [int(n) for n in listed] == list(front)
     assert "wins for" in out.stdout
@@ -200,7 +200,7 @@ def test_version_and_quiet():
 
 
 def test_quiet_best_prints_only_the_snippet(llama_copy):
-    out = cli("-q", "best", "--study", "llama-8b", "--dir", llama_copy)
+    out = command("-q", "best", "--study", "llama-8b", "--dir", llama_copy)
     assert out.returncode == 0 and out.stderr == "" and out.stdout.startswith('"""Compile settings for llama-8b')
 
 

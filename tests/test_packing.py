@@ -3,7 +3,6 @@ the model trains on the same tokens to the same losses, shapes repeat, and a mod
 sequences see each other is refused by the numerics guard with that reason."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -15,15 +14,10 @@ from autocompile.engine.study import build_space
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.space.rules import compiled_shapes
 from autocompile.workloads import WorkloadOptions, get_workload
-from conftest import ROOT, toy
+from conftest import command, toy
 
 OPTIONS = WorkloadOptions(device="cpu", seed=0)
 ENCODER = toy("tiny_encoder")
-
-
-def cli(*args):
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "autocompile", *args], capture_output=True, text=True, env=env)
 
 
 def _info(workload, model):
@@ -282,13 +276,13 @@ def test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard(tmp_path):
 
 
 def test_space_lists_pack_with_its_conditions_and_says_why_a_workload_cannot_pack():
-    out = cli("space", "--model", "tiny-llama", "--device", "cpu")
+    out = command("space", "--model", "tiny-llama", "--device", "cpu")
     assert out.returncode == 0, out.stderr
     assert '"pack"]' in out.stdout and "pack_length" in out.stdout and "(where padding is pack)" in out.stdout
     assert "FlexAttention has no backward on the CPU" in out.stdout  # pack_attention: left out here, with why
-    out = cli("space", "--model", "tiny-captioner", "--device", "cpu")
+    out = command("space", "--model", "tiny-captioner", "--device", "cpu")
     assert "padding=pack" in out.stdout and "declares no SequenceLayout" in out.stdout
-    described = json.loads(cli("space", "--model", ENCODER, "--device", "cpu", "--json").stdout)
+    described = json.loads(command("space", "--model", ENCODER, "--device", "cpu", "--json").stdout)
     [padding] = [d for d in described["dimensions"] if d["name"] == "padding"]
     assert "pack" in padding["choices"]
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FAST, ROOT, numerics_of_plain_compile, toy
+from conftest import FAST, ROOT, command, numerics_of_plain_compile, toy
 
 DATA = pathlib.Path(__file__).parent / "data"
 
@@ -46,14 +46,14 @@ def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
     assert record["status"] == "compile_error" and "failing_layer" not in record, record["reason"]
 
     folder = tmp_path / "s" / "trials" / "0001" / "repro"
-    best = _run("-m", "autocompile", "best", "--study", "s", "--dir", str(tmp_path))  # lists the failure, and how to minify it
+    best = command("best", "--study", "s", "--dir", str(tmp_path))  # lists the failure, and how to minify it
     assert "failed configurations:\n  trial 1 " in best.stderr, best.stderr
     assert "; to reproduce it: autocompile repro --study s --trial 1\n" in best.stderr
     for trial, error in (
         ("0", "trial 0 is 'ok', not a failed compile: nothing to reproduce"),
         ("7", "study 's' has no trial 7 (it has 0 to 1)"),
     ):
-        done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", trial, "--dir", str(tmp_path))
+        done = command("repro", "--study", "s", "--trial", trial, "--dir", str(tmp_path))
         assert (done.returncode, done.stderr) == (2, f"autocompile: error: {error}\n")
     for args, error in (
         (
@@ -62,7 +62,7 @@ def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
         ),
         ([], "say which trial: --study NAME --trial N, or --trial-dir DIR"),
     ):
-        done = _run("-m", "autocompile", "repro", *args)
+        done = command("repro", *args)
         assert (done.returncode, done.stderr) == (2, f"autocompile: error: {error}\n")
     # A minifier stopped at once: the unreduced graph is kept, and the line says so. The trial named
     # by its folder, as one run by hand with `autocompile trial --dir` is (the same files).
@@ -90,7 +90,7 @@ def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
 
     table = format_table(summarize(study, str(tmp_path / "s"))["rows"])
     assert f"[repro: {folder / 'repro.py'}]" in table.splitlines()[2]
-    best = _run("-m", "autocompile", "best", "--study", "s", "--dir", str(tmp_path))
+    best = command("best", "--study", "s", "--dir", str(tmp_path))
     assert f"; repro: {folder / 'repro.py'}: minified" in best.stderr, best.stderr
 
 

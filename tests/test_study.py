@@ -20,7 +20,7 @@ from autocompile.api import run_search
 from autocompile.outputs.table import format_summary
 from autocompile.engine.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
-from conftest import FAST, HISTORY, ROOT, drawn_image, toy
+from conftest import FAST, HISTORY, ROOT, command, drawn_image, toy
 
 
 def cli(*args, cwd=None):
@@ -246,10 +246,10 @@ def test_running_again_resumes_the_study(searched, capsys, tmp_path):
 
 def test_best_prints_the_snippet_and_json(searched):
     settings, summary = searched
-    out = cli("best", "--study", "toy", "--dir", settings.directory)
+    out = command("best", "--study", "toy", "--dir", settings.directory)
     assert out.returncode == 0, out.stderr
     assert "def apply_compilation(model, optimizer):" in out.stdout
-    out = cli("best", "--study", "toy", "--dir", settings.directory, "--json")
+    out = command("best", "--study", "toy", "--dir", settings.directory, "--json")
     best = json.loads(out.stdout)
     study = load_study("toy", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     assert best["number"] == best_trial(study).number  # the study may have grown since the fixture
@@ -356,14 +356,14 @@ def test_bad_input_gets_one_line_and_exit_2(args, message, capsys, monkeypatch, 
 
 def test_best_of_a_study_not_in_the_storage(searched):
     settings, _ = searched
-    out = cli("best", "--study", "other", "--storage", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
+    out = command("best", "--study", "other", "--storage", "sqlite:///" + os.path.join(settings.study_dir, "study.db"))
     assert out.returncode == 2 and "no study named 'other'" in out.stderr and "studies there: toy" in out.stderr
 
 
 def test_models_and_space_commands():
-    out = cli("models")
+    out = command("models")
     assert out.returncode == 0 and out.stdout.splitlines()[0].startswith("llama-8b")
-    out = cli("space", "--model", "captioner", "--device", "cuda", "--json")
+    out = command("space", "--model", "captioner", "--device", "cuda", "--json")
     space = json.loads(out.stdout)
     assert "mode.encoder" in [d["name"] for d in space["dimensions"]]
 

@@ -20,6 +20,7 @@ HERE = os.path.dirname(__file__)
 JOBS = os.path.join(HERE, "trainer_jobs.py")
 sys.path.insert(0, HERE)
 import trainer_jobs  # noqa: E402
+from conftest import command  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -85,24 +86,9 @@ def test_a_packed_sft_trainer_trains_the_same_losses_and_is_not_packed_twice():
 
 def test_a_lora_trainer_with_checkpointing_is_offered_the_memory_axis_and_trains_alike_without_it():
     pytest.importorskip("peft")
-    described = json.loads(
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "autocompile",
-                "space",
-                "--trainer",
-                f"{JOBS}:lora_checkpointing",
-                "--device",
-                "cpu",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
+    done = command("space", "--trainer", f"{JOBS}:lora_checkpointing", "--device", "cpu", "--json")
+    assert done.returncode == 0, done.stderr
+    described = json.loads(done.stdout)
     axis = next(d for d in described["dimensions"] if d["name"] == "activation_checkpointing")
     assert axis["choices"] == ["as_built", "off", "selective"]
     trainer = trained_alike("lora_checkpointing", scope="regional", activation_checkpointing="off")
@@ -133,14 +119,23 @@ def test_nothing_compiles_twice_where_the_trainer_compiles_too():
     ],
 )
 def test_a_bad_trainer_factory_gets_one_line_and_exit_2(factory, says):
+    done = command("space", "--trainer", f"{JOBS}:{factory}", "--device", "cpu")
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2
+    assert last.startswith("autocompile: error:") and says in last
+    assert "Traceback" not in done.stderr
+
+
+def test_a_bad_trainer_factory_exits_2_from_the_command_line():
+    """The same, from the command's own process: its exit status and its last line."""
     done = subprocess.run(
-        [sys.executable, "-m", "autocompile", "space", "--trainer", f"{JOBS}:{factory}", "--device", "cpu"],
+        [sys.executable, "-m", "autocompile", "space", "--trainer", f"{JOBS}:nowhere", "--device", "cpu"],
         capture_output=True,
         text=True,
     )
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2
-    assert last.startswith("autocompile: error:") and says in last
+    assert last.startswith("autocompile: error:") and "has no attribute 'nowhere'" in last
     assert "Traceback" not in done.stderr
 
 
