@@ -172,6 +172,7 @@ def rejection(space, config: dict) -> str | None:
         or _parallel_rejection(space, c)
         or _checkpointing_rejection(space, c)
         or _packing_rejection(space, c)
+        or _attention_rejection(space, c)
         or _experts_rejection(space, c)
         or _optimizer_rejection(c, traits)
         or _static_grads_rejection(c, caps)
@@ -270,13 +271,21 @@ def _inductor_rejection(c: dict, caps) -> str | None:
     return None
 
 
+def _attention_rejection(space, c: dict) -> str | None:
+    """The kernel of the model's own attention chosen where it is Hugging Face's SDPA on a GPU, and only where
+    the model's own attention runs (not FlexAttention or varlen_attn under packing)."""
+    how = c.get("attention", "model")
+    if how == "model":
+        return None
+    if not (space.traits.sdpa_attention and space.caps.cuda):
+        return f"attention {how}: chosen for a Hugging Face model's SDPA attention on a GPU only"
+    if c["padding"] == "pack" and c.get("pack_attention", "model") != "model":
+        return f"attention {how}: the model's own attention, not pack_attention {c['pack_attention']}"
+    return None
+
+
 def _packing_rejection(space, c: dict) -> str | None:
-    """Packing where the workload's layout allows it; its attention switched where the model can, and the
-    model's own attention's kernel chosen where it is Hugging Face's SDPA."""
-    if c.get("attention", "model") != "model" and not (space.traits.sdpa_attention and space.caps.cuda):
-        return f"attention {c['attention']}: chosen for a Hugging Face model's SDPA attention on a GPU only"
-    if c.get("attention", "model") != "model" and c["padding"] == "pack" and c.get("pack_attention", "model") != "model":
-        return f"attention {c['attention']}: the model's own attention, not pack_attention {c['pack_attention']}"
+    """Packing where the workload's layout allows it; its attention switched where the model can."""
     if c["padding"] != "pack":
         how = c.get("pack_attention", "model")
         return f"pack_attention {how}: only with padding pack" if how != "model" else None
