@@ -169,3 +169,31 @@ def test_a_trial_of_a_trainer_s_job_runs_its_own_step_through_apply_to_trainer(t
     assert check["blind_batch"] is not None and check["other_sequences_moved"] == 0 and check["earlier_tokens_moved"] == 0
     assert packed["padding_share"] < eager["padding_share"]
     assert not compare_losses(packed["losses"], eager["losses"], "cpu")["differs"]
+
+
+def test_a_trainer_s_job_is_measured_on_batches_its_warm_up_did_not_see(tmp_path, toolchain_dir):
+    """A cost the device pays once per new shape (cuDNN attention's plans) is paid at each step of a run over a
+    dataset of many lengths, and so in the trial's windows: they take batches the warm-up did not pass."""
+    from conftest import FAST
+
+    from autocompile.space import EAGER
+    from autocompile.trial import TrialRequest, run_trial
+
+    workload = get_workload(f"trainer:{JOBS}:per_length_cost")
+    assert workload.batch_pool == 160 and workload.fresh_pass == 32
+    request = TrialRequest(
+        model=f"trainer:{JOBS}:per_length_cost",
+        config={**DEFAULTS, **EAGER},
+        device="cpu",
+        trial_dir=str(tmp_path / "eager"),
+        timeout_s=300,
+        toolchain_dir=toolchain_dir,
+        measure=FAST,
+    )
+    record = run_trial(request)
+    assert record["status"] == "ok", record["reason"]
+    assert len(record["window_rates"]) == 3 and record["settling_windows"] == 0
+    assert record["warmup_steps"] + record["measured_steps"] <= workload.batch_pool
+    # every measured step met a new length: none ran faster than the plan it paid (a step that reused a length
+    # costs the tiny model's few milliseconds, so windows over the warm-up's batches would run several times faster)
+    assert record["steps_per_s"] < 1 / trainer_jobs.PLAN_S

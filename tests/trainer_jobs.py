@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import tempfile
+import time
 
 import torch
 
@@ -93,6 +94,36 @@ def language_modeling():
 
     collator = DataCollatorForLanguageModeling(tokenizer(), mlm=False)
     return Trainer(model=model(), args=arguments(), train_dataset=dataset(), data_collator=collator)
+
+
+# What the model's first forward of each new sequence length costs in `per_length_cost`, as cuDNN attention's plan
+# for a new shape does on a GPU: longer than any step of the tiny model itself, so its speed shows who paid it.
+PLAN_S = 0.1
+
+
+def per_length_cost():
+    """language_modeling at batch 1, each batch of a length of its own, the model paying PLAN_S the first time it
+    sees a length: a run over the dataset pays it at every step."""
+    from datasets import Dataset
+    from transformers import DataCollatorForLanguageModeling, Trainer
+
+    rng = random.Random(0)
+    lengths = list(range(8, 168))
+    rng.shuffle(lengths)
+    rows = [{"input_ids": [rng.randrange(3, VOCAB) for _ in range(n)]} for n in lengths]
+    seen = set()
+
+    def plan(module, args, kwargs):
+        length = kwargs["input_ids"].shape[1]
+        if length not in seen:
+            seen.add(length)
+            time.sleep(PLAN_S)
+
+    built = model()
+    built.register_forward_pre_hook(plan, with_kwargs=True)
+    collator = DataCollatorForLanguageModeling(tokenizer(), mlm=False)
+    args = arguments(per_device_train_batch_size=1)
+    return Trainer(model=built, args=args, train_dataset=Dataset.from_list(rows), data_collator=collator)
 
 
 def sft_packed():

@@ -31,6 +31,7 @@ from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
 from autocompile.trial.packing_check import packed_alike, real_tokens
 from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL, rank_result_path
 from autocompile.trial.result import Status
+from autocompile.workloads import FRESH_WINDOWS
 
 if TYPE_CHECKING:
     from autocompile.workloads import Workload, WorkloadOptions
@@ -314,9 +315,9 @@ def run(spec: dict, events: Events, result: dict) -> None:
     sync = _device_sync(torch, spec["device"])
     if spec["config"]["compile"] and spec.get("compile_pool_wait", True):  # not where the warm-up is carried
         _wait_compile_pool(result)
-    warm = _warm_up(training, watcher, spec, events, result, sync, setup.pool, ledger)
+    warm = _warm_up(training, watcher, spec, events, result, sync, setup.workload.fresh_pass or setup.pool, ledger)
     _save_cache(torch, spec, result, training)
-    _measure(torch, training, watcher, warm, spec, events, result, sync, setup.counts, setup.workload.unit)
+    _measure(torch, training, watcher, warm, spec, events, result, sync, setup.counts, setup.workload)
     # Decided by every rank together: the replay's models are wrapped as the trial's (DDP, FSDP2), so a
     # rank that replayed alone would wait in their collectives for peers that had left.
     if _all_ranks(bool(result.get("rng_dependent") and spec.get("numerics_replay", True) and result["status"] == Status.OK)):
@@ -592,8 +593,8 @@ def _rng_dependent(torch, workload, model, batch: dict, result: dict | None = No
 
 
 def _warm_up(training: Training, watcher, spec: dict, events: Events, result: dict, sync, pool: int, ledger: GraphLedger) -> dict:
-    """Until a whole pass over the batch pool is done and `settle` steps in a row started no
-    compile (`settle_steps`). Each step is synchronised so its compile events are its own. Returns
+    """Until a whole pass over `pool` batches (the pool, or the workload's fresh pass) is done and `settle`
+    steps in a row started no compile (`settle_steps`). Each step is synchronised so its compile events are its own. Returns
     where it ended: steps run, a typical quiet step's time, compile events so far. With a shared
     compile cache the warm-up it measured is not cold: `_cold_warm_up` reconstructs it."""
     warming = "compiling" if spec["config"]["compile"] else "warming up"
@@ -701,16 +702,21 @@ def settled(rates: list[float], least: int = MIN_WINDOWS) -> int:
 
 
 def _measure(
-    torch, training: Training, watcher, warm: dict, spec: dict, events: Events, result: dict, sync, counts: list[int], unit: str
+    torch, training: Training, watcher, warm: dict, spec: dict, events: Events, result: dict, sync, counts: list[int], workload
 ) -> None:
     """Steady state: windows of whole passes over the pool (so every window sees the same lengths), at
     least `min_window_s` long, until the steady speed's interval is tight enough (`interval`), the
-    window cap is reached, or the next window would run past the trial's limit."""
-    index, pool = warm["steps"], len(counts)
+    window cap is reached, or the next window would run past the trial's limit. Where the workload
+    measures on fresh batches (`Workload.fresh_pass`), FRESH_WINDOWS windows of its passes, each on
+    batches no step has seen: their lengths differ, so none is cut as settling and their count is fixed."""
+    index, pool, unit = warm["steps"], len(counts), workload.unit
     events.emit(phase="measuring", warmup_s=result["warmup_s"], warmup_steps=index)  # the parent's pruning reads these
-    passes = int(_slowest(max(1, math.ceil(spec.get("min_window_s", 0.5) / max(warm["typical_step_s"] * pool, 1e-6)))))
-    window_steps = passes * pool
+    step = workload.fresh_pass or pool
+    passes = int(_slowest(max(1, math.ceil(spec.get("min_window_s", 0.5) / max(warm["typical_step_s"] * step, 1e-6)))))
+    window_steps = passes * step
     min_windows, max_windows = spec.get("min_windows", MIN_WINDOWS), spec.get("max_windows", MAX_WINDOWS)
+    if workload.fresh_pass:
+        min_windows = max_windows = FRESH_WINDOWS
     target = spec.get("target_interval", TARGET_INTERVAL)
     rates: list[float] = []
     times: list[float] = []
@@ -732,7 +738,7 @@ def _measure(
         events.emit(phase="measuring", window=len(rates), steps_per_s=round(rates[-1], 3))
         if _all_ranks(len(rates) >= min_windows and interval(rates[settled(rates, min_windows) :]) <= target):
             break
-    cut = settled(rates, min_windows)
+    cut = 0 if workload.fresh_pass else settled(rates, min_windows)
     steady, total_time = rates[cut:], sum(times[cut:])
     cv = statistics.pstdev(steady) / statistics.mean(steady) if len(steady) > 1 else 0.0
     peak, peak_kind = _peak_memory_gb(torch, spec["device"])
@@ -772,7 +778,7 @@ def _measure(
             f"({', '.join(f'{r:.3g}' for r in rates[:cut])} steps/s, {result['settling_s']:.1f} s "
             "lost against the steady speed): the steady speed is the rest's"
         )
-    if len(steady) > 1 and interval(steady) > target:
+    if len(steady) > 1 and interval(steady) > target and not workload.fresh_pass:
         result["notes"].append(
             f"the steady speed's 95% interval stayed at +-{interval(steady):.1%}, above "
             f"+-{target:.1%}, after {len(rates)} windows"

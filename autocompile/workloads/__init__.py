@@ -22,6 +22,7 @@ from autocompile.errors import UserError
 from autocompile.workloads.checkpointing import Checkpointing
 
 ENTRY_POINT_GROUP = "autocompile.workloads"
+FRESH_WINDOWS = 3  # measuring windows on fresh batches (Workload.fresh_pass): a fixed count, the same batches in every trial
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,9 @@ class Workload:
     max_len: Callable[[WorkloadOptions], int] = lambda options: 0
     parts: tuple[str, ...] = ()
     batch_pool: int = 8  # distinct batches cycled through during a trial
+    # >0: the warm-up passes this many batches of the pool and the measuring windows go on to the next ones, new to
+    # the device's per-shape caches as in a run over a dataset of many lengths; 0: every window passes the whole pool
+    fresh_pass: int = 0
     gpu_only: bool = False
     forward: Callable[[Any, dict], Any] | None = None
     criterion: Callable[[Any, dict], Any] | None = None

@@ -19,13 +19,14 @@ import math
 from typing import Any, Callable
 
 from autocompile.errors import UserError
-from autocompile.workloads import SequenceLayout, Workload, WorkloadOptions
+from autocompile.workloads import FRESH_WINDOWS, SequenceLayout, Workload, WorkloadOptions
 from autocompile.workloads.layout import IGNORE_INDEX, infer_layout, packed_already
 
 PREFIX = "trainer:"  # --trainer FILE.py:FACTORY is the model "trainer:FILE.py:FACTORY"
-# Batches taken from the Trainer's dataloader and cycled through in a trial: as many as a trial's steps, so that
-# each batch's shapes are as new to the device's per-shape caches (cuDNN attention's plans, say) as in the run.
-POOL = 64
+# Batches in the warm-up's pass and in each measuring window: the windows take batches the warm-up did not, so each
+# one's shapes are as new to the device's per-shape caches (cuDNN attention's plans, say) as in `trainer.train()`.
+PASS = 64
+POOL = PASS * (2 + FRESH_WINDOWS)  # the warm-up's pass, a longer warm-up's steps, the windows
 
 
 def is_trainer_target(name: str) -> bool:
@@ -149,6 +150,7 @@ def trainer_workload(target: str) -> Workload:
         varying=varying,
         max_len=lambda options: longest,
         batch_pool=len(batches),
+        fresh_pass=_fresh_pass(len(batches)),
         gpu_only=False,
         layout=layout,
         attach=attach,
@@ -167,6 +169,13 @@ def _pool(trainer) -> list[dict]:
     if not batches:
         raise UserError("the Trainer's train dataloader gave no batch")
     return batches
+
+
+def _fresh_pass(pool: int) -> int:
+    """The warm-up's pass and each window's, in batches: PASS, fewer for a dataset of fewer batches; 0 (every window
+    over the whole pool) below 4 batches a pass."""
+    fresh = min(PASS, pool // (2 + FRESH_WINDOWS))
+    return fresh if fresh >= 4 else 0
 
 
 def _to_device(batch: dict, device: str) -> dict:
