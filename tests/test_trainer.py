@@ -84,6 +84,24 @@ def test_a_packed_sft_trainer_trains_the_same_losses_and_is_not_packed_twice():
     assert compiled_blocks(trainer.model) == 2
 
 
+def test_a_trl_job_s_pad_to_multiple_of_is_its_bucket_rule_as_built():
+    pytest.importorskip("trl")
+    from autocompile.engine.study import build_space
+    from autocompile.space.rules import rejection
+
+    workload = get_workload(f"trainer:{JOBS}:sft_padded_to_16")
+    assert workload.pad_multiple == 16 and workload.layout and not workload.layout.packed
+    assert all(batch["input_ids"].shape[1] % 16 == 0 for batch in workload.batches(WorkloadOptions(device="cpu"), 8))
+    space = build_space(f"trainer:{JOBS}:sft_padded_to_16", "cpu")
+    axis = next(d for d in space.describe()["dimensions"] if d["name"] == "pad_multiple")
+    assert axis["choices"] == [8, 16, 32, 64] and "pads to a multiple of 16 as built" in axis["help"]
+    base = {**DEFAULTS, "compile": True, "scope": "regional", "padding": "multiple"}
+    for multiple in (8, 16):  # what the collator does already: the batches as built
+        assert "pads to a multiple of 16 already" in rejection(space, {**base, "pad_multiple": multiple})
+    assert rejection(space, {**base, "pad_multiple": 32}) is None
+    trained_alike("sft_padded_to_16", 2e-2, scope="regional", padding="multiple", pad_multiple=32)
+
+
 def test_a_lora_trainer_with_checkpointing_is_offered_the_memory_axis_and_trains_alike_without_it():
     pytest.importorskip("peft")
     done = command("space", "--trainer", f"{JOBS}:lora_checkpointing", "--device", "cpu", "--json")

@@ -147,6 +147,27 @@ def sft_packed():
     return SFTTrainer(model=model(), args=config, train_dataset=dataset(), processing_class=tokenizer())
 
 
+def sft_padded_to_16():
+    """TRL's SFTTrainer, not packed, its collator padding each batch's length up to a multiple of 16."""
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(
+        output_dir=_out(),
+        per_device_train_batch_size=2,
+        max_steps=STEPS,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        pad_to_multiple_of=16,
+        max_length=64,
+        disable_tqdm=True,
+    )
+    return SFTTrainer(model=model(), args=config, train_dataset=dataset(), processing_class=tokenizer())
+
+
 def lora_checkpointing():
     """peft's LoRA on the tiny Llama, with the Trainer's gradient checkpointing on."""
     import peft

@@ -114,6 +114,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         flex_attention=flex,
         varlen_attention=varlen,
         sdpa_attention=sdpa,
+        pad_multiple=workload.pad_multiple,
         experts=experts,
         other_experts=other_experts,
         experts_refused=experts_refused,

@@ -271,10 +271,12 @@ class SearchSpace:
                 packs,
                 where="padding is pack",
             )
+        built = self.traits.pad_multiple  # the job's collator pads to it already: "longest" is that multiple
         self._add(
             "pad_multiple",
-            (8, 32, 64),
-            "pad the longest (or a batch packed in one row) up to a multiple of",
+            tuple(sorted({8, 32, 64} | ({built} if built else set()))),
+            "pad the longest (or a batch packed in one row) up to a multiple of"
+            + (f" (the job's collator pads to a multiple of {built} as built: padding longest)" if built else ""),
             lambda c: c["padding"] == "multiple" or (packs(c) and c["pack_length"] == "batch"),
             where="padding is multiple, or pack in one row" if "pack" in paddings else "",
         )

@@ -329,6 +329,7 @@ class WorkloadTraits:
     flex_attention: bool = False  # its model's attention can be switched to FlexAttention
     varlen_attention: bool = False  # ... or to a function of the snippet's (varlen_attn over each packed sequence)
     sdpa_attention: bool = False  # a Hugging Face model's SDPA attention, whose kernel the snippet can choose
+    pad_multiple: int | None = None  # the multiple the job's own collator pads lengths to, as built (pad_to_multiple_of)
     experts: str = ""  # a Hugging Face mixture of experts' implementation as built ("": no such experts)
     other_experts: tuple[str, ...] = ()  # ... and those the installed transformers can switch it to
     experts_refused: dict[str, str] = field(default_factory=dict)  # ... and of those, the ones left out: why

@@ -173,6 +173,7 @@ def rejection(space, config: dict) -> str | None:
         or _checkpointing_rejection(space, c)
         or _packing_rejection(space, c)
         or _attention_rejection(space, c)
+        or _multiple_rejection(space, c)
         or _experts_rejection(space, c)
         or _optimizer_rejection(c, traits)
         or _static_grads_rejection(c, caps)
@@ -281,6 +282,14 @@ def _attention_rejection(space, c: dict) -> str | None:
         return f"attention {how}: chosen for a Hugging Face model's SDPA attention on a GPU only"
     if c["padding"] == "pack" and c.get("pack_attention", "model") != "model":
         return f"attention {how}: the model's own attention, not pack_attention {c['pack_attention']}"
+    return None
+
+
+def _multiple_rejection(space, c: dict) -> str | None:
+    """Padding to a multiple that the job's own collator's multiple is a multiple of: the batches as built."""
+    built = space.traits.pad_multiple
+    if c["padding"] == "multiple" and built and built % c["pad_multiple"] == 0:
+        return f"padding multiple {c['pad_multiple']}: the job's collator pads to a multiple of {built} already (padding longest)"
     return None
 
 

@@ -151,6 +151,7 @@ def trainer_workload(target: str) -> Workload:
         max_len=lambda options: longest,
         batch_pool=len(batches),
         fresh_pass=_fresh_pass(len(batches)),
+        pad_multiple=_pad_multiple(trainer) if varying else None,
         gpu_only=False,
         layout=layout,
         attach=attach,
@@ -176,6 +177,16 @@ def _fresh_pass(pool: int) -> int:
     over the whole pool) below 4 batches a pass."""
     fresh = min(PASS, pool // (2 + FRESH_WINDOWS))
     return fresh if fresh >= 4 else 0
+
+
+def _pad_multiple(trainer) -> int | None:
+    """The multiple the job's collator pads each batch's length up to: its pad_to_multiple_of (TRL's from its
+    SFTConfig too), where above 1."""
+    for owner in (trainer.data_collator, trainer.args):
+        value = getattr(owner, "pad_to_multiple_of", None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            return value
+    return None
 
 
 def _to_device(batch: dict, device: str) -> dict:
