@@ -303,6 +303,11 @@ def _global_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
         ]
     if config["recompile_limit"] and info.recompile_limit_key:
         preamble.append(f"    torch._dynamo.config.{info.recompile_limit_key} = {config['recompile_limit']}")
+    if config.get("capture_data_dependent"):  # .item() and nonzero traced, not graph breaks
+        preamble += [
+            "    torch._dynamo.config.capture_scalar_outputs = True  # Tensor.item() traced into the graph",
+            "    torch._dynamo.config.capture_dynamic_output_shape_ops = True  # nonzero and the like too",
+        ]
     return settings, preamble
 
 
@@ -1072,6 +1077,8 @@ def describe_config(config: dict) -> str:
         parts.append(f"dynamic={config['dynamic']}")
     if config["fullgraph"]:
         parts.append("fullgraph")
+    if config.get("capture_data_dependent"):
+        parts.append("capture-dd")
     if config["compile_optimizer"]:
         parts.append("opt")
     if config.get("lr_tensor"):

@@ -24,6 +24,7 @@ PLAIN_GRAPHS = {
     "mode": "default",
     "dynamic": None,
     "fullgraph": False,
+    "capture_data_dependent": False,
     "padding": "longest",
     "mark_dynamic": "off",
     "inductor.shape_padding": True,

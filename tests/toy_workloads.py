@@ -46,8 +46,10 @@ class Toy(torch.nn.Module):
         x = self.embed(input_ids)
         for block in self.blocks:
             x = block(x)
-        if self.graph_break:
-            torch._dynamo.graph_break()  # what a print() or .item() in a model does
+        if self.graph_break == "item":  # a data-dependent scalar: Dynamo breaks the graph there unless it captures it
+            x = x * (1 + (input_ids > VOCAB // 2).sum().item() % 2)
+        elif self.graph_break:
+            torch._dynamo.graph_break()  # what a print() in a model does
         if self.differs_compiled and torch.compiler.is_compiling():
             x = x * 1.5  # a model whose compiled result is not its eager one
         return self.head(x)
@@ -115,6 +117,12 @@ def toy() -> Workload:
 def toy_fixed() -> Workload:
     """Every batch the same length: nothing to pad, nothing to recompile."""
     return _workload("toy-fixed", lengths=(MAX_LEN, MAX_LEN))
+
+
+def toy_item() -> Workload:
+    """A model that reads a data-dependent scalar (Tensor.item()) in its forward, at one length: the whole
+    model compiled breaks its graph there, unless Dynamo is told to capture it."""
+    return _workload("toy-item", graph_break="item", lengths=(MAX_LEN, MAX_LEN))
 
 
 def toy_deep() -> Workload:

@@ -282,11 +282,14 @@ def _drops_a_graph(name: str, value, base: dict) -> bool:
     return name in _EXTRAS and bool(base.get(name)) and not value
 
 
-def _rank(name: str, value, base: dict, borrow: dict, heavy: bool = False) -> int:
-    """-1, for a parent `heavy` with warm-up (WARMUP_SHARE): a graph it compiles besides the model's
+def _rank(name: str, value, base: dict, borrow: dict, heavy: bool = False, breaks_ask: bool = False) -> int:
+    """-2: Dynamo's data-dependent capture where the parent's graph breaks name it (`breaks_ask`);
+    -1, for a parent `heavy` with warm-up (WARMUP_SHARE): a graph it compiles besides the model's
     dropped; 0: towards the fastest trial's value; 1: towards a promising value; 2: neither;
-    3: a move that multiplies the compile's work (COMPILE_HEAVY); 4: away from a promising value the
-    incumbent has (even where the fastest trial did without it)."""
+    3: a move that multiplies the compile's work (COMPILE_HEAVY), or that capture where no break asks
+    for it; 4: away from a promising value the incumbent has (even where the fastest trial did without it)."""
+    if name == "capture_data_dependent" and value:
+        return _capture_rank(breaks_ask)
     if heavy and _drops_a_graph(name, value, base):
         return -1
     towards = name in borrow and _same(borrow[name], value)
@@ -300,10 +303,17 @@ def _rank(name: str, value, base: dict, borrow: dict, heavy: bool = False) -> in
     return 0 if towards else 2
 
 
-def _rank_lighter(name: str, value, base: dict, borrow: dict) -> int:
-    """For a move from the fastest trial towards the incumbent: 0 where it stops compiling a graph
-    the incumbent does without (the optimizer step: a large share of the warm-up on the GPU models); 1 for
-    the incumbent's other values; 2 for the rest."""
+def _capture_rank(breaks_ask: bool) -> int:
+    """Dynamo's data-dependent capture: first where the parent's graph breaks name it, else late."""
+    return -2 if breaks_ask else 3
+
+
+def _rank_lighter(name: str, value, base: dict, borrow: dict, breaks_ask: bool = False) -> int:
+    """For a move from the fastest trial towards the incumbent: -2 and 3 as in `_rank` for Dynamo's
+    data-dependent capture; 0 where it stops compiling a graph the incumbent does without (the optimizer
+    step: a large share of the warm-up on the GPU models); 1 for the incumbent's other values; 2 for the rest."""
+    if name == "capture_data_dependent" and value:
+        return _capture_rank(breaks_ask)
     if _drops_a_graph(name, value, base) and name in borrow and not borrow[name]:
         return 0
     return 1 if name in borrow and _same(borrow[name], value) else 2
@@ -349,9 +359,10 @@ def next_neighbour(space, study, tried, cost=None, fits=None, known=None) -> dic
     # heavy with warm-up, unless a move that paid before here gains more than all of its warm-up could
     share = warmup_share(study, best)
     heavy = share >= WARMUP_SHARE and max((known or {}).values(), default=1.0) - 1 <= share
-    parents = [(best, base, fast, functools.partial(_rank, heavy=heavy))]
+    asks = lambda t: bool(t.user_attrs.get("graph_break_fixes"))  # noqa: E731  (its breaks' hints name the capture)
+    parents = [(best, base, fast, functools.partial(_rank, heavy=heavy, breaks_ask=asks(best)))]
     if top is not None and top.number != best.number:
-        parents.append((top, fast, base, _rank_lighter))
+        parents.append((top, fast, base, functools.partial(_rank_lighter, breaks_ask=asks(top))))
         children = {p.number: 0 for p, *_ in parents}
         for t in view.trials:
             if t.user_attrs.get("parent") in children:

@@ -146,6 +146,14 @@ class SearchSpace:
         self._scope_dimensions()
         self._add("dynamic", (None, True, False), "torch.compile dynamic: None = automatic")
         self._add("fullgraph", (False, True), "fail on graph breaks instead of falling back to eager")
+        if caps.has_data_dependent_capture:
+            self._add(
+                "capture_data_dependent",
+                (False, True),
+                "Dynamo traces data-dependent scalars (Tensor.item()) and output shapes (nonzero) instead of breaking the graph",
+            )
+        else:
+            self.left_out.append(("capture_data_dependent", f"torch {caps.torch_version} has no such Dynamo settings"))
         self._optimizer_dimensions()
         if traits.criterion:
             self._add("compile_loss", (False, True), "torch.compile the criterion (outputs, batch) -> loss apart")

@@ -27,6 +27,8 @@ class Capabilities:
     has_foreach_map: bool = False  # torch._higher_order_ops.foreach_map (foreach_map_optimizer)
     optimize_ddp_modes: tuple = ()  # torch._dynamo.config.optimize_ddp's values here (DDP's graph splitting)
     has_fully_shard: bool = False  # FSDP2: torch.distributed.fsdp.fully_shard
+    # torch._dynamo.config.capture_scalar_outputs and capture_dynamic_output_shape_ops (capture_data_dependent)
+    has_data_dependent_capture: bool = False
 
     @classmethod
     def detect(cls, device: str) -> "Capabilities":
@@ -60,6 +62,7 @@ class Capabilities:
             has_foreach_map=has_foreach_map(),
             optimize_ddp_modes=optimize_ddp_modes(),
             has_fully_shard=has_fully_shard(),
+            has_data_dependent_capture=all(hasattr(dynamo_config, k) for k in DATA_DEPENDENT_CAPTURE),
         )
 
     @property
@@ -68,6 +71,8 @@ class Capabilities:
 
 
 _MISSING = object()
+# Dynamo's settings that trace data-dependent scalars (Tensor.item()) and data-dependent output shapes (nonzero)
+DATA_DEPENDENT_CAPTURE = ("capture_scalar_outputs", "capture_dynamic_output_shape_ops")
 
 
 def optimize_ddp_modes() -> tuple:

@@ -42,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "part_modes": {},  # modular scope: part -> mode
     "dynamic": None,
     "fullgraph": False,
+    # Dynamo traces data-dependent scalars (Tensor.item()) and output shapes (nonzero) into its graphs instead
+    # of breaking them there (capture_scalar_outputs, capture_dynamic_output_shape_ops)
+    "capture_data_dependent": False,
     "compile_optimizer": False,  # torch.compile(optimizer.step)
     "lr_tensor": False,  # with compile_optimizer: the learning rate as a tensor, so a scheduler does not recompile the step
     "fused_optimizer": False,  # switch the optimizer to its fused (single-kernel) implementation
@@ -108,6 +111,7 @@ GRAPHS: dict[str, Graphs] = {
     "part_modes": _M,
     "dynamic": _T | _M | _SH,
     "fullgraph": _T | _M,
+    "capture_data_dependent": _T | _M,
     "compile_optimizer": _S | _B,
     "lr_tensor": _S,
     "fused_optimizer": _S,

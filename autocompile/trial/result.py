@@ -102,6 +102,7 @@ class Result(TypedDict, total=False):
     recompile_limit_hit: bool
     graph_breaks: int
     graph_break_reasons: list[dict]
+    graph_break_fixes: list[str]  # the Dynamo settings its breaks' hints name (DATA_DEPENDENT_CAPTURE)
     graphs: list[dict]  # the graphs it compiled and what each took
     peak_mem_gb: float
     peak_mem_kind: str

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from autocompile.apply import ModelInfo, alone, find_repeated_blocks, load_snippet, render_snippet
 from autocompile.space import DEFAULTS, uses_cuda_graphs
-from autocompile.space.capabilities import compiled_autograd_api_name
+from autocompile.space.capabilities import DATA_DEPENDENT_CAPTURE, compiled_autograd_api_name
 from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
 from autocompile.trial.packing_check import packed_alike, real_tokens
 from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL, rank_result_path
@@ -70,6 +70,7 @@ class CompileWatcher(logging.Handler):
         self.compiles_ended = 0
         self.recompile_reasons: list[str] = []
         self.graph_breaks: dict[str, int] = {}
+        self.break_fixes: set[str] = set()  # the Dynamo settings the breaks' hints name
         self.limit_hits: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -83,6 +84,7 @@ class CompileWatcher(logging.Handler):
             reason = message.split("Graph Break Reason:", 1)[-1].strip()
             key = _shorten(reason, 300)
             self.graph_breaks[key] = self.graph_breaks.get(key, 0) + 1
+            self.break_fixes.update(setting for setting in DATA_DEPENDENT_CAPTURE if setting in message)
         elif ("recompile_limit" in message or "cache_size_limit" in message) and "hit config." in message:
             self.limit_hits.append(_shorten(message, 400))
 
@@ -764,6 +766,7 @@ def _measure(
         recompile_reasons=watcher.recompile_reasons[:20],
         graph_breaks=sum(watcher.graph_breaks.values()),
         graph_break_reasons=[{"reason": r, "count": n} for r, n in list(watcher.graph_breaks.items())[:20]],
+        graph_break_fixes=sorted(watcher.break_fixes),
         recompile_limit_hit=bool(watcher.limit_hits),
         peak_mem_gb=peak,
         peak_mem_kind=peak_kind,
