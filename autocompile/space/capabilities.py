@@ -27,6 +27,8 @@ class Capabilities:
     has_foreach_map: bool = False  # torch._higher_order_ops.foreach_map (foreach_map_optimizer)
     optimize_ddp_modes: tuple = ()  # torch._dynamo.config.optimize_ddp's values here (DDP's graph splitting)
     has_fully_shard: bool = False  # FSDP2: torch.distributed.fsdp.fully_shard
+    # torch.nn.functional.linear_cross_entropy with its chunked path (torch.nn.LinearCrossEntropyOptions)
+    has_linear_cross_entropy: bool = False
 
     @classmethod
     def detect(cls, device: str) -> "Capabilities":
@@ -60,6 +62,8 @@ class Capabilities:
             has_foreach_map=has_foreach_map(),
             optimize_ddp_modes=optimize_ddp_modes(),
             has_fully_shard=has_fully_shard(),
+            has_linear_cross_entropy=hasattr(torch.nn.functional, "linear_cross_entropy")
+            and hasattr(torch.nn, "LinearCrossEntropyOptions"),
         )
 
     @property
