@@ -118,6 +118,9 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     experts_body, experts_functions = _experts_lines(config)
     body += experts_body
     pack_functions += experts_functions
+    lm_loss_body, lm_loss_functions = _lm_loss_lines(config)
+    body += lm_loss_body
+    pack_functions += lm_loss_functions
     body += _optimizer_lines(config)
     step_settings, step_functions = _step_lines(config)
     settings += step_settings
@@ -159,6 +162,8 @@ def _trainer_lines(config: dict) -> list[str]:
     """apply_to_trainer(trainer): the snippet through a Hugging Face Trainer's own hooks, for its job."""
     lines = TRAINER_HOOKS[1:]
     if config["compile"] and config.get("compile_loss"):
+        if config.get("lm_loss", "model") != "model":
+            lines += [f"    linear_loss_on(trainer.model, {config['lm_loss']}_cross_entropy)  # read by model_loss below"]
         lines += [
             "    trainer.compute_loss_func = compile_loss(model_loss(trainer.model))  # the model's own loss, compiled apart"
         ]
@@ -703,8 +708,18 @@ def _compile_loss_lines(config: dict) -> tuple[list[str], list[str]]:
         "    loss_fn = compile_loss(loss_fn); loss = loss_fn(model(...), batch).",
         '    """',
     ]
+    settings = _loss_compile_settings(config)
     if not (config["compile"] and config.get("compile_loss")):
-        return [], ["def compile_loss(loss_fn):"] + doc + ["    return loss_fn  # not compiled in this configuration"]
+        return settings, ["def compile_loss(loss_fn):"] + doc + ["    return loss_fn  # not compiled in this configuration"]
+    return settings, ["def compile_loss(loss_fn):"] + doc + [
+        "    return torch.compile(loss_fn, fullgraph=True, **LOSS_COMPILE_KWARGS)"
+    ]
+
+
+def _loss_compile_settings(config: dict) -> list[str]:
+    """LOSS_COMPILE_KWARGS, where a loss is compiled apart: the criterion (compile_loss), the chunked lm_loss."""
+    if not config["compile"] or not (config.get("compile_loss") or config.get("lm_loss") == "chunked"):
+        return []
     kwargs: dict = {}
     backend = config.get("backend", "inductor")
     if backend != "inductor":
@@ -713,10 +728,7 @@ def _compile_loss_lines(config: dict) -> tuple[list[str], list[str]]:
         kwargs["dynamic"] = config["dynamic"]
     if _host_options(config):
         kwargs["options"] = _host_options(config)
-    settings = [f"LOSS_COMPILE_KWARGS = {_literal(kwargs)}  # the loss: one graph of its own"]
-    return settings, ["def compile_loss(loss_fn):"] + doc + [
-        "    return torch.compile(loss_fn, fullgraph=True, **LOSS_COMPILE_KWARGS)"
-    ]
+    return [f"LOSS_COMPILE_KWARGS = {_literal(kwargs)}  # the loss: one graph of its own"]
 
 
 def _prepare_batch_body(config: dict, info: ModelInfo) -> tuple[list[str], list[str], list[str]]:
@@ -982,6 +994,106 @@ def _experts_lines(config: dict) -> tuple[list[str], list[str]]:
     return [line], EXPERTS_ON[1:] + ["", ""]
 
 
+LINEAR_LOSS_ON = '''
+class HiddenHead(torch.nn.Linear):
+    """The model's output head passing the last hidden states through, its weight kept where it was (state_dict
+    keys, tied weights and the optimizer unchanged): the loss multiplies them by it, a chunk of tokens at a time."""
+
+    def forward(self, hidden):
+        return hidden
+
+
+def linear_loss_on(model, cross_entropy):
+    """The Hugging Face causal LM in the model (itself, or the one a wrapper such as peft's holds) with its head
+    bypassed, and its loss_function computing cross_entropy(hidden, weight, targets, ignore_index) from what it
+    then calls its logits: its last hidden states. The whole [tokens, vocabulary] logits never exist."""
+    for module in model.modules():
+        if type(module).__name__.endswith("ForCausalLM"):
+            head = module.get_output_embeddings()
+            head.__class__ = HiddenHead
+            module.loss_function = linear_loss_function(head, cross_entropy)
+            return model
+    raise ValueError("linear_loss_on: no Hugging Face causal LM in this model")
+
+
+def linear_loss_function(head, cross_entropy):
+    """transformers' ForCausalLMLoss from the last hidden states: the labels shifted (unless given shifted), -100
+    ignored, the sum over the tokens divided by num_items_in_batch where the Trainer counts them, else their mean."""
+
+    def loss_function(logits, labels, vocab_size=None, num_items_in_batch=None, ignore_index=-100, shift_labels=None, **kwargs):
+        hidden = logits.reshape(-1, logits.shape[-1])  # the head passed its input through
+        if shift_labels is None:
+            shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+        targets = shift_labels.reshape(-1).to(hidden.device)
+        total = cross_entropy(hidden, head.weight, targets, ignore_index)
+        if num_items_in_batch is None:
+            return total / (targets != ignore_index).sum()
+        if torch.is_tensor(num_items_in_batch):
+            num_items_in_batch = num_items_in_batch.to(total.device)
+        return total / num_items_in_batch
+
+    return loss_function
+'''.splitlines()
+
+FUSED_CROSS_ENTROPY = '''
+def fused_cross_entropy(hidden, weight, targets, ignore_index):
+    """torch's linear cross-entropy summed over the tokens, on its chunked path: each chunk's logits give their
+    gradients in the forward. allow_retain_graph: what it sets itself under torch.compile, set here without a warning."""
+    options = torch.nn.LinearCrossEntropyOptions(allow_retain_graph=True)
+    loss = torch.nn.functional.linear_cross_entropy(
+        hidden, weight, targets, ignore_index=ignore_index, reduction="sum", options=options
+    )
+    return loss.float()
+'''.splitlines()
+
+CHUNKED_CROSS_ENTROPY = '''
+LOSS_CHUNKS = 8  # the tokens' logits computed in this many chunks, one at a time
+
+
+class ChunkedCrossEntropy(torch.autograd.Function):
+    """Cross-entropy of hidden @ weight.T summed over the tokens, LOSS_CHUNKS chunks of them one at a time: each
+    chunk's logits (float32) give its loss and its gradients at once, so the backward only scales them."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, ignore_index):
+        total = hidden.new_zeros((), dtype=torch.float32)
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_hidden = []
+        for rows, labels in zip(hidden.tensor_split(LOSS_CHUNKS), targets.tensor_split(LOSS_CHUNKS)):
+            logits = (rows @ weight.T).float()
+            kept = labels != ignore_index
+            labels = torch.where(kept, labels, 0)[:, None]
+            total = total + ((logits.logsumexp(-1) - logits.gather(1, labels)[:, 0]) * kept).sum()
+            grad = logits.softmax(-1).scatter_add(1, labels, torch.full_like(labels, -1, dtype=logits.dtype))
+            grad = (grad * kept[:, None]).to(hidden.dtype)  # softmax less the one-hot label, on kept tokens
+            grad_hidden.append(grad @ weight)
+            if grad_weight is not None:
+                grad_weight += (grad.T @ rows).float()
+        ctx.save_for_backward(torch.cat(grad_hidden), None if grad_weight is None else grad_weight.to(weight.dtype))
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        grad_total = grad_total.to(grad_hidden.dtype)
+        return grad_hidden * grad_total, None if grad_weight is None else grad_weight * grad_total, None, None
+
+
+# ChunkedCrossEntropy compiled: each chunk's products, softmax and gradients in a few kernels
+chunked_cross_entropy = torch.compile(ChunkedCrossEntropy.apply, fullgraph=True, **LOSS_COMPILE_KWARGS)
+'''.splitlines()
+
+
+def _lm_loss_lines(config: dict) -> tuple[list[str], list[str]]:
+    """apply_compilation's line and the functions that compute a causal LM's loss from its last hidden states."""
+    how = config.get("lm_loss", "model")
+    if how == "model" or not config["compile"]:
+        return [], []
+    line = f"    linear_loss_on(model, {how}_cross_entropy)  # the loss from the hidden states: no whole logits"
+    functions = FUSED_CROSS_ENTROPY if how == "fused" else CHUNKED_CROSS_ENTROPY
+    return [line], LINEAR_LOSS_ON[1:] + ["", ""] + functions[1:] + ["", ""]
+
+
 def _pack_apply_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str]]:
     """What apply_compilation does for packed batches: the encoder mask's dtype taken from the model, and
     the attention switched to FlexAttention where the configuration says so."""
@@ -1095,6 +1207,8 @@ def describe_config(config: dict) -> str:
         parts.append(f"attn-{config['attention']}")
     if config.get("experts", "model") != "model":
         parts.append(f"experts-{config['experts']}")
+    if config.get("lm_loss", "model") != "model":
+        parts.append(f"loss-{config['lm_loss']}")
     if config["padding"] == "pack":
         one_row = config.get("pack_length", "longest") == "batch"
         parts.append(

@@ -74,6 +74,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
     pool = _cpu_pool(workload, options)
     layout, source = resolve(workload, None, {})
     experts, other_experts, experts_refused = "", (), {}
+    lm_loss = WorkloadTraits.lm_loss_refusal
     shape = _batch_shape(workload, options, pool)
     try:
         import dataclasses
@@ -91,6 +92,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         sdpa = kernels.sdpa_attention(model)
         tokens = shape.get("rows", 1) * (shape["lengths"][1] if shape.get("lengths") else workload.max_len(options))
         experts, other_experts, experts_refused = kernels.experts_implementations(model, tokens)
+        lm_loss = kernels.lm_loss_refusal(model, workload.framework == "trainer" and workload.split_loss)
         del model, optimizer
     except UserError:
         raise  # the workload cannot be built here (a missing package): say so
@@ -118,6 +120,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         experts=experts,
         other_experts=other_experts,
         experts_refused=experts_refused,
+        lm_loss_refusal=lm_loss,
         blocks=blocks,
     )
 

@@ -35,6 +35,7 @@ from autocompile.space.dimensions import (
     CUDA_GRAPH_MODES,
     DEFAULTS,
     EXPERTS,
+    LM_LOSS,
     EAGER,
     GRAPHS,
     INDUCTOR_OPTIONS,
@@ -166,6 +167,7 @@ class SearchSpace:
             self.left_out.append(("padding, mark_dynamic", "the workload has no varying dimension"))
         self._attention_dimension()
         self._experts_dimension()
+        self._lm_loss_dimension()
         self._inductor_dimensions()
         self._memory_dimension()
         if caps.compiled_autograd_api:
@@ -357,6 +359,25 @@ class SearchSpace:
             "experts",
             ("model", *self.traits.other_experts),
             f"how the mixture of experts computes its experts: as built ({self.traits.experts}), or another of transformers'",
+        )
+
+    def _lm_loss_dimension(self) -> None:
+        """A causal LM's loss from its last hidden states and its head's weight, a chunk of tokens at a time, so that
+        the [tokens, vocabulary] logits never exist whole: torch's fused linear cross-entropy where this torch has it,
+        the snippet's compiled chunked one everywhere. Offered where the loss is a Hugging Face causal LM's own."""
+        if self.traits.lm_loss_refusal:
+            self.left_out.append(("lm_loss", self.traits.lm_loss_refusal))
+            return
+        choices = ["model", "fused", "chunked"]
+        if not self.caps.has_linear_cross_entropy:
+            choices.remove("fused")
+            self.left_out.append(
+                ("lm_loss=fused", f"torch {self.caps.torch_version} has no torch.nn.functional.linear_cross_entropy")
+            )
+        self._add(
+            "lm_loss",
+            tuple(choices),
+            "the causal LM's loss: from its whole logits, or torch's fused or the snippet's chunked linear cross-entropy",
         )
 
     def _parallel_dimensions(self) -> None:
@@ -695,6 +716,7 @@ class SearchSpace:
             raise UserError("recompile_limit must be a positive integer")
         _check("matmul_precision", full["matmul_precision"], (None, "highest", "high", "medium"))
         _check("experts", full["experts"], EXPERTS)
+        _check("lm_loss", full["lm_loss"], LM_LOSS)
         _check("optimize_ddp", full["optimize_ddp"], (None, True, False, *self.caps.optimize_ddp_modes))
         _check("fsdp_compile_order", full["fsdp_compile_order"], ("before", "after"))
         _check("reshard_after_forward", full["reshard_after_forward"], (True, False))

@@ -29,6 +29,8 @@ class Capabilities:
     has_fully_shard: bool = False  # FSDP2: torch.distributed.fsdp.fully_shard
     # torch._dynamo.config.capture_scalar_outputs and capture_dynamic_output_shape_ops (capture_data_dependent)
     has_data_dependent_capture: bool = False
+    # torch.nn.functional.linear_cross_entropy with its chunked path (torch.nn.LinearCrossEntropyOptions)
+    has_linear_cross_entropy: bool = False
 
     @classmethod
     def detect(cls, device: str) -> "Capabilities":
@@ -63,6 +65,8 @@ class Capabilities:
             optimize_ddp_modes=optimize_ddp_modes(),
             has_fully_shard=has_fully_shard(),
             has_data_dependent_capture=all(hasattr(dynamo_config, k) for k in DATA_DEPENDENT_CAPTURE),
+            has_linear_cross_entropy=hasattr(torch.nn.functional, "linear_cross_entropy")
+            and hasattr(torch.nn, "LinearCrossEntropyOptions"),
         )
 
     @property

@@ -27,6 +27,10 @@ ATTENTION = ("model", "flash")
 # How a Hugging Face mixture of experts computes its experts (transformers' ExpertsInterface): as built, a loop over
 # the experts a batch hits, one grouped matrix product per projection, or one batched product over each token's top-k
 EXPERTS = ("model", "eager", "grouped_mm", "batched_mm")
+# A Hugging Face causal LM's loss over its vocabulary: its own (the whole [tokens, vocabulary] logits), torch's
+# fused linear cross-entropy (torch.nn.functional.linear_cross_entropy, chunked), or the snippet's compiled chunked
+# one; the two last take the last hidden states and the head's weight, so that the logits never exist whole
+LM_LOSS = ("model", "fused", "chunked")
 PARALLEL = ("none", "ddp", "fsdp2")  # how a trial's ranks share the model (--parallel)
 PARALLEL_KEYS = ("optimize_ddp", "fsdp_compile_order", "reshard_after_forward")
 # The model's own activation checkpointing (autocompile.workloads.checkpointing): as the workload built
@@ -56,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "mark_dynamic": "off",  # mark the varying dimensions dynamic: off | mark | maybe
     "attention": "model",  # the SDPA kernel of the model's own attention: model (torch's choice) | flash
     "experts": "model",  # a mixture of experts' implementation: model (as built) | eager | grouped_mm | batched_mm
+    "lm_loss": "model",  # a causal LM's loss over its vocabulary: model (its logits) | fused | chunked
     "inductor": {},  # Inductor config options that differ from the installed defaults
     "recompile_limit": None,  # None: torch's own
     "matmul_precision": None,  # None: torch's own ("highest"); "high" allows TF32
@@ -123,6 +128,7 @@ GRAPHS: dict[str, Graphs] = {
     "mark_dynamic": _M | _SH,
     "attention": _T | _M,
     "experts": _T | _M,
+    "lm_loss": _T | _M | _B,
     "inductor": _M,
     "recompile_limit": _M,
     "matmul_precision": _M,
@@ -337,6 +343,8 @@ class WorkloadTraits:
     experts: str = ""  # a Hugging Face mixture of experts' implementation as built ("": no such experts)
     other_experts: tuple[str, ...] = ()  # ... and those the installed transformers can switch it to
     experts_refused: dict[str, str] = field(default_factory=dict)  # ... and of those, the ones left out: why
+    # why the causal LM's loss cannot take the hidden states and the head's weight instead of the logits, or None
+    lm_loss_refusal: str | None = "the workload's model is not known"
     # why the foreach_map step cannot stand in for the optimizer's (space/optimizer.py), or None
     foreach_map_refusal: str | None = "the workload's optimizer is not known"
 

@@ -175,6 +175,7 @@ def rejection(space, config: dict) -> str | None:
         or _attention_rejection(space, c)
         or _multiple_rejection(space, c)
         or _experts_rejection(space, c)
+        or _lm_loss_rejection(space, c)
         or _optimizer_rejection(c, traits)
         or _static_grads_rejection(c, caps)
         or _graph_step_rejection(c, caps, traits)
@@ -304,6 +305,19 @@ def _packing_rejection(space, c: dict) -> str | None:
         return "pack_attention flex: the model's attention cannot be switched to FlexAttention here"
     if c.get("pack_attention", "model") == "varlen" and not (space.traits.varlen_attention and space.caps.cuda):
         return "pack_attention varlen: Flash Attention over each sequence needs a GPU and a causal Hugging Face model here"
+    return None
+
+
+def _lm_loss_rejection(space, c: dict) -> str | None:
+    """The loss from the hidden states only where it is a Hugging Face causal LM's own; torch's fused one only
+    where this torch has it."""
+    how = c.get("lm_loss", "model")
+    if how == "model":
+        return None
+    if space.traits.lm_loss_refusal:
+        return f"lm_loss {how}: {space.traits.lm_loss_refusal}"
+    if how == "fused" and not space.caps.has_linear_cross_entropy:
+        return f"lm_loss fused: torch {space.caps.torch_version} has no torch.nn.functional.linear_cross_entropy"
     return None
 
 

@@ -1,5 +1,5 @@
 """The model's own implementation choices that the search can switch: which of torch's SDPA kernels its
-attention runs, and how a mixture of experts computes its experts."""
+attention runs, how a mixture of experts computes its experts, and how a causal LM computes its loss."""
 
 from __future__ import annotations
 
@@ -59,3 +59,35 @@ def _batched_mm_gb(model, tokens: int) -> float:
         if top_k and all(isinstance(w, torch.nn.Parameter) and w.dim() == 3 for w in weights):
             total += sum(w[0].numel() * w.element_size() for w in weights) * top_k * tokens
     return total / 1e9
+
+
+# Config fields by which a Hugging Face causal LM changes its logits between its head and its loss (Gemma's
+# softcapping, Cohere's and Granite's scales): the loss then needs the whole logits
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def lm_loss_refusal(model, own_loss: bool) -> str | None:
+    """Why a causal LM's loss cannot be computed from its last hidden states and its head's weight (the snippet's
+    linear_loss_on), or None: it must be a Hugging Face causal LM (itself, or inside a wrapper such as peft's) whose
+    loss is transformers' ForCausalLMLoss over a plain linear head's logits, and the job's loss that one
+    (`own_loss`: a Trainer's job, whose loss is the model's loss_function)."""
+    found = next((m for m in model.modules() if type(m).__name__.endswith("ForCausalLM")), None)
+    if found is None or not callable(getattr(found, "get_output_embeddings", None)):
+        return "the model is not a Hugging Face causal LM"
+    from transformers.loss.loss_utils import LOSS_MAPPING
+
+    if found.loss_function is not LOSS_MAPPING["ForCausalLM"]:
+        return "the model's loss_function is not transformers' ForCausalLMLoss"
+    head = found.get_output_embeddings()
+    if type(head) is not torch.nn.Linear or head.bias is not None:
+        return f"the model's output head is a {type(head).__name__}, not a plain torch.nn.Linear without bias"
+    config = found.config
+    changed = [name for name in LOGIT_TRANSFORMS if getattr(config, name, None) not in (None, 1, 1.0)]
+    if changed:
+        return f"the model changes its logits between its head and its loss (config.{changed[0]})"
+    if not own_loss:
+        return (
+            "the workload's criterion takes the model's logits: only the model's own loss_function (a Trainer's job) "
+            "is given the hidden states instead"
+        )
+    return None
