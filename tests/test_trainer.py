@@ -215,3 +215,21 @@ def test_a_trainer_s_job_is_measured_on_batches_its_warm_up_did_not_see(tmp_path
     # every measured step met a new length: none ran faster than the plan it paid (a step that reused a length
     # costs the tiny model's few milliseconds, so windows over the warm-up's batches would run several times faster)
     assert record["steps_per_s"] < 1 / trainer_jobs.PLAN_S
+
+
+def test_only_a_trainer_whose_loss_is_the_model_s_own_has_it_compiled_apart_or_fed_hidden_states():
+    """The loss compiled apart is the model's loss_function, and lm_loss gives it the hidden states instead of the
+    logits: neither where the Trainer's loss is another (label smoothing), and no hidden states where the Trainer's
+    own compute_loss reads the logits too (TRL's SFTTrainer, for its metrics)."""
+    pytest.importorskip("trl")
+    from autocompile.engine.study import build_space
+
+    plain = get_workload(f"trainer:{JOBS}:language_modeling")
+    assert plain.split_loss and plain.own_loss
+    smoothed = get_workload(f"trainer:{JOBS}:label_smoothing")
+    assert not smoothed.split_loss and not smoothed.own_loss
+    sft = get_workload(f"trainer:{JOBS}:sft_padded_to_16")
+    assert sft.split_loss and not sft.own_loss
+    for job in ("label_smoothing", "sft_padded_to_16"):
+        left_out = dict(build_space(f"trainer:{JOBS}:{job}", "cpu").left_out)
+        assert "only the model's own loss_function" in left_out["lm_loss"]

@@ -126,6 +126,15 @@ def per_length_cost():
     return Trainer(model=built, args=args, train_dataset=Dataset.from_list(rows), data_collator=collator)
 
 
+def label_smoothing():
+    """language_modeling with the Trainer's label smoothing: its loss is not the model's own."""
+    from transformers import DataCollatorForLanguageModeling, Trainer
+
+    collator = DataCollatorForLanguageModeling(tokenizer(), mlm=False)
+    args = arguments(label_smoothing_factor=0.1)
+    return Trainer(model=model(), args=args, train_dataset=dataset(), data_collator=collator)
+
+
 def sft_packed():
     """TRL's SFTTrainer with packing=True: its batches come packed, with position ids."""
     from trl import SFTConfig, SFTTrainer

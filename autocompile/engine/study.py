@@ -92,7 +92,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         sdpa = kernels.sdpa_attention(model)
         tokens = shape.get("rows", 1) * (shape["lengths"][1] if shape.get("lengths") else workload.max_len(options))
         experts, other_experts, experts_refused = kernels.experts_implementations(model, tokens)
-        lm_loss = kernels.lm_loss_refusal(model, workload.framework == "trainer" and workload.split_loss)
+        lm_loss = kernels.lm_loss_refusal(model, workload.own_loss)
         del model, optimizer
     except UserError:
         raise  # the workload cannot be built here (a missing package): say so

@@ -116,6 +116,7 @@ class Workload:
     # >0: the warm-up passes this many batches of the pool and the measuring windows go on to the next ones, new to
     # the device's per-shape caches as in a run over a dataset of many lengths; 0: every window passes the whole pool
     fresh_pass: int = 0
+    own_loss: bool = False  # the job's loss is its model's loss_function, and nothing else reads the logits
     pad_multiple: int | None = None  # the multiple the job's own collator pads lengths to (pad_to_multiple_of), as built
     gpu_only: bool = False
     forward: Callable[[Any, dict], Any] | None = None

@@ -70,7 +70,7 @@ def lm_loss_refusal(model, own_loss: bool) -> str | None:
     """Why a causal LM's loss cannot be computed from its last hidden states and its head's weight (the snippet's
     linear_loss_on), or None: it must be a Hugging Face causal LM (itself, or inside a wrapper such as peft's) whose
     loss is transformers' ForCausalLMLoss over a plain linear head's logits, and the job's loss that one
-    (`own_loss`: a Trainer's job, whose loss is the model's loss_function)."""
+    (`own_loss`: a Trainer's job whose loss is the model's loss_function, and whose compute_loss reads no logits)."""
     found = next((m for m in model.modules() if type(m).__name__.endswith("ForCausalLM")), None)
     if found is None or not callable(getattr(found, "get_output_embeddings", None)):
         return "the model is not a Hugging Face causal LM"
@@ -87,7 +87,7 @@ def lm_loss_refusal(model, own_loss: bool) -> str | None:
         return f"the model changes its logits between its head and its loss (config.{changed[0]})"
     if not own_loss:
         return (
-            "the workload's criterion takes the model's logits: only the model's own loss_function (a Trainer's job) "
-            "is given the hidden states instead"
+            "the workload's criterion takes the model's logits: only the model's own loss_function (a Trainer's job "
+            "whose compute_loss is transformers' own) is given the hidden states instead"
         )
     return None

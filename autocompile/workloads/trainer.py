@@ -101,7 +101,7 @@ def trainer_workload(target: str) -> Workload:
     batches = _pool(trainer)
     varying = _varying(trainer, batches)
     layout, _why = _layout(trainer, batches, varying)
-    causal_loss = _has_causal_lm_loss(trainer.model) and "labels" in batches[0]
+    causal_loss = _has_causal_lm_loss(trainer.model) and "labels" in batches[0] and _loss_is_models(trainer)
     description = _describe(trainer, batches)
     longest = _longest(trainer, batches, varying)
 
@@ -142,6 +142,8 @@ def trainer_workload(target: str) -> Workload:
         build=build,
         batches=pool,
         loss=loss,
+        # nothing but the model's loss reads its logits: they may give way to the hidden states (lm_loss)
+        own_loss=causal_loss and type(trainer).compute_loss is _trainer_class().compute_loss,
         forward=forward if causal_loss else None,
         criterion=criterion if causal_loss else None,
         schedule=lambda optimizer: job.current.create_scheduler(max_steps(job.current), optimizer),  # the Trainer's own
@@ -266,6 +268,17 @@ def _unwrapped(model):
 
     found, _ = huggingface_model(model)
     return found if found is not None else model
+
+
+def _loss_is_models(trainer) -> bool:
+    """Whether the Trainer's loss is its model's own: no compute_loss_func of the user's, no label smoothing."""
+    return trainer.compute_loss_func is None and not trainer.args.label_smoothing_factor
+
+
+def _trainer_class():
+    from transformers import Trainer
+
+    return Trainer
 
 
 def _has_causal_lm_loss(model) -> bool:
