@@ -68,7 +68,10 @@ def compiled_blocks(model) -> int:
 
 
 def test_a_trainer_of_one_s_own_trains_the_same_losses_through_apply_to_trainer():
-    trainer = trained_alike("language_modeling", scope="regional", compile_loss=True, compile_optimizer=True, lr_tensor=True)
+    # padded to the longest length (as lora's below): each layer compiled once, not again (dynamic) at a new length
+    trainer = trained_alike(
+        "language_modeling", scope="regional", compile_loss=True, compile_optimizer=True, lr_tensor=True, padding="max"
+    )
     assert compiled_blocks(trainer.model) == 2  # each decoder layer compiled alone
     assert trainer.compute_loss_func is not None  # the model's own loss, compiled apart
 
@@ -109,7 +112,7 @@ def test_a_lora_trainer_with_checkpointing_is_offered_the_memory_axis_and_trains
     described = json.loads(done.stdout)
     axis = next(d for d in described["dimensions"] if d["name"] == "activation_checkpointing")
     assert axis["choices"] == ["as_built", "off", "selective"]
-    trainer = trained_alike("lora_checkpointing", scope="regional", activation_checkpointing="off")
+    trainer = trained_alike("lora_checkpointing", scope="regional", activation_checkpointing="off", padding="max")
     assert not trainer.model.base_model.model.is_gradient_checkpointing  # off, as the configuration says
 
 
