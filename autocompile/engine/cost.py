@@ -136,9 +136,14 @@ def _compile_work(config: dict) -> tuple[str, int]:
     return config.get("scope"), max(tuning, MODE_WEIGHT.get(config.get("mode"), 0))
 
 
+def besides(config: dict, key: str) -> bool:
+    """Whether `config`'s value of `key` (one of _EXTRAS) compiles a graph besides the model's: any but its default."""
+    return config.get(key, DEFAULTS[key]) not in (None, False, DEFAULTS[key])
+
+
 def _no_more_graphs(seen: dict, config: dict) -> bool:
     """Whether a measured configuration compiled no graph besides the model's that `config` does not."""
-    return not any(seen.get(x) and not config.get(x) for x in _EXTRAS)
+    return not any(besides(seen, x) and not besides(config, x) for x in _EXTRAS)
 
 
 # What a twin shares: the scope, the mode and the shapes it compiles, and the attention it compiles into each

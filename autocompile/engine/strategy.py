@@ -22,7 +22,7 @@ import functools
 
 import optuna
 
-from autocompile.engine.cost import neighbour_s
+from autocompile.engine.cost import besides, neighbour_s
 from autocompile.engine.records import Role, config_columns
 from autocompile.engine.studyview import StudyView, view_of
 from autocompile.engine.scoring import DEFAULT_HORIZON
@@ -279,7 +279,7 @@ def warmup_share(study, trial) -> float:
 
 
 def _drops_a_graph(name: str, value, base: dict) -> bool:
-    return name in _EXTRAS and bool(base.get(name)) and not value
+    return name in _EXTRAS and besides(base, name) and not besides({name: value}, name)
 
 
 def _rank(name: str, value, base: dict, borrow: dict, heavy: bool = False, breaks_ask: bool = False) -> int:
