@@ -21,6 +21,7 @@ PINS = {
     "scope": "full",
     "mode": "default",
     "dynamic": None,
+    "capture_data_dependent": False,
     "compile_optimizer": False,
     "fused_optimizer": False,
     "compile_loss": False,
