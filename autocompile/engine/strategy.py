@@ -314,7 +314,7 @@ def _rank_lighter(name: str, value, base: dict, borrow: dict, breaks_ask: bool =
     step: a large share of the warm-up on the GPU models); 1 for the incumbent's other values; 2 for the rest."""
     if name == "capture_data_dependent" and value:
         return _capture_rank(breaks_ask)
-    if _drops_a_graph(name, value, base) and name in borrow and not borrow[name]:
+    if _drops_a_graph(name, value, base) and name in borrow and not besides(borrow, name):
         return 0
     return 1 if name in borrow and _same(borrow[name], value) else 2
 
