@@ -107,7 +107,7 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     """The standalone module that applies `config`: settings at the top, two small functions."""
     lines = _module_doc(header, info)
     checkpointing_doc, checkpointing_body, checkpointing_functions = _checkpointing_lines(config, info)
-    lines += checkpointing_doc
+    lines += checkpointing_doc + _lm_loss_doc(config, info)
     lines += ['"""', "import torch", ""]
     settings, body, helpers = _apply_lines(config, info, checkpointing_body)
     pack_body, pack_functions = _pack_apply_lines(config, info)
@@ -1082,6 +1082,17 @@ class ChunkedCrossEntropy(torch.autograd.Function):
 # ChunkedCrossEntropy compiled: each chunk's products, softmax and gradients in a few kernels
 chunked_cross_entropy = torch.compile(ChunkedCrossEntropy.apply, fullgraph=True, **LOSS_COMPILE_KWARGS)
 '''.splitlines()
+
+
+def _lm_loss_doc(config: dict, info: ModelInfo) -> list[str]:
+    """What a training loop must know where apply_compilation takes the loss from the hidden states."""
+    if info.framework == "trainer" or not _lm_loss_lines(config)[0]:
+        return []
+    return [
+        "",
+        "apply_compilation makes the model's logits its last hidden states, which its loss_function takes:",
+        "compute the loss through the model (labels=...) or its loss_function, not from the logits.",
+    ]
 
 
 def _lm_loss_lines(config: dict) -> tuple[list[str], list[str]]:

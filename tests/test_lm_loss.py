@@ -12,6 +12,7 @@ import torch
 from autocompile.apply import ModelInfo, find_repeated_blocks, load_snippet, render_snippet, without_code
 from autocompile.engine.study import build_space
 from autocompile.space import DEFAULTS, EAGER, Capabilities, SearchSpace, WorkloadTraits
+from autocompile.workloads import WorkloadOptions, get_workload
 from autocompile.workloads.kernels import lm_loss_refusal
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -89,13 +90,15 @@ def test_the_chunked_cross_entropy_gives_the_reference_loss_and_gradients():
 
 
 def test_it_is_offered_where_the_loss_is_a_causal_lms_own_and_left_out_with_why_elsewhere():
-    """A preset's criterion takes the logits: left out with why; a Trainer's causal LM (its loss the model's own)
-    is offered model, fused (where this torch has linear_cross_entropy) and chunked; a torch without it leaves
-    fused out with why; a configuration that asks for it where it is not offered is refused with why."""
-    preset = build_space("tiny-llama", "cpu")
-    assert "criterion takes the model's logits" in dict(preset.left_out)["lm_loss"]
-    assert "lm_loss" not in {d.name for d in preset.dimensions}
-    assert "lm_loss chunked" in preset.rejection({**DEFAULTS, "lm_loss": "chunked"})
+    """A preset causal LM's criterion is its model's loss_function: offered; the captioner's decoder is no causal LM
+    of transformers' kind: left out with why; a Trainer's causal LM (its loss the model's own) is offered model,
+    fused (where this torch has linear_cross_entropy) and chunked; a torch without it leaves fused out with why; a
+    configuration that asks for it where it is not offered is refused with why."""
+    assert "lm_loss" in {d.name for d in build_space("tiny-llama", "cpu").dimensions}
+    captioner = build_space("tiny-captioner", "cpu")
+    assert "not a Hugging Face causal LM" in dict(captioner.left_out)["lm_loss"]
+    assert "lm_loss" not in {d.name for d in captioner.dimensions}
+    assert "lm_loss chunked" in captioner.rejection({**DEFAULTS, "lm_loss": "chunked"})
 
     model = trainer_jobs.model()
     assert lm_loss_refusal(model, own_loss=True) is None
@@ -124,3 +127,30 @@ def test_a_trainers_job_trains_the_same_losses_with_the_chunked_loss_compiled_ap
 
     trainer = trained_alike("language_modeling", scope="regional", compile_loss=True, lm_loss="chunked")
     assert type(trainer.model.lm_head).__name__ == "HiddenHead"
+
+
+def test_a_presets_criterion_follows_the_models_loss_to_the_hidden_states():
+    """A preset's criterion is its model's own loss_function: with the chunked loss (compiled apart, as
+    compile_loss runs it) the model gives its hidden states and the criterion the same losses as eager's."""
+
+    def losses(config: dict) -> list[float]:
+        torch._dynamo.reset()
+        workload = get_workload("tiny-llama")
+        options = WorkloadOptions(device="cpu", seed=0, seq_len=32)
+        model, optimizer = workload.build(options)
+        info = ModelInfo(regions=find_repeated_blocks(model))
+        snippet = load_snippet(render_snippet({**DEFAULTS, **config}, info))
+        model, optimizer = snippet["apply_compilation"](model, optimizer)
+        criterion = snippet["compile_loss"](workload.criterion)
+        out = []
+        for batch in workload.batches(options, 3):
+            batch = {key: value[:, :32] for key, value in batch.items()}
+            loss = criterion(workload.forward(model, batch), batch)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            out.append(loss.item())
+        return out
+
+    eager = losses(EAGER)
+    assert losses({"scope": "regional", "compile_loss": True, "lm_loss": "chunked"}) == pytest.approx(eager, rel=1e-4)

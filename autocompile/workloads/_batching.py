@@ -46,3 +46,23 @@ def count_labels(batch: dict) -> int:
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over non-padding positions, computed in float32 like transformers does."""
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
+
+
+class ModelsLoss:
+    """A causal LM job's criterion(logits, batch): its model's own loss_function (transformers' ForCausalLMLoss over
+    the labels as given, already shifted), the same float32 mean over real tokens as causal_lm_loss. It reads the
+    model last built (`of`), so where a configuration's lm_loss gives that loss_function the hidden states, the
+    criterion follows: the workload's `own_loss`."""
+
+    def __init__(self):
+        self.lm = None
+
+    def of(self, model):
+        """`model`, its causal LM (itself, or the one a wrapper such as peft's holds) now the one whose loss is taken."""
+        self.lm = next((m for m in model.modules() if type(m).__name__.endswith("ForCausalLM")), None)
+        return model
+
+    def __call__(self, logits, batch):
+        if self.lm is None:
+            return causal_lm_loss(logits, batch["labels"])
+        return self.lm.loss_function(logits, None, vocab_size=logits.shape[-1], shift_labels=batch["labels"])

@@ -7,7 +7,7 @@ import random
 import torch
 
 from autocompile.workloads import SequenceLayout, Workload, WorkloadOptions, warmup_cosine
-from autocompile.workloads._batching import causal_lm_loss, count_labels, sample_length, token_batch
+from autocompile.workloads._batching import ModelsLoss, count_labels, sample_length, token_batch
 
 # Fine-tuning data: most sequences well below the maximum, a tail up to it (fractions of max).
 LENGTH_BINS = [(1 / 16, 1 / 4, 0.50), (1 / 4, 1 / 2, 0.35), (1 / 2, 1.0, 0.15)]
@@ -99,11 +99,13 @@ def decoder_workload(
     """A causal decoder's workload: `build_model(options, longest)` trained with AdamW under warm-up + cosine LR
     on padded batches of the fine-tuning length mix, its loss over the shifted labels."""
 
+    criterion = ModelsLoss()
+
     def max_len(options: WorkloadOptions) -> int:
         return options.seq_len or seq_len
 
     def build(options: WorkloadOptions):
-        model = build_model(options, max_len(options))
+        model = criterion.of(build_model(options, max_len(options)))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         return model, optimizer
 
@@ -115,9 +117,6 @@ def decoder_workload(
     def forward(model, batch):
         return model(input_ids=batch["input_ids"], position_ids=batch.get("position_ids")).logits
 
-    def criterion(logits, batch):
-        return causal_lm_loss(logits, batch["labels"])
-
     return Workload(
         name=name,
         description=description,
@@ -125,6 +124,7 @@ def decoder_workload(
         batches=batches,
         forward=forward,
         criterion=criterion,
+        own_loss=True,  # nothing but the model's loss_function reads its logits
         # What LLM training does: linear warm-up over 100 steps, cosine decay over 10000.
         schedule=warmup_cosine,
         count=count_labels,

@@ -15,7 +15,7 @@ import torch
 
 from autocompile.errors import UserError
 from autocompile.workloads import SequenceLayout, Workload, WorkloadOptions, warmup_cosine
-from autocompile.workloads._batching import causal_lm_loss, count_labels
+from autocompile.workloads._batching import ModelsLoss, count_labels
 from autocompile.workloads._llama import LLAMA_3_1_8B, PAD_ID, TINY_LLAMA, llama_model, text_batches
 
 # peft's LoRA on every projection of the attention and the MLP
@@ -36,6 +36,8 @@ def _peft():
 
 
 def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, dtype_on_cpu, pool, gpu_only=False):
+    criterion = ModelsLoss()
+
     def max_len(options: WorkloadOptions) -> int:
         return options.seq_len or seq_len
 
@@ -50,6 +52,7 @@ def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, 
             warnings.simplefilter("ignore", FutureWarning)
             model = peft.get_peft_model(model, peft.LoraConfig(task_type="CAUSAL_LM", **LORA))
         model.train()
+        criterion.of(model)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4)
         return model, optimizer
 
@@ -64,9 +67,6 @@ def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, 
             input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"), position_ids=batch.get("position_ids")
         ).logits
 
-    def criterion(logits, batch):
-        return causal_lm_loss(logits, batch["labels"])
-
     return Workload(
         name=name,
         description=description,
@@ -74,6 +74,7 @@ def _make(name, description, config_kwargs, batch_size, seq_len, dtype_on_cuda, 
         batches=batches,
         forward=forward,
         criterion=criterion,
+        own_loss=True,  # nothing but the model's loss_function reads its logits
         schedule=warmup_cosine,
         count=count_labels,
         unit="tokens",
