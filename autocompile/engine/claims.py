@@ -39,7 +39,7 @@ from autocompile.engine.storage import claim_lock, counted, fail_stale, this_wor
 from autocompile.engine.strategy import neighbour_cost, neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
 from autocompile.engine.gates import Outcome, plain_not_started, ran_its_course, why_not
-from autocompile.engine.records import BASELINES, Role, refused_before_launch, set_attrs
+from autocompile.engine.records import BASELINES, Record, Role, refused_before_launch, set_attrs
 from autocompile.engine.runner import Runner, ask, new_trial, waiting
 from autocompile.engine.studyview import StudyView, view_of
 from autocompile.space import DEFAULTS, EAGER
@@ -210,7 +210,7 @@ def _budget_spent(runner: Runner, budget: dict, reserve: float, loop: LoopState)
     remaining = runner.remaining()
     if remaining is not None and remaining - reserve >= MIN_TRIAL_S and not loop.said_spent:
         loop.said_spent = True
-        refused = sum(refused_before_launch(t.user_attrs) for t in study.get_trials(deepcopy=False))
+        refused = sum(refused_before_launch(Record.of(t)) for t in study.get_trials(deepcopy=False))
         runner.progress.line(
             f"--trials {budget['trials']} counted ({refused} of them refused before launch at no cost) with"
             f" {remaining - reserve:.0f} s of --timeout left before the finalist round: a larger --trials would use them"

@@ -21,7 +21,7 @@ from autocompile.apply import describe_config
 from autocompile.engine import horizon
 from autocompile.engine.records import (
     BASELINES,
-    Record,
+    FullRecord,
     Role,
     carried,
     full_record,
@@ -296,7 +296,7 @@ class Runner:
         cold: bool = False,
         measure: dict | None = None,
         gpus: str | None = None,
-    ) -> Record:
+    ) -> FullRecord:
         """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
         of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record.
         A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`);
@@ -308,7 +308,7 @@ class Runner:
         one between its claim and its launch)."""
         return self.complete(self.prepare(trial, config, role, prunable, limit_s, keep_s, first, cold, measure or {}, gpus))
 
-    def complete(self, prepared: Prepared) -> Record:
+    def complete(self, prepared: Prepared) -> FullRecord:
         """Launch a prepared trial in this thread and tell the study (`launch`, `finish`); Ctrl-C fails it
         as interrupted."""
         try:
@@ -394,7 +394,7 @@ class Runner:
         )
         return Prepared(trial, request, label, prunable, remaining, limit_s, first, bool(warm or cold), cold)
 
-    def launch(self, prepared: Prepared, stop: threading.Event | None = None) -> Record:
+    def launch(self, prepared: Prepared, stop: threading.Event | None = None) -> FullRecord:
         """The trial's process (and the triage ladder after a compile error): its record. It calls the
         study only for heartbeats (Optuna's storages take them from any thread) and a prunable trial's
         reports (the round's are not), so the finalist round runs it in a thread per GPU; `stop` set,
@@ -418,7 +418,7 @@ class Runner:
             record = triage(prepared.request, record, time_left=self.remaining(), heartbeat=beat)
         return record
 
-    def finish(self, prepared: Prepared, record: Record) -> Record:
+    def finish(self, prepared: Prepared, record: FullRecord) -> FullRecord:
         """Everything of `run` after the trial's process: its record carried, judged and told, its line said."""
         trial = prepared.trial
         self.trials_wall += record["wall_s"] + sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
@@ -473,7 +473,7 @@ class Runner:
             self.settings.shared_cache and bool(config["compile"]) and first is None and role not in (*BASELINES, Role.FINALIST)
         )
 
-    def _tell(self, trial, request: TrialRequest, record: Record, limit_s: float, tell: bool = True) -> Record:
+    def _tell(self, trial, request: TrialRequest, record: FullRecord, limit_s: float, tell: bool = True) -> FullRecord:
         """Judge the record, keep it whole in the trial's folder and concise in the study, tell the
         study (not where `tell` is False: its trial failed meanwhile, and `finish` keeps it apart);
         the judged record."""
@@ -504,7 +504,7 @@ class Runner:
             self.study.tell(trial, record["score"])
         return record
 
-    def _kept_apart(self, stale, record: Record, cut_by_search: bool):
+    def _kept_apart(self, stale, record: FullRecord, cut_by_search: bool):
         """The result of a trial another worker failed as stale while this worker ran it (its heartbeats came
         late: a host too loaded to beat in time), kept as a trial of its own: a finished trial is never lost.
         The configuration queued again for the stale one is then a duplicate, refused when it is claimed."""

@@ -19,7 +19,7 @@ from autocompile.trial.protocol import PACKING_CHECK_VERSION, REPLAY_VERSION
 from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
-    from autocompile.engine.records import Record
+    from autocompile.engine.records import FullRecord
 
 DEFAULT_HORIZON = 1000  # training steps the warm-up is amortised over
 RECOMPILE_PENALTY = 0.02  # score lost per recompile after warm-up (at most half)
@@ -186,7 +186,7 @@ PACKED_APART = (
 )
 
 
-def judge(record: Record, eager: dict | None, device: str, max_memory_gb: float | None) -> Record:
+def judge(record: FullRecord, eager: dict | None, device: str, max_memory_gb: float | None) -> FullRecord:
     """Make a trial that ran infeasible if it computes something else than eager
     (`numerics_verdict`), or needs more memory than allowed."""
     if record.get("status") != Status.OK:
