@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 
+from autocompile.engine.records import Record
 from autocompile.trial.protocol import PACKING_CHECK_VERSION, REPLAY_VERSION
 from autocompile.trial.result import Status
 
@@ -257,7 +258,7 @@ def best_score(study) -> float | None:
         (
             t.value
             for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if t.user_attrs.get("status") == Status.OK and t.value
+            if Record.of(t).status == Status.OK and t.value
         ),
         default=None,
     )
@@ -275,12 +276,12 @@ class CannotWinPruner(optuna.pruners.BasePruner):
         return best is not None and trial.intermediate_values[step] < best
 
 
-def _judged_by_an_older_guard(attrs: dict) -> bool:
+def _judged_by_an_older_guard(record: Record) -> bool:
     """A trial made infeasible for its numerics by a guard since replaced: before the verdict said
     how it was reached (the first losses of runs whose dropout masks differed, or the packing check's
     first version), or by a replay or packing check of an older version. Its configuration is measured again."""
-    if attrs.get("status") != Status.INFEASIBLE or not attrs.get("reason", "").startswith("numerics"):
+    if record.status != Status.INFEASIBLE or not (record.reason or "").startswith("numerics"):
         return False
-    numerics = attrs.get("numerics", {})
+    numerics = {} if record.numerics is None else record.numerics
     current = {"replay": REPLAY_VERSION, "packing check": PACKING_CHECK_VERSION}
     return "method" not in numerics or numerics.get("version", 1) < current.get(numerics["method"], 1)
