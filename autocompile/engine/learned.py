@@ -8,7 +8,7 @@ trial obeys what it is passed (TrialRequest) and says so in its record.
 
 from __future__ import annotations
 
-from autocompile.engine.records import Record, Role
+from autocompile.engine.records import Record, Role, with_old_defaults
 from autocompile.engine.studyview import view_of
 from autocompile.space import DEFAULTS, Graphs, shaping
 
@@ -35,7 +35,7 @@ def rng_dependent(study) -> dict | None:
         record = Record.of(t)
         value = record.attrs.get("rng_dependent")
         if isinstance(value, bool):
-            return {"value": value, "from": record.attrs["rng_dependent_from"]}
+            return {"value": value, "from": with_old_defaults(record.attrs, t.number)["rng_dependent_from"]}
     return None
 
 

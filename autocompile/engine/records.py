@@ -95,8 +95,8 @@ class Record:
     """What the engine decides from a trial's stored record: its outcome, its place in the search, its
     steady speed, warm-up and memory, and where it ran. Read from the trial's user attributes (`of`,
     `from_attrs`); each field is None where the record lacks its key. The measurement's detail beside
-    these (window rates, losses, numerics series, ...) is the worker's `Result`: concise in `attrs`,
-    whole in the trial's result.json (`full_record`)."""
+    these (window rates, losses, numerics series, ...) is the worker's `Result`: concise in `attrs` (as
+    stored, without OLD_DEFAULTS: `with_old_defaults`), whole in the trial's result.json (`full_record`)."""
 
     number: int | None = None  # the trial's
     status: Status | str | None = None  # how it ended (a plain string, equal to its `Status`)
@@ -124,14 +124,14 @@ class Record:
     # a finalist's rerun: the trial it measures again, and in which round
     remeasure_of: int | None = None
     finalist_round: int | None = None
-    attrs: Mapping = field(default_factory=dict)  # the user attributes it was read from, OLD_DEFAULTS applied
+    attrs: Mapping = field(default_factory=dict)  # the user attributes it was read from, as the study holds them
 
     @classmethod
     def from_attrs(cls, attrs: Mapping, number: int | None = None) -> Record:
-        """A trial's user attributes (or whole record) as its record, with what an older record means by
-        a key it lacks (OLD_DEFAULTS); `number` is the trial's."""
-        attrs = with_old_defaults(attrs, number)
-        return cls(number=number, attrs=MappingProxyType(attrs), **{key: attrs.get(key) for key in _READ})
+        """A trial's user attributes (or whole record) as its record, each field with what an older record
+        means by a key it lacks (OLD_DEFAULTS); `number` is the trial's."""
+        known = with_old_defaults(attrs, number)
+        return cls(number=number, attrs=MappingProxyType(dict(attrs)), **{key: known.get(key) for key in _READ})
 
     @classmethod
     def of(cls, trial) -> Record:
