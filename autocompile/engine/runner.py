@@ -515,7 +515,7 @@ class Runner:
             state, value = optuna.trial.TrialState.FAIL, None
         else:
             state, value = optuna.trial.TrialState.COMPLETE, record["score"]
-        claimed = {key: item for key, item in stale.user_attrs.items() if key != "reason"}  # not the staleness
+        claimed = {key: item for key, item in Record.of(stale).attrs.items() if key != "reason"}  # not the staleness
         attrs = {**claimed, **to_attrs(record), "kept_from": stale.number}
         self.study.add_trial(
             optuna.trial.create_trial(
