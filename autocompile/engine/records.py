@@ -135,8 +135,8 @@ class Record:
 
     @classmethod
     def of(cls, trial) -> Record:
-        """A study's trial's record, from its user attributes."""
-        return cls.from_attrs(trial.user_attrs, trial.number)
+        """A study's trial's record, from its user attributes (a stand-in for one may lack a number)."""
+        return cls.from_attrs(trial.user_attrs, getattr(trial, "number", None))
 
 
 _READ = tuple(f.name for f in fields(Record) if f.name not in ("number", "attrs"))  # each read from the key of its name
