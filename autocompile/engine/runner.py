@@ -631,7 +631,7 @@ class Runner:
         record = Record.of(trial)
         parent, moved = record.parent, record.changed or []
         known = self.gains.ceiling(moved) if self.gains is not None and parent is not None else None
-        pace = view_of(self.study).records[parent].steps_per_s if known else None
+        pace = Record.of(view_of(self.study).trials[parent]).steps_per_s if known else None
         if not pace:
             return None, ""
         ceiling = pace * known["ratio"]
