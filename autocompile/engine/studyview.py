@@ -38,13 +38,17 @@ class StudyView:
     def __init__(self, study):
         self.study = study
         self.trials = study.get_trials(deepcopy=False)  # by number
-        self.records = [Record.of(t) for t in self.trials]  # each trial's, by number
         self._answers: dict = {}  # an answer that takes an argument, by its question
 
     def _once(self, question: tuple, answer):
         if question not in self._answers:
             self._answers[question] = answer()
         return self._answers[question]
+
+    @cached_property
+    def records(self) -> list[Record]:
+        """Each trial's record, by number."""
+        return [Record.of(t) for t in self.trials]
 
     @cached_property
     def finished(self) -> list:
