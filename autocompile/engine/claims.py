@@ -39,7 +39,7 @@ from autocompile.engine.storage import claim_lock, counted, fail_stale, this_wor
 from autocompile.engine.strategy import neighbour_cost, neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
 from autocompile.engine.gates import Outcome, plain_not_started, ran_its_course, why_not
-from autocompile.engine.records import BASELINES, Role, refused_before_launch, set_attrs
+from autocompile.engine.records import BASELINES, Record, Role, refused_before_launch, set_attrs
 from autocompile.engine.runner import Runner, ask, new_trial, waiting
 from autocompile.engine.studyview import StudyView, view_of
 from autocompile.space import DEFAULTS, EAGER
@@ -160,7 +160,7 @@ def kept_for_round(runner: Runner, budget: dict, study_wide: bool = False) -> fl
     if not study_wide:
         return reserve
     running = runner.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    last = max((t.user_attrs.get("expected_end", 0.0) for t in running), default=0.0) - time.time()
+    last = max((Record.of(t).attrs.get("expected_end", 0.0) for t in running), default=0.0) - time.time()
     return min(reserve, max(remaining - last, 0.0))
 
 
@@ -210,7 +210,7 @@ def _budget_spent(runner: Runner, budget: dict, reserve: float, loop: LoopState)
     remaining = runner.remaining()
     if remaining is not None and remaining - reserve >= MIN_TRIAL_S and not loop.said_spent:
         loop.said_spent = True
-        refused = sum(refused_before_launch(t.user_attrs) for t in study.get_trials(deepcopy=False))
+        refused = sum(refused_before_launch(Record.of(t)) for t in study.get_trials(deepcopy=False))
         runner.progress.line(
             f"--trials {budget['trials']} counted ({refused} of them refused before launch at no cost) with"
             f" {remaining - reserve:.0f} s of --timeout left before the finalist round: a larger --trials would use them"
@@ -293,13 +293,8 @@ def _startable(runner: Runner, before_round_s: float):
 def baselines_to_run(finished: list, limit_s: float) -> list[tuple[Role, dict]]:
     """The baselines (role, config) a search still owes its study: those never measured, and
     one that timed out under a shorter limit than `limit_s` (it is measured again)."""
-    done = {
-        t.user_attrs.get("role")
-        for t in finished
-        if t.state == optuna.trial.TrialState.COMPLETE
-        and ran_its_course(t.user_attrs, limit_s)
-        and not _judged_by_an_older_guard(t.user_attrs)
-    }
+    complete = [Record.of(t) for t in finished if t.state == optuna.trial.TrialState.COMPLETE]
+    done = {r.role for r in complete if ran_its_course(r, limit_s) and not _judged_by_an_older_guard(r)}
     return [(role, config) for role, config in BASELINE_CONFIGS if role not in done]
 
 
@@ -308,7 +303,7 @@ def _owed_baselines(runner: Runner, deferred: bool = True, view: StudyView | Non
     and plain torch.compile where it runs last (`plain_compile_last`) or waits for the recipes and a first
     proposal (`plain_compile_waits`), unless `deferred` is False."""
     view = view_of(runner.study, view)
-    running = {t.user_attrs.get("role") for t in view.running}
+    running = {view.records[t.number].role for t in view.running}
     owed = baselines_to_run(view.finished, runner.settings.baseline_limit_s)
     last = deferred and (plain_compile_last(runner) or (plain_compile_waits(runner) and not _explored(view)))
     return [
@@ -379,10 +374,8 @@ def plain_compile_waits(runner: Runner) -> str | None:
 def _explored(view: StudyView) -> bool:
     """Whether a proposal after the recipes (a neighbour, or TPE's) has run: what plain torch.compile waits
     for in a short search (`plain_compile_waits`); one refused before launch did not run."""
-    return any(
-        t.user_attrs.get("role") in (Role.NEIGHBOUR, Role.SEARCH) and (t.user_attrs.get("wall_s") or 0.0) > 0.0
-        for t in view.finished
-    )
+    finished = (view.records[t.number] for t in view.finished)
+    return any(r.role in (Role.NEIGHBOUR, Role.SEARCH) and (r.wall_s or 0.0) > 0.0 for r in finished)
 
 
 def said_unexplored(runner: Runner) -> str | None:
@@ -390,12 +383,13 @@ def said_unexplored(runner: Runner) -> str | None:
     measured (a result with a speed), what became of each, or None."""
     if runner.deadline is None:
         return None
-    finished = runner.look().finished
+    view = runner.look()
+    finished = [view.records[t.number] for t in view.finished]
     missing = []
     for role in (Role.RECIPE, Role.NEIGHBOUR):
-        ran = [t for t in finished if t.user_attrs.get("role") == role]
-        if not any(t.user_attrs.get("status") == Status.OK for t in ran):
-            how = ", ".join(f"trial {t.number} {t.user_attrs.get('status', 'failed')}" for t in ran) or "none started"
+        ran = [r for r in finished if r.role == role]
+        if not any(r.status == Status.OK for r in ran):
+            how = ", ".join(f"trial {r.number} {'failed' if r.status is None else r.status}" for r in ran) or "none started"
             missing.append(f"no {role.value} measured ({how})")
     if not missing:
         return None
@@ -513,8 +507,9 @@ def _attribute(runner: Runner, trial, pending: list, loop: LoopState):
 
 def _role_and_config(runner: Runner, trial, pending: list, loop: LoopState) -> tuple[Role, dict]:
     """A retried trial (its worker died) keeps its role and config; else the next baseline owed, or the sampler's proposal."""
-    if "failed_trial" in runner.storage.get_trial_system_attrs(trial._trial_id) and "config" in trial.user_attrs:
-        return trial.user_attrs.get("role", Role.SEARCH), dict(trial.user_attrs["config"])
+    record = Record.of(trial)
+    if "failed_trial" in runner.storage.get_trial_system_attrs(trial._trial_id) and record.config is not None:
+        return record.role or Role.SEARCH, dict(record.config)
     if pending:
         role, config = pending[0]
         return role, json.loads(json.dumps(config))
@@ -523,6 +518,6 @@ def _role_and_config(runner: Runner, trial, pending: list, loop: LoopState) -> t
     except UserError:  # e.g. a space that differs from the study's: nothing ran
         runner.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise
-    role = trial.user_attrs.get("role", Role.SEARCH)
+    role = record.role or Role.SEARCH
     loop.proposals += role in (Role.SEARCH, Role.NEIGHBOUR)
     return role, config

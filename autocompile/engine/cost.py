@@ -24,7 +24,7 @@ import statistics
 
 import optuna
 
-from autocompile.engine.records import Role, config_columns, full_record
+from autocompile.engine.records import Record, Role, config_columns, full_record
 from autocompile.space import DEFAULTS, Graphs, shaping
 from autocompile.trial import caches
 from autocompile.trial.graphs import cold_seconds, is_optimizer, ledger_path, read_ledger
@@ -39,13 +39,11 @@ def expected_trial_s(study) -> float:
     """What the next compiled trial is expected to take: the median time of the compiled trials
     measured so far (recipes, neighbours, TPE; pruned ones at the time they took), at least
     MIN_TRIAL_S. A trial that is not expected to fit what is left of --timeout is not started."""
+    records = [Record.of(t) for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     walls = sorted(
-        t.user_attrs["wall_s"]
-        for t in study.get_trials(deepcopy=False)
-        if t.state.is_finished()
-        and t.user_attrs.get("wall_s")
-        and t.user_attrs.get("config", {}).get("compile")
-        and t.user_attrs.get("role") not in (Role.COMPILE_DEFAULTS, Role.FINALIST)
+        r.wall_s
+        for r in records
+        if r.wall_s and (r.config or {}).get("compile") and r.role not in (Role.COMPILE_DEFAULTS, Role.FINALIST)
     )
     return max(MIN_TRIAL_S, walls[len(walls) // 2]) if walls else MIN_TRIAL_S
 
@@ -89,20 +87,18 @@ def too_slow(study, config: dict, limit_s: float, explained=lambda config: None)
         return None
     scope, weight = _compile_work(config)
     for t in study.get_trials(deepcopy=False):
-        a = t.user_attrs
-        seen = a.get("config", {})
+        r = Record.of(t)
+        seen = r.config or {}
         if not t.state.is_finished() or not seen.get("compile") or not _no_more_graphs(seen, config):
             continue
         seen_scope, seen_weight = _compile_work(seen)
         if seen_scope != scope or seen_weight > weight:
             continue
         factor, because = _factor(seen, config, seen_weight, weight)
-        slow = (a.get("warmup_s") or 0) * factor >= limit_s
-        cut = (
-            a.get("status") == Status.TIMEOUT and "while compiling" in a.get("reason", "") and a.get("wall_s", 0) >= 0.9 * limit_s
-        )
+        slow = (r.warmup_s or 0) * factor >= limit_s
+        cut = r.status == Status.TIMEOUT and "while compiling" in (r.reason or "") and (r.wall_s or 0) >= 0.9 * limit_s
         if (slow or cut) and not explained(seen):
-            how = f"took {a['warmup_s']:.0f} s to warm up" if slow else f"was still compiling after {a['wall_s']:.0f} s"
+            how = f"took {r.warmup_s:.0f} s to warm up" if slow else f"was still compiling after {r.wall_s:.0f} s"
             if slow and because:
                 how += because
             return (
@@ -161,17 +157,17 @@ def twin_time(study, config: dict, exact: bool = False) -> tuple[float | None, l
         return None, []
     walls = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
-        a = t.user_attrs
-        seen = a.get("config", {})
+        r = Record.of(t)
+        seen = r.config or {}
         if (
-            a.get("wall_s")
-            and a.get("status") in (Status.OK, Status.PRUNED, Status.TIMEOUT)
+            r.wall_s
+            and r.status in (Status.OK, Status.PRUNED, Status.TIMEOUT)
             and seen.get("compile")
             and all(seen.get(x, DEFAULTS[x]) == config.get(x, DEFAULTS[x]) for x in _TWIN)
             and _no_more_graphs(seen, config)
             and (not exact or _no_more_graphs(config, seen))
         ):
-            walls[t.number] = a["wall_s"]
+            walls[t.number] = r.wall_s
     return (max(walls.values()), sorted(walls)) if walls else (None, [])
 
 
@@ -211,14 +207,14 @@ class Predictor:
         self.step: dict[str, list[float]] = {}  # step key -> seconds of the step's graphs, per trial
         self.rest: list[float] = []  # a warm-up's seconds besides its compiles
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            a = t.user_attrs
-            if a.get("status") != Status.OK or not a.get("config", {}).get("compile") or "remeasure_of" in a:
+            r = Record.of(t)
+            if r.status != Status.OK or not (r.config or {}).get("compile") or r.remeasure_of is not None:
                 continue
             graphs = full_record(t, study_dir).get("graphs")
             if isinstance(graphs, list) and graphs:  # not the shortened attribute of a trial whose folder is elsewhere
-                self._learn(a["config"], graphs, cold, a)
+                self._learn(r.config, graphs, cold, r)
 
-    def _learn(self, config: dict, graphs: list[dict], cold: dict, attrs: dict) -> None:
+    def _learn(self, config: dict, graphs: list[dict], cold: dict, record: Record) -> None:
         # a hit the ledger lacks: its load plus what torch says the cache saved
         seconds = [
             (g, g.get("s", 0) + g.get("saved_s", 0) if s is None else s) for g, s in zip(graphs, cold_seconds(graphs, cold))
@@ -227,7 +223,7 @@ class Predictor:
         self.model.setdefault(model_key(config), []).append((others, bool(config.get("compile_loss"))))
         if step_key(config):
             self.step.setdefault(step_key(config), []).append(sum(s for g, s in seconds if is_optimizer(g)))
-        measured = attrs.get("warmup_measured_s") or attrs.get("warmup_s") or 0
+        measured = record.warmup_measured_s or record.warmup_s or 0
         self.rest.append(max(measured - sum(g.get("s", 0) for g in graphs), 0.0))
 
     def model_floor(self, config: dict) -> float | None:
@@ -264,10 +260,10 @@ def neighbour_s(study, predictor, neighbour: dict) -> float | None:
     if need is not None:
         return need
     warmup = predictor.predict(neighbour["config"])
-    parent = study.trials[neighbour["parent"]].user_attrs
-    if warmup is None or not parent.get("wall_s"):
+    parent = Record.of(study.trials[neighbour["parent"]])
+    if warmup is None or not parent.wall_s:
         return None
-    return warmup + max(parent["wall_s"] - (parent.get("warmup_measured_s") or parent.get("warmup_s") or 0), 0.0)
+    return warmup + max(parent.wall_s - (parent.warmup_measured_s or parent.warmup_s or 0), 0.0)
 
 
 # -- before the round --------------------------------------------------------------------------
@@ -315,11 +311,12 @@ def rerun_estimate_s(trial) -> float:
     """What a finalist's rerun is expected to take: its first run, less the part of its warm-up
     that loading its compiled code saves (WARM_SHARE), and more the longer windows of the round
     (ROUND_MEASURE). The reserve and the round's plan count this."""
-    a = trial.user_attrs
-    if not a.get("config", {}).get("compile"):
-        return a.get("wall_s", 0) + round_measure_extra_s(a)
-    measured = a.get("warmup_measured_s") or a.get("warmup_s") or 0
-    return max(a.get("wall_s", 0) - (1 - WARM_SHARE) * measured, 0.0) + round_measure_extra_s(a)
+    r = Record.of(trial)
+    wall_s = r.wall_s or 0
+    if not (r.config or {}).get("compile"):
+        return wall_s + round_measure_extra_s(r.attrs)
+    measured = r.warmup_measured_s or r.warmup_s or 0
+    return max(wall_s - (1 - WARM_SHARE) * measured, 0.0) + round_measure_extra_s(r.attrs)
 
 
 # -- cold run ----------------------------------------------------------------------------------
@@ -327,7 +324,7 @@ def rerun_estimate_s(trial) -> float:
 
 def added_s(trial) -> float:
     """The seconds a trial's reconstructed warm-up added for the graphs the shared cache had (0: none)."""
-    return (trial.user_attrs.get("reconstruction") or {}).get("added_s", 0.0)
+    return (Record.of(trial).attrs.get("reconstruction") or {}).get("added_s", 0.0)
 
 
 def cold_scale(study) -> float:
@@ -340,8 +337,8 @@ def cold_scale(study) -> float:
 def cold_run_s(trial, scale: float = 1.0) -> float:
     """What a run of `trial` from empty caches takes in the round: its run with the compile time its
     cache hits saved (scaled by what earlier cold runs showed: `cold_scale`), and the round's longer windows."""
-    a = trial.user_attrs
-    return a.get("wall_s", 0) + scale * added_s(trial) + round_measure_extra_s(a)
+    r = Record.of(trial)
+    return (r.wall_s or 0) + scale * added_s(trial) + round_measure_extra_s(r.attrs)
 
 
 def cold_over_warm_s(trial, scale: float) -> float:

@@ -24,6 +24,7 @@ from autocompile.engine.contained import contained
 from autocompile.engine.cost import MIN_TRIAL_S, Predictor, rerun_estimate_s, too_slow, twin_time
 from autocompile.engine.knowledge.peaks import MARGIN as PEAK_MARGIN
 from autocompile.engine.learned import measured_as
+from autocompile.engine.records import Record
 from autocompile.engine.scoring import _judged_by_an_older_guard, best_score
 from autocompile.engine.studyview import view_of
 from autocompile.space import DEFAULTS
@@ -93,10 +94,10 @@ class Gate:
         return Refusal(reason, self.outcome, self.name, tuple(attrs.items()))
 
 
-def ran_its_course(attrs: dict, limit_s: float) -> bool:
+def ran_its_course(record: Record, limit_s: float) -> bool:
     """Whether a finished trial's result stands: anything but a timeout, or a timeout that had
     (nearly) the whole of `limit_s` (one cut short sooner may be measured again)."""
-    return attrs.get("status") != Status.TIMEOUT or attrs.get("wall_s", 0) >= 0.9 * limit_s
+    return record.status != Status.TIMEOUT or (record.wall_s or 0) >= 0.9 * limit_s
 
 
 def already_tried(study, config: dict, params: dict, trial_timeout_s: float, exclude: int | None = None) -> bool:
@@ -112,15 +113,16 @@ def already_tried(study, config: dict, params: dict, trial_timeout_s: float, exc
             if t.system_attrs.get("fixed_params") == params:
                 return True
             continue
-        if {**DEFAULTS, **t.user_attrs.get("config", {})} not in measured:
+        record = Record.of(t)
+        if {**DEFAULTS, **(record.config or {})} not in measured:
             continue
         if t.state == optuna.trial.TrialState.RUNNING:
-            return "config" in t.user_attrs  # claimed by a worker
-        if _judged_by_an_older_guard(t.user_attrs):
+            return record.config is not None  # claimed by a worker
+        if _judged_by_an_older_guard(record):
             continue  # made infeasible by a numerics rule since replaced: measured again
         if t.state == optuna.trial.TrialState.PRUNED:
             return True  # it could not win when it ran
-        if t.state == optuna.trial.TrialState.COMPLETE and ran_its_course(t.user_attrs, trial_timeout_s):
+        if t.state == optuna.trial.TrialState.COMPLETE and ran_its_course(record, trial_timeout_s):
             return True
     return False
 
@@ -233,7 +235,7 @@ def too_long(trial, limit_s: float | None) -> str | None:
     if limit_s is None or rerun_estimate_s(trial) <= RERUN_HEADROOM * limit_s:
         return None
     return (
-        f"its run took {trial.user_attrs.get('wall_s', 0):.0f} s, a warm rerun about "
+        f"its run took {Record.of(trial).wall_s or 0:.0f} s, a warm rerun about "
         f"{rerun_estimate_s(trial):.0f} s, more than {RERUN_HEADROOM:.0%} of the {limit_s:.0f} s trial limit a "
         f"rerun has"
     )

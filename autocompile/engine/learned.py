@@ -8,7 +8,7 @@ trial obeys what it is passed (TrialRequest) and says so in its record.
 
 from __future__ import annotations
 
-from autocompile.engine.records import Role, from_attrs
+from autocompile.engine.records import Record, Role, with_old_defaults
 from autocompile.engine.studyview import view_of
 from autocompile.space import DEFAULTS, Graphs, shaping
 
@@ -32,9 +32,10 @@ def rng_dependent(study) -> dict | None:
     if view.baseline_trial(Role.EAGER) is None:
         return None
     for t in view.finished:
-        value = t.user_attrs.get("rng_dependent")
+        record = Record.of(t)
+        value = record.attrs.get("rng_dependent")
         if isinstance(value, bool):
-            return {"value": value, "from": from_attrs(t.user_attrs, t.number)["rng_dependent_from"]}
+            return {"value": value, "from": with_old_defaults(record.attrs, t.number)["rng_dependent_from"]}
     return None
 
 
@@ -46,8 +47,9 @@ def mark_refused_in(study, config: dict) -> int | None:
     if not config["compile"] or config["mark_dynamic"] != "mark":
         return None
     for t in _finished(study):
-        fallback = t.user_attrs.get("mark_dynamic_fallback")
-        measured = {**DEFAULTS, **t.user_attrs.get("config", {})}
+        record = Record.of(t)
+        fallback = record.attrs.get("mark_dynamic_fallback")
+        measured = {**DEFAULTS, **(record.config or {})}
         if isinstance(fallback, dict) and all(measured[key] == config[key] for key in GRAPH_KEYS):
             return fallback.get("learned_from", t.number)
     return None

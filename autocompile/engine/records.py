@@ -1,7 +1,8 @@
-"""A trial's record, typed: its `Role`, its fields (`Record`: the trial's result, judged, scored
-and placed in the search), and the boundary where the study keeps it: concise as the trial's user
-attributes (`to_attrs`), read back with what a record written before a key existed means
-(`from_attrs`, OLD_DEFAULTS), whole in its result.json (`full_record`).
+"""A trial's record, and the boundary where the study keeps it: its `Role`; what the engine decides
+from it (`Record`, a typed dataclass read from the trial's user attributes, `Record.of`, with what a
+record written before a key existed means, OLD_DEFAULTS); the whole record as written
+(`FullRecord`: the trial's result, judged, scored and placed in the search), concise as the trial's
+user attributes (`to_attrs`), whole in its result.json (`full_record`).
 
 The study (and the dashboard that shows it) keeps each value of a record short: a long list
 (window rates, recompile and graph-break reasons, losses, notes, triage rungs) becomes its
@@ -17,7 +18,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from enum import Enum
+from types import MappingProxyType
 
 from autocompile.trial.result import Result, Status
 
@@ -40,8 +43,9 @@ class Role(str, Enum):
 BASELINES = (Role.EAGER, Role.COMPILE_DEFAULTS)
 
 
-class Record(Result, total=False):
-    """A trial's record: its result (`trial.result.Result`), and what the engine adds to it."""
+class FullRecord(Result, total=False):
+    """A trial's whole record as written: its result (`trial.result.Result`), and what the engine adds
+    to it. The engine reads a stored one back as a `Record`."""
 
     role: Role
     worker: str  # the process that ran it (host, boot, pid): a dead worker's trial is failed and tried again
@@ -76,14 +80,66 @@ OLD_DEFAULTS: dict[str, tuple[str, Callable[[Mapping, int | None], object]]] = {
 }
 
 
-def from_attrs(attrs: Mapping, number: int | None = None) -> Record:
-    """A trial's user attributes (or whole record) as its record: a copy, with what an older record
-    means by a key it lacks (OLD_DEFAULTS); `number` is the trial's."""
+def with_old_defaults(attrs: Mapping, number: int | None = None) -> dict:
+    """A trial's user attributes (or whole record): a copy, with what an older record means by a key
+    it lacks (OLD_DEFAULTS); `number` is the trial's."""
     record = dict(attrs)
     for key, (qualifies, default) in OLD_DEFAULTS.items():
         if key not in record and qualifies in record:
             record[key] = default(record, number)
-    return record  # type: ignore[return-value]
+    return record
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the engine decides from a trial's stored record: its outcome, its place in the search, its
+    steady speed, warm-up and memory, and where it ran. Read from the trial's user attributes (`of`,
+    `from_attrs`); each field is None where the record lacks its key. The measurement's detail beside
+    these (window rates, losses, numerics series, ...) is the worker's `Result`: concise in `attrs` (as
+    stored, without OLD_DEFAULTS: `with_old_defaults`), whole in the trial's result.json (`full_record`)."""
+
+    number: int | None = None  # the trial's
+    status: Status | str | None = None  # how it ended (a plain string, equal to its `Status`)
+    reason: str | None = None  # why it ended so ("" for ok)
+    role: Role | str | None = None  # why it was run (a plain string, equal to its `Role`)
+    config: dict | None = None  # the configuration measured
+    # a neighbour: the trial it moved from, and the dimensions it moved
+    parent: int | None = None
+    changed: list[str] | None = None
+    score: float | None = None  # its effective speed over the horizon (scoring.score)
+    steps_per_s: float | None = None  # its steady speed
+    items_per_s: float | None = None
+    warmup_s: float | None = None  # its warm-up, of `warmup_kind` (cold, reconstructed or eager)
+    warmup_kind: str | None = None
+    warmup_measured_s: float | None = None  # a reconstructed warm-up's measured one
+    peak_mem_gb: float | None = None
+    over_memory_gb: float | None = None  # how far above --max-memory-gb it peaked
+    numerics: dict | None = None  # its numerics against eager (scoring.numerics_verdict)
+    recompiles: int | None = None
+    graph_breaks: int | None = None
+    wall_s: float | None = None  # its process's whole time (0 for one refused before launch)
+    worker: dict | None = None  # the process that ran it (host, boot, pid, gpu)
+    gpu: int | str | None = None  # the GPU a finalist round of several ran it on
+    compile_cache: str | None = None  # "shared": it compiled into the study's shared cache
+    # a finalist's rerun: the trial it measures again, and in which round
+    remeasure_of: int | None = None
+    finalist_round: int | None = None
+    attrs: Mapping = field(default_factory=dict)  # the user attributes it was read from, as the study holds them
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping, number: int | None = None) -> Record:
+        """A trial's user attributes (or whole record) as its record, each field with what an older record
+        means by a key it lacks (OLD_DEFAULTS); `number` is the trial's."""
+        known = with_old_defaults(attrs, number)
+        return cls(number=number, attrs=MappingProxyType(dict(attrs)), **{key: known.get(key) for key in _READ})
+
+    @classmethod
+    def of(cls, trial) -> Record:
+        """A study's trial's record, from its user attributes (a stand-in for one may lack a number)."""
+        return cls.from_attrs(trial.user_attrs, getattr(trial, "number", None))
+
+
+_READ = tuple(f.name for f in fields(Record) if f.name not in ("number", "attrs"))  # each read from the key of its name
 
 
 def plain(value):
@@ -100,7 +156,10 @@ def plain(value):
 def status_of(trial) -> str:
     """A finished trial's status; for one told without a record, what its state says: pruned, else
     interrupted (the search stopped during it)."""
-    return trial.user_attrs.get("status", Status.PRUNED.value if trial.state.name == "PRUNED" else Status.INTERRUPTED.value)
+    status = Record.of(trial).status
+    if status is None:
+        return Status.PRUNED.value if trial.state.name == "PRUNED" else Status.INTERRUPTED.value
+    return status
 
 
 ATTR_CHARS = 300  # the longest a user attribute's value may be, as JSON
@@ -150,9 +209,9 @@ def to_attrs(record: Mapping) -> dict:
     return {key: plain(value) if key in WHOLE else shortened(plain(value)) for key, value in record.items()}
 
 
-def refused_before_launch(attrs: Mapping) -> bool:
+def refused_before_launch(record: Record) -> bool:
     """Whether a trial was refused by a gate at no process cost: infeasible or pruned before launch."""
-    return attrs.get("wall_s") == 0.0 and attrs.get("status") in (Status.INFEASIBLE, Status.PRUNED)
+    return record.wall_s == 0.0 and record.status in (Status.INFEASIBLE, Status.PRUNED)
 
 
 def set_attrs(trial, attrs: Mapping) -> None:
@@ -178,7 +237,7 @@ def save_record(folder: str, record: Mapping) -> None:
         json.dump(record, f, indent=1, default=str)
 
 
-def full_record(trial, study_dir: str | None) -> Record:
+def full_record(trial, study_dir: str | None) -> FullRecord:
     """A trial's whole record: its user attributes, with each value they hold shortened read back
     from its result.json. A study made before attributes were concise holds it all already."""
     attrs = dict(trial.user_attrs)
@@ -214,7 +273,7 @@ def config_columns(config: dict) -> dict:
     return columns
 
 
-def carried(record: Record, first: Mapping, number: int, warm_up: bool = True) -> Record:
+def carried(record: FullRecord, first: Mapping, number: int, warm_up: bool = True) -> FullRecord:
     """A finalist's rerun that started from the code its first run (trial `number`, whole record
     `first`) compiled: its warm warm-up kept apart, the first run's cold warm-up carried as its
     own, and the first run's numerics replay with it (not run again), so that its score is the
@@ -222,7 +281,7 @@ def carried(record: Record, first: Mapping, number: int, warm_up: bool = True) -
     caches, its warm-up cold already), the numerics alone."""
     if record.get("status") != Status.OK:
         return record
-    first = from_attrs(first, number)
+    first = with_old_defaults(first, number)
     if warm_up:
         record["warm_warmup_s"] = record.get("warmup_measured_s", record.get("warmup_s"))
         for key in ("warmup_measured_s", "reconstruction"):

@@ -12,7 +12,7 @@ import os
 
 import optuna
 
-from autocompile.engine.records import full_record, save_record, to_attrs, trial_folder
+from autocompile.engine.records import Record, full_record, save_record, to_attrs, trial_folder
 from autocompile.engine.scoring import _judged_by_an_older_guard, judge, score, violation
 from autocompile.engine.studyview import eager_record
 from autocompile.trial import TrialRequest, run_trial
@@ -25,14 +25,12 @@ _VERDICT_KEYS = ("status", "reason", "numerics", "score", "replay", "over_memory
 def to_rejudge(study) -> list:
     """Trials that ran to a measurement and were made infeasible by an older numerics guard,
     and are not re-judged yet."""
-    done = {t.user_attrs.get("rejudged_from") for t in study.trials}
+    records = [Record.of(t) for t in study.trials]
+    done = {r.attrs.get("rejudged_from") for r in records}
     return [
         t
-        for t in study.trials
-        if t.state == optuna.trial.TrialState.COMPLETE
-        and t.number not in done
-        and t.user_attrs.get("steps_per_s")
-        and _judged_by_an_older_guard(t.user_attrs)
+        for t, r in zip(study.trials, records)
+        if t.state == optuna.trial.TrialState.COMPLETE and t.number not in done and r.steps_per_s and _judged_by_an_older_guard(r)
     ]
 
 
@@ -42,10 +40,11 @@ def rejudge(study, study_dir: str, timeout_s: float = 900.0, dry_run: bool = Fal
     settings, horizon = study.user_attrs["settings"], study.user_attrs.get("horizon", 1000)
     eager, replays, records = eager_record(study), {}, []
     for original in to_rejudge(study):
-        say(f"trial {original.number}: {original.user_attrs['reason'][:120]}")
+        first = Record.of(original)
+        say(f"trial {original.number}: {first.reason[:120]}")
         if dry_run:
             continue
-        config = original.user_attrs["config"]
+        config = first.config
         key = json.dumps(config, sort_keys=True)
         if key not in replays:
             request = TrialRequest(

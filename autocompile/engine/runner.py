@@ -21,6 +21,7 @@ from autocompile.apply import describe_config
 from autocompile.engine import horizon
 from autocompile.engine.records import (
     BASELINES,
+    FullRecord,
     Record,
     Role,
     carried,
@@ -296,7 +297,7 @@ class Runner:
         cold: bool = False,
         measure: dict | None = None,
         gpus: str | None = None,
-    ) -> Record:
+    ) -> FullRecord:
         """Measure `config` as `trial` within `limit_s` (default: the trial limit) and what is left
         of --timeout less `keep_s` (kept for the finalist round), then tell the study; returns the record.
         A rerun of trial `first` starts from the code `first` compiled, where it kept it (`records.carried`);
@@ -308,7 +309,7 @@ class Runner:
         one between its claim and its launch)."""
         return self.complete(self.prepare(trial, config, role, prunable, limit_s, keep_s, first, cold, measure or {}, gpus))
 
-    def complete(self, prepared: Prepared) -> Record:
+    def complete(self, prepared: Prepared) -> FullRecord:
         """Launch a prepared trial in this thread and tell the study (`launch`, `finish`); Ctrl-C fails it
         as interrupted."""
         try:
@@ -385,7 +386,7 @@ class Runner:
             },
             cache_dir=warm or (caches.shared(settings.study_dir) if shared else None),
             keep_cache=bool(config["compile"]) and first is None and role != Role.FINALIST,
-            ledger=bool(shared or (warm and first.user_attrs.get("compile_cache") == "shared")),
+            ledger=bool(shared or (warm and Record.of(first).compile_cache == "shared")),
             nproc=settings.nproc,
             parallel=settings.parallel,
             prestart=settings.prestarts(),
@@ -394,7 +395,7 @@ class Runner:
         )
         return Prepared(trial, request, label, prunable, remaining, limit_s, first, bool(warm or cold), cold)
 
-    def launch(self, prepared: Prepared, stop: threading.Event | None = None) -> Record:
+    def launch(self, prepared: Prepared, stop: threading.Event | None = None) -> FullRecord:
         """The trial's process (and the triage ladder after a compile error): its record. It calls the
         study only for heartbeats (Optuna's storages take them from any thread) and a prunable trial's
         reports (the round's are not), so the finalist round runs it in a thread per GPU; `stop` set,
@@ -418,7 +419,7 @@ class Runner:
             record = triage(prepared.request, record, time_left=self.remaining(), heartbeat=beat)
         return record
 
-    def finish(self, prepared: Prepared, record: Record) -> Record:
+    def finish(self, prepared: Prepared, record: FullRecord) -> FullRecord:
         """Everything of `run` after the trial's process: its record carried, judged and told, its line said."""
         trial = prepared.trial
         self.trials_wall += record["wall_s"] + sum(rung.get("wall_s", 0) for rung in record.get("triage", []))
@@ -441,7 +442,7 @@ class Runner:
         (its first losses; its peak under --max-memory-gb eager), and the workers do not wait for it before
         they start. The trial's heartbeat goes on; an eager whose worker died is failed as stale."""
         said = False
-        while any(t.user_attrs.get("role") == Role.EAGER and t.number != trial.number for t in self.look().running):
+        while any(Record.of(t).role == Role.EAGER and t.number != trial.number for t in self.look().running):
             if not said:
                 self.progress.line(f"  trial {trial.number} {label}: measured; waiting for eager's record to judge it")
                 said = True
@@ -461,7 +462,7 @@ class Runner:
         compiled into it, else the one `first` kept; None for a first run."""
         if first is None or not config["compile"]:
             return None
-        if first.user_attrs.get("compile_cache") == "shared" and caches.has_shared(self.settings.study_dir):
+        if Record.of(first).compile_cache == "shared" and caches.has_shared(self.settings.study_dir):
             return caches.shared(self.settings.study_dir)
         return caches.kept(trial_folder(self.settings.study_dir, first.number))
 
@@ -473,7 +474,7 @@ class Runner:
             self.settings.shared_cache and bool(config["compile"]) and first is None and role not in (*BASELINES, Role.FINALIST)
         )
 
-    def _tell(self, trial, request: TrialRequest, record: Record, limit_s: float, tell: bool = True) -> Record:
+    def _tell(self, trial, request: TrialRequest, record: FullRecord, limit_s: float, tell: bool = True) -> FullRecord:
         """Judge the record, keep it whole in the trial's folder and concise in the study, tell the
         study (not where `tell` is False: its trial failed meanwhile, and `finish` keeps it apart);
         the judged record."""
@@ -504,7 +505,7 @@ class Runner:
             self.study.tell(trial, record["score"])
         return record
 
-    def _kept_apart(self, stale, record: Record, cut_by_search: bool):
+    def _kept_apart(self, stale, record: FullRecord, cut_by_search: bool):
         """The result of a trial another worker failed as stale while this worker ran it (its heartbeats came
         late: a host too loaded to beat in time), kept as a trial of its own: a finished trial is never lost.
         The configuration queued again for the stale one is then a duplicate, refused when it is claimed."""
@@ -514,7 +515,7 @@ class Runner:
             state, value = optuna.trial.TrialState.FAIL, None
         else:
             state, value = optuna.trial.TrialState.COMPLETE, record["score"]
-        claimed = {key: item for key, item in stale.user_attrs.items() if key != "reason"}  # not the staleness
+        claimed = {key: item for key, item in Record.of(stale).attrs.items() if key != "reason"}  # not the staleness
         attrs = {**claimed, **to_attrs(record), "kept_from": stale.number}
         self.study.add_trial(
             optuna.trial.create_trial(
@@ -526,7 +527,9 @@ class Runner:
                 constraints={"failed": violation(record)} if value is not None else None,
             )
         )
-        kept = next(t for t in reversed(self.study.get_trials(deepcopy=False)) if t.user_attrs.get("kept_from") == stale.number)
+        kept = next(
+            t for t in reversed(self.study.get_trials(deepcopy=False)) if Record.of(t).attrs.get("kept_from") == stale.number
+        )
         self.progress.line(
             f"trial {stale.number}: failed as stale by another worker while it ran (its heartbeats came late); "
             f"its result is kept as trial {kept.number}"
@@ -625,10 +628,10 @@ class Runner:
     def _move_ceiling(self, trial) -> tuple[float | None, str]:
         """A neighbour's steady speed at most: its parent's, times the largest gain a neighbour of the same move
         has made over its parent on this device (the knowledge store's gains), and the words that say so."""
-        parent = trial.user_attrs.get("parent")
-        moved = trial.user_attrs.get("changed") or []
+        record = Record.of(trial)
+        parent, moved = record.parent, record.changed or []
         known = self.gains.ceiling(moved) if self.gains is not None and parent is not None else None
-        pace = view_of(self.study).trials[parent].user_attrs.get("steps_per_s") if known else None
+        pace = Record.of(view_of(self.study).trials[parent]).steps_per_s if known else None
         if not pace:
             return None, ""
         ceiling = pace * known["ratio"]
@@ -641,7 +644,7 @@ class Runner:
     def _pace_ceiling(self, trial) -> tuple[float | None, str]:
         """Any trial's steady speed at most: the fastest its configuration ran on this workload here in other
         studies (the knowledge store's paces), plus knowledge.paces.MARGIN, and the words that say so."""
-        config = trial.user_attrs.get("config")
+        config = Record.of(trial).config
         known = self.paces.ceiling(config, self.study.study_name) if self.paces is not None and config else None
         if not known:
             return None, ""
@@ -655,7 +658,7 @@ class Runner:
         view = self.look()  # after the tell
         eager, best = view.baseline_value(Role.EAGER, "steps_per_s"), view.best_trial
         if best:
-            self.progress.best = f"best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager"
+            self.progress.best = f"best: trial {best.number} {speedup(view.records[best.number].steps_per_s, eager)} eager"
         self.progress.line(
             f"[{self.progress.done}/{self.progress.total}] trial {number} {label}: {record['status']}"
             + (
@@ -664,5 +667,5 @@ class Runner:
                 if record["status"] == Status.OK
                 else f" - {record.get('reason', '')}"
             )
-            + (f"  | best: trial {best.number} {speedup(best.user_attrs.get('steps_per_s'), eager)} eager" if best else "")
+            + (f"  | best: trial {best.number} {speedup(view.records[best.number].steps_per_s, eager)} eager" if best else "")
         )

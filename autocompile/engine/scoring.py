@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 import optuna
 
+from autocompile.engine.records import Record
 from autocompile.trial.protocol import PACKING_CHECK_VERSION, REPLAY_VERSION
 from autocompile.trial.result import Status
 
 if TYPE_CHECKING:
-    from autocompile.engine.records import Record
+    from autocompile.engine.records import FullRecord
 
 DEFAULT_HORIZON = 1000  # training steps the warm-up is amortised over
 RECOMPILE_PENALTY = 0.02  # score lost per recompile after warm-up (at most half)
@@ -186,7 +187,7 @@ PACKED_APART = (
 )
 
 
-def judge(record: Record, eager: dict | None, device: str, max_memory_gb: float | None) -> Record:
+def judge(record: FullRecord, eager: dict | None, device: str, max_memory_gb: float | None) -> FullRecord:
     """Make a trial that ran infeasible if it computes something else than eager
     (`numerics_verdict`), or needs more memory than allowed."""
     if record.get("status") != Status.OK:
@@ -257,7 +258,7 @@ def best_score(study) -> float | None:
         (
             t.value
             for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if t.user_attrs.get("status") == Status.OK and t.value
+            if Record.of(t).status == Status.OK and t.value
         ),
         default=None,
     )
@@ -275,12 +276,12 @@ class CannotWinPruner(optuna.pruners.BasePruner):
         return best is not None and trial.intermediate_values[step] < best
 
 
-def _judged_by_an_older_guard(attrs: dict) -> bool:
+def _judged_by_an_older_guard(record: Record) -> bool:
     """A trial made infeasible for its numerics by a guard since replaced: before the verdict said
     how it was reached (the first losses of runs whose dropout masks differed, or the packing check's
     first version), or by a replay or packing check of an older version. Its configuration is measured again."""
-    if attrs.get("status") != Status.INFEASIBLE or not attrs.get("reason", "").startswith("numerics"):
+    if record.status != Status.INFEASIBLE or not (record.reason or "").startswith("numerics"):
         return False
-    numerics = attrs.get("numerics", {})
+    numerics = {} if record.numerics is None else record.numerics
     current = {"replay": REPLAY_VERSION, "packing check": PACKING_CHECK_VERSION}
     return "method" not in numerics or numerics.get("version", 1) < current.get(numerics["method"], 1)

@@ -25,7 +25,7 @@ import zlib
 import optuna
 
 from autocompile.errors import UserError
-from autocompile.engine.records import Role
+from autocompile.engine.records import Record, Role
 from autocompile.trial import pid_alive
 
 JOURNAL = "journal://"  # journal:///abs/path/journal.log: Optuna's JournalStorage on that file
@@ -181,7 +181,7 @@ def this_worker() -> dict:
 
 
 def _dead_here(trial) -> bool:
-    worker = trial.user_attrs.get("worker") or {}
+    worker = Record.of(trial).worker or {}
     return worker.get("host") == socket.gethostname() and worker.get("pid") != os.getpid() and not pid_alive(worker["pid"])
 
 
@@ -193,9 +193,7 @@ def _fail_dead_workers(study) -> int:
         if not _dead_here(trial):
             continue
         storage = study._storage
-        storage.set_trial_user_attr(
-            trial._trial_id, "reason", f"stale: its worker (pid {trial.user_attrs['worker']['pid']}) died"
-        )
+        storage.set_trial_user_attr(trial._trial_id, "reason", f"stale: its worker (pid {Record.of(trial).worker['pid']}) died")
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             if storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL):
                 _retry_callback()(study, storage.get_trial(trial._trial_id))
@@ -257,7 +255,7 @@ def counted(study) -> int:
     """Trials that count against the study's budget: finished ones that ran or were refused, and
     running ones (claimed); not failed ones (interrupted, cut by --timeout, duplicates), not the finalist round's."""
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.RUNNING)
-    return sum(t.user_attrs.get("role") != Role.FINALIST for t in study.get_trials(deepcopy=False, states=states))
+    return sum(Record.of(t).role != Role.FINALIST for t in study.get_trials(deepcopy=False, states=states))
 
 
 def set_budget(study, trials: int, deadline: float | None, gpus: int = 1) -> dict:

@@ -23,7 +23,7 @@ import functools
 import optuna
 
 from autocompile.engine.cost import besides, neighbour_s
-from autocompile.engine.records import Role, config_columns
+from autocompile.engine.records import Record, Role, config_columns
 from autocompile.engine.studyview import StudyView, view_of
 from autocompile.engine.scoring import DEFAULT_HORIZON
 from autocompile.engine.storage import same_machine
@@ -187,11 +187,11 @@ def effects(study, view: StudyView | None = None) -> list[dict]:
     view = view_of(study, view)
     means, rows = view.mean_scores, []
     for t in view.finished:
-        a = t.user_attrs
-        if "parent" not in a or "status" not in a:
+        r = view.records[t.number]
+        if r.parent is None or r.status is None:
             continue
-        parent = view.trials[a["parent"]]
-        before, after = config_columns(parent.user_attrs["config"]), config_columns(a["config"])
+        parent, p = view.trials[r.parent], view.records[r.parent]
+        before, after = config_columns(p.config), config_columns(r.config)
         changes = {
             name: (before.get(name), after.get(name))
             for name in sorted(set(before) | set(after))
@@ -201,21 +201,19 @@ def effects(study, view: StudyView | None = None) -> list[dict]:
             "trial": t.number,
             "parent": parent.number,
             "changed": changes,
-            "status": a["status"],
-            "single": set(changes) <= set(a.get("changed", [])),
+            "status": r.status,
+            "single": set(changes) <= set(r.changed or []),
         }
-        if same_machine(a.get("worker"), parent.user_attrs.get("worker")) is False:
+        if same_machine(r.worker, p.worker) is False:
             row["other_machine"] = True  # a resumed study on a new lease: the host's speed moved too
         if t.number in means and parent.number in means:
             row["effect"] = means[t.number] / means[parent.number] - 1
         else:
-            row["reason"] = a.get("reason", "")
-        peaks = (parent.user_attrs.get("peak_mem_gb"), a.get("peak_mem_gb"))
-        if all(peaks) and (
-            "activation_memory_budget" in changes or a.get("over_memory_gb") or parent.user_attrs.get("over_memory_gb")
-        ):
+            row["reason"] = r.reason or ""
+        peaks = (p.peak_mem_gb, r.peak_mem_gb)
+        if all(peaks) and ("activation_memory_budget" in changes or r.over_memory_gb or p.over_memory_gb):
             row["peak_mem_gb"] = peaks  # a move made for memory: what it did to the peak
-            row["over_limit"] = bool(a.get("over_memory_gb"))
+            row["over_limit"] = bool(r.over_memory_gb)
         rows.append(row)
     return rows
 
@@ -262,20 +260,21 @@ def fastest(space, study, view: StudyView | None = None):
     """The trial of the search (`StudyView.searched`) with the highest steady speed that ran cleanly (its
     warm-up aside), and its parameters: the incumbent may have won on warm-up, and what made this one
     fast is worth borrowing. (trial, params), or (None, {})."""
-    ok = [t for t in view_of(study, view).searched if t.user_attrs.get("status") == Status.OK]
-    top = max(ok, key=lambda t: t.user_attrs.get("steps_per_s") or 0, default=None)
+    view = view_of(study, view)
+    ok = [t for t in view.searched if view.records[t.number].status == Status.OK]
+    top = max(ok, key=lambda t: view.records[t.number].steps_per_s or 0, default=None)
     return (None, {}) if top is None else (top, trial_params(space, top))
 
 
 def warmup_share(study, trial) -> float:
     """The share of `trial`'s projected run at the study's horizon spent warming up: warm-up
     against warm-up plus the remaining steps at its steady speed (as `scoring.score` counts them)."""
-    a = trial.user_attrs
-    if not a.get("steps_per_s") or not a.get("warmup_s"):
+    r = Record.of(trial)
+    if not r.steps_per_s or not r.warmup_s:
         return 0.0
     horizon = study.user_attrs.get("horizon") or DEFAULT_HORIZON
-    steady = max(horizon - (a.get("warmup_steps") or 0), 0) / a["steps_per_s"]
-    return a["warmup_s"] / (a["warmup_s"] + steady)
+    steady = max(horizon - (r.attrs.get("warmup_steps") or 0), 0) / r.steps_per_s
+    return r.warmup_s / (r.warmup_s + steady)
 
 
 def _drops_a_graph(name: str, value, base: dict) -> bool:
@@ -327,10 +326,11 @@ def neighbours_turn(study, proposals: int) -> bool:
     if proposals % 2 == 0:
         return True
     spent = {Role.NEIGHBOUR: 0.0, Role.SEARCH: 0.0}
-    for t in view_of(study).finished:
-        role = t.user_attrs.get("role")
-        if role in spent:
-            spent[role] += t.user_attrs.get("wall_s") or 0.0
+    view = view_of(study)
+    for t in view.finished:
+        r = view.records[t.number]
+        if r.role in spent:
+            spent[r.role] += r.wall_s or 0.0
     return spent[Role.NEIGHBOUR] < spent[Role.SEARCH]
 
 
@@ -352,21 +352,21 @@ def next_neighbour(space, study, tried, cost=None, fits=None, known=None) -> dic
     fit = fitting_move(space, study, tried, view)
     fit = fit if fit is None or fits is None or fits(fit) else None
     best, base = incumbent(space, study, view)
-    speed = lambda t: t.user_attrs.get("steps_per_s") or 0  # noqa: E731  (a refused parent's: unknown, 0)
+    speed = lambda t: view.records[t.number].steps_per_s or 0  # noqa: E731  (a refused parent's: unknown, 0)
     if best is None or (fit and speed(view.trials[fit["parent"]]) > speed(best)):
         return fit  # a configuration faster than any that fits, made to fit, goes first
     top, fast = fastest(space, study, view)
     # heavy with warm-up, unless a move that paid before here gains more than all of its warm-up could
     share = warmup_share(study, best)
     heavy = share >= WARMUP_SHARE and max((known or {}).values(), default=1.0) - 1 <= share
-    asks = lambda t: bool(t.user_attrs.get("graph_break_fixes"))  # noqa: E731  (its breaks' hints name the capture)
+    asks = lambda t: bool(view.records[t.number].attrs.get("graph_break_fixes"))  # noqa: E731  (its breaks' hints name the capture)
     parents = [(best, base, fast, functools.partial(_rank, heavy=heavy, breaks_ask=asks(best)))]
     if top is not None and top.number != best.number:
         parents.append((top, fast, base, functools.partial(_rank_lighter, breaks_ask=asks(top))))
         children = {p.number: 0 for p, *_ in parents}
-        for t in view.trials:
-            if t.user_attrs.get("parent") in children:
-                children[t.user_attrs["parent"]] += 1
+        for r in view.records:
+            if r.parent in children:
+                children[r.parent] += 1
         # on a tie, the incumbent first, unless the fastest trial is heavy with warm-up: its lighter move pays most
         fast_first = warmup_share(study, top) >= WARMUP_SHARE
         parents.sort(key=lambda p: (children[p[0].number], (p[0].number == best.number) == fast_first))
@@ -399,14 +399,14 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
     if dim is None:
         return None
     view = view_of(study, view)
-    over = [t for t in view.searched if t.user_attrs.get("over_memory_gb")]
-    for t in sorted(over, key=lambda t: -(t.user_attrs.get("steps_per_s") or 0)):
-        if _fitted(view, t.user_attrs["config"]):
+    over = [view.records[t.number] for t in view.searched if view.records[t.number].over_memory_gb]
+    for r in sorted(over, key=lambda r: -(r.steps_per_s or 0)):
+        if _fitted(view, r.config):
             continue  # a rung of its ladder fits already: a lower one recomputes more for no memory needed
-        base = trial_params(space, t)
+        base = trial_params(space, view.trials[r.number])
         lower = sorted((v for v in dim.choices if v is not None and v < (base.get(BUDGET) or 1.0)), reverse=True)
-        limit = _peak(t.user_attrs) - t.user_attrs["over_memory_gb"]
-        peaks = _peaks_by_budget(view, t.user_attrs["config"])
+        limit = _peak(r) - r.over_memory_gb
+        peaks = _peaks_by_budget(view, r.config)
         for value in sorted(lower, key=lambda v: _rung(v, lower, peaks, limit)):
             params = space.params_for({**base, BUDGET: value})
             if not params or params.get(BUDGET) != value:
@@ -415,14 +415,14 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
             if tried(config, params) or space.rejection(config):
                 continue
             changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
-            return {"params": params, "changed": changed, "parent": t.number, "parent_params": base, "config": config}
+            return {"params": params, "changed": changed, "parent": r.number, "parent_params": base, "config": config}
     return None
 
 
-def _peak(attrs: dict) -> float | None:
+def _peak(record: Record) -> float | None:
     """A trial's peak memory: measured, or where a gate refused it over the limit, the one it took in other
     studies of this workload here (gates.over_memory_before)."""
-    return attrs.get("peak_mem_gb") or attrs.get("known_peak_mem_gb")
+    return record.peak_mem_gb or record.attrs.get("known_peak_mem_gb")
 
 
 def _but_budget(config: dict) -> dict:
@@ -432,21 +432,17 @@ def _but_budget(config: dict) -> dict:
 def _fitted(view: StudyView, config: dict) -> bool:
     """Whether `config` at some budget ran cleanly within the memory limit."""
     same = _but_budget(config)
-    return any(
-        t.user_attrs.get("status") == Status.OK and _but_budget(t.user_attrs["config"]) == same
-        for t in view.trials
-        if t.user_attrs.get("config")
-    )
+    return any(r.status == Status.OK and _but_budget(r.config) == same for r in view.records if r.config)
 
 
 def _peaks_by_budget(view: StudyView, config: dict) -> dict[float, float]:
     """The peak memory measured for `config` at each budget it ran with (None counted as 1.0)."""
     same = _but_budget(config)
     peaks = {}
-    for t in view.trials:
-        seen = t.user_attrs.get("config") or {}
-        if _peak(t.user_attrs) and _but_budget(seen) == same:
-            peaks[seen.get(BUDGET) or 1.0] = _peak(t.user_attrs)
+    for r in view.records:
+        seen = r.config or {}
+        if _peak(r) and _but_budget(seen) == same:
+            peaks[seen.get(BUDGET) or 1.0] = _peak(r)
     return peaks
 
 

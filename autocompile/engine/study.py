@@ -51,7 +51,7 @@ from autocompile.engine.storage import (
 from autocompile.engine.strategy import compile_cut_values
 from autocompile.trial import caches, prestart, reap_orphans
 from autocompile.trial.result import Status
-from autocompile.engine.records import Role, trial_folder
+from autocompile.engine.records import Record, Role, trial_folder
 from autocompile.engine.studyview import EAGER_PEAK, view_of
 
 
@@ -187,14 +187,14 @@ def memory_bound(max_memory_gb: float | None, device: str, study=None) -> str | 
     eager = view_of(study).first_of(Role.EAGER, Status.OK, Status.OOM) if study else None
     if eager is None or not device.startswith("cuda"):
         return None
-    eager = eager.user_attrs
-    if eager["status"] == Status.OOM:
+    eager = Record.of(eager)
+    if eager.status == Status.OOM:
         return "eager ran out of the device's memory"
     import torch
 
     total = torch.cuda.get_device_properties(device).total_memory / 2**30
-    if eager.get("peak_mem_gb", 0) >= NEAR_CAPACITY * total:
-        return f"eager peaked at {eager['peak_mem_gb']:.1f} of the device's {total:.1f} GiB"
+    if (eager.peak_mem_gb or 0) >= NEAR_CAPACITY * total:
+        return f"eager peaked at {eager.peak_mem_gb:.1f} of the device's {total:.1f} GiB"
     return None
 
 

@@ -17,7 +17,7 @@ from functools import cached_property
 
 import optuna
 
-from autocompile.engine.records import Role, full_record
+from autocompile.engine.records import Record, Role, full_record
 from autocompile.trial.result import Status
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -25,11 +25,11 @@ EAGER_PEAK = "eager"  # --max-memory-gb eager: no more memory than eager as the 
 
 
 def ran_cleanly(trial) -> bool:
-    return trial.user_attrs.get("status") == Status.OK
+    return Record.of(trial).status == Status.OK
 
 
 def compiled(trial) -> bool:
-    return bool(trial.user_attrs.get("config", {}).get("compile"))
+    return bool((Record.of(trial).config or {}).get("compile"))
 
 
 class StudyView:
@@ -44,6 +44,11 @@ class StudyView:
         if question not in self._answers:
             self._answers[question] = answer()
         return self._answers[question]
+
+    @cached_property
+    def records(self) -> list[Record]:
+        """Each trial's record, by number."""
+        return [Record.of(t) for t in self.trials]
 
     @cached_property
     def finished(self) -> list:
@@ -64,11 +69,7 @@ class StudyView:
         return self._once(
             ("first", role, statuses),
             lambda: next(
-                (
-                    t
-                    for t in self.trials
-                    if t.user_attrs.get("role") == role and (not statuses or t.user_attrs.get("status") in statuses)
-                ),
+                (t for t, r in zip(self.trials, self.records) if r.role == role and (not statuses or r.status in statuses)),
                 None,
             ),
         )
@@ -85,11 +86,8 @@ class StudyView:
             lambda: next(
                 (
                     t
-                    for t in self.trials
-                    if t.user_attrs.get("role") == role
-                    and t.user_attrs.get("over_memory_gb")
-                    and t.user_attrs.get("steps_per_s")
-                    and not (t.user_attrs.get("numerics") or {}).get("differs")
+                    for t, r in zip(self.trials, self.records)
+                    if r.role == role and r.over_memory_gb and r.steps_per_s and not (r.numerics or {}).get("differs")
                 ),
                 None,
             ),
@@ -100,14 +98,14 @@ class StudyView:
         return self.baseline_trial(role) or self.over_memory_baseline(role)
 
     def baseline_value(self, role: Role, key: str):
-        """A baseline's measurement `key`, from `measured_baseline`."""
+        """A baseline's measurement `key` (a field of its `Record`), from `measured_baseline`."""
         trial = self.measured_baseline(role)
-        return trial.user_attrs.get(key) if trial else None
+        return getattr(self.records[trial.number], key) if trial else None
 
     def eager_record(self, study_dir: str | None = None) -> dict | None:
         """The eager baseline's record: its user attributes, whole from its result.json with `study_dir`."""
         eager = self.baseline_trial(Role.EAGER)
-        return (full_record(eager, study_dir) if study_dir else eager.user_attrs) if eager else None
+        return full_record(eager, study_dir) if eager else None
 
     def memory_limit(self, max_memory_gb) -> float | None:
         """The search's memory limit in GB: --max-memory-gb's number, or with "eager", the eager baseline's
@@ -122,12 +120,12 @@ class StudyView:
     def points(self) -> list:
         """The completed trials at a point of the search space: compiled, with the sampler's parameters
         or plain torch.compile (every dimension at its default)."""
-        return [t for t in self.complete if compiled(t) and (t.params or t.user_attrs.get("role") == Role.COMPILE_DEFAULTS)]
+        return [t for t in self.complete if compiled(t) and (t.params or self.records[t.number].role == Role.COMPILE_DEFAULTS)]
 
     @cached_property
     def searched(self) -> list:
         """`points` less the finalist reruns (one of an older study may hold a queued recipe's parameters)."""
-        return [t for t in self.points if t.user_attrs.get("role") != Role.FINALIST]
+        return [t for t in self.points if self.records[t.number].role != Role.FINALIST]
 
     def search_candidates(self, compiled_only: bool = True) -> list:
         """Trials of distinct compiled configurations (eager too, unless `compiled_only`) that ran
@@ -141,12 +139,13 @@ class StudyView:
                         for t in self.complete
                         if t.value
                         and ran_cleanly(t)
-                        and t.user_attrs.get("role") != Role.FINALIST
+                        and self.records[t.number].role != Role.FINALIST
                         and (compiled(t) or not compiled_only)
                     ),
                     key=lambda t: t.value,
                     reverse=True,
-                )
+                ),
+                self.records,
             ),
         )
 
@@ -155,8 +154,9 @@ class StudyView:
         (default: those that ran cleanly), first first, configurations in the order first measured."""
         groups: dict[str, list] = {}
         for t in self.complete:
-            if counts(t) and t.user_attrs.get("steps_per_s") and "config" in t.user_attrs:
-                groups.setdefault(json.dumps(t.user_attrs["config"], sort_keys=True), []).append(t)
+            record = self.records[t.number]
+            if counts(t) and record.steps_per_s and record.config is not None:
+                groups.setdefault(json.dumps(record.config, sort_keys=True), []).append(t)
         return list(groups.values())
 
     @cached_property
@@ -164,8 +164,9 @@ class StudyView:
         """Each trial that ran cleanly: the mean of its score and those of its finalist reruns."""
         scores = {t.number: [t.value] for t in self.complete if t.value and ran_cleanly(t)}
         for t in self.complete:
-            if t.user_attrs.get("remeasure_of") in scores and t.number in scores:
-                scores[t.user_attrs["remeasure_of"]].append(t.value)
+            first = self.records[t.number].remeasure_of
+            if first in scores and t.number in scores:
+                scores[first].append(t.value)
         return {number: statistics.mean(values) for number, values in scores.items()}
 
     @cached_property
@@ -195,12 +196,12 @@ class StudyView:
         return max(candidates + ([eager] if eager else []), key=lambda t: t.value, default=None)
 
 
-def _distinct(ranked: list) -> list:
-    """The first trial of each configuration in `ranked`, in its order."""
+def _distinct(ranked: list, records: list[Record]) -> list:
+    """The first trial of each configuration in `ranked`, in its order (`records`: the study's, by number)."""
     seen, out = [], []
     for t in ranked:
-        if t.user_attrs["config"] not in seen:
-            seen.append(t.user_attrs["config"])
+        if records[t.number].config not in seen:
+            seen.append(records[t.number].config)
             out.append(t)
     return out
 

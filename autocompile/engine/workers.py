@@ -20,7 +20,7 @@ import time
 import optuna
 
 from autocompile.errors import UserError
-from autocompile.engine.records import Role
+from autocompile.engine.records import Record, Role
 from autocompile.engine.storage import load_study
 from autocompile.trial import die_with_parent
 
@@ -166,7 +166,8 @@ def _wait_for_others(runner) -> None:
     running = (optuna.trial.TrialState.RUNNING,)
     while True:
         fail_stale(runner.study)
-        others = [t for t in runner.study.get_trials(deepcopy=False, states=running) if t.user_attrs.get("role") != Role.FINALIST]
+        trials = runner.study.get_trials(deepcopy=False, states=running)
+        others = [t for t in trials if Record.of(t).role != Role.FINALIST]
         if not others:
             return
         runner.progress.line(f"waiting for {len(others)} trials of other workers: {', '.join(str(t.number) for t in others)}")
@@ -192,7 +193,7 @@ def search_on_workers(settings, gpus: list[str], verbosity: int = 1, progress=No
     if 130 in codes:
         raise KeyboardInterrupt
     _wait_for_others(runner)
-    runner.trials_wall = sum(t.user_attrs.get("wall_s", 0) for t in runner.study.get_trials(deepcopy=False)[first:])
+    runner.trials_wall = sum(Record.of(t).wall_s or 0 for t in runner.study.get_trials(deepcopy=False)[first:])
     return conclude(runner, gpus)  # each of the round's trials is given its GPU (TrialRequest.gpus)
 
 

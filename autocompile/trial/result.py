@@ -6,7 +6,7 @@ that timed out, crashed or was stopped) and by the engine (a refusal before laun
 read by every layer above. `Status` is a string enum: a record stored, written as JSON or shown
 holds the very string of its value ("ok", "not started"), and a status read back from a study (a
 plain string) compares equal to its member. The engine's record of a trial (its role, score and
-verdict beside the result) is `engine.records.Record`.
+verdict beside the result) is `engine.records.FullRecord` as written, `engine.records.Record` as read back.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from autocompile.engine.horizon import scoring as horizon_of
 from autocompile.engine.cost import ROUND_MEASURE, cold_run_s, cold_scale
 from autocompile.engine.finalists.plan import rerun_limit_s
 from autocompile.engine.finalists.verdict import choose_winner, measurements, pool_row
-from autocompile.engine.records import Role
+from autocompile.engine.records import Record, Role
 from autocompile.engine.runner import new_trial
 from autocompile.engine.studyview import view_of
 from autocompile.trial.result import Status
@@ -25,10 +25,10 @@ def cold_run_check(first, run: dict) -> dict:
         "trial": run["trial"],
         "of": first.number,
         "status": run["status"],
-        "reconstructed_warmup_s": first.user_attrs["warmup_s"],
+        "reconstructed_warmup_s": Record.of(first).warmup_s,
     }
     if run["status"] == Status.OK:
-        check.update(cold_warmup_s=run["warmup_s"], agreement=first.user_attrs["warmup_s"] / run["warmup_s"] - 1)
+        check.update(cold_warmup_s=run["warmup_s"], agreement=Record.of(first).warmup_s / run["warmup_s"] - 1)
     return check
 
 
@@ -64,7 +64,7 @@ def _reconstructed_winner(study, verdict: dict, checks: list):
     if row is None or any(c["of"] == row["trial"] for c in checks):
         return None
     first = view_of(study).trials[row["trial"]]
-    return first if first.user_attrs.get("warmup_kind") == "reconstructed" else None
+    return first if Record.of(first).warmup_kind == "reconstructed" else None
 
 
 def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
@@ -81,7 +81,7 @@ def _measure_cold(runner: Runner, verdict: dict, first) -> tuple[dict, dict]:
     limit = rerun_limit_s(cold_run_s(first, cold_scale(study)), runner.settings.trial_timeout_s)
     record = runner.run(
         trial,
-        dict(first.user_attrs["config"]),
+        dict(Record.of(first).config),
         Role.FINALIST,
         prunable=False,
         limit_s=limit,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from autocompile.engine.cost import added_s, cold_over_warm_s, cold_scale, rerun_estimate_s, round_s
 from autocompile.engine.finalists.verdict import expected_cold, reconstructed
 from autocompile.engine.gates import Outcome, Refusal, View, why_not
+from autocompile.engine.records import Record
 from autocompile.engine.studyview import StudyView, view_of
 
 if TYPE_CHECKING:
@@ -48,10 +49,9 @@ def cold_pick(finalists: list, scale: float = 1.0):
 
 def _expected_cold_warmup(trial, scale: float) -> float:
     """A trial's warm-up as a cold run is expected to measure it (`expected_cold`, by `scale`)."""
-    a = trial.user_attrs
     return expected_cold(
         {
-            "warmup_s": a.get("warmup_s") or math.inf,
+            "warmup_s": Record.of(trial).warmup_s or math.inf,
             "warmup_reconstructed": reconstructed(trial),
             "reconstruction_added_s": added_s(trial),
         },
@@ -61,7 +61,7 @@ def _expected_cold_warmup(trial, scale: float) -> float:
 
 
 def _spread(trial) -> float:
-    return trial.user_attrs.get("cv") or 0.0
+    return Record.of(trial).attrs.get("cv") or 0.0
 
 
 def cold_check_s(study, k: int, limit_s: float | None = None, view: StudyView | None = None) -> float:
@@ -86,7 +86,7 @@ def contenders(study, k: int, limit_s: float | None = None, view: StudyView | No
 def not_rerun(study, trial, limit_s: float | None) -> Refusal | None:
     """Why a finalist is not measured again for its rerun's time (the gates that end NOT_RERUN:
     gates.too_long), or None."""
-    return why_not(trial.user_attrs.get("config", {}), View(study, limit_s, first=trial), Outcome.NOT_RERUN)
+    return why_not(Record.of(trial).config or {}, View(study, limit_s, first=trial), Outcome.NOT_RERUN)
 
 
 def finalist_reserve(study, k: int, limit_s: float | None = None, gpus: int = 1) -> float:
@@ -164,7 +164,7 @@ def plan_round(
         if budget is not None and rerun_estimate_s(t) > left[gpu]:
             runner.progress.line(
                 f"finalist round: no time left to measure trial {t.number} again "
-                f"(it took {t.user_attrs['wall_s']:.0f} s, a rerun is expected to take "
+                f"(it took {Record.of(t).wall_s:.0f} s, a rerun is expected to take "
                 f"{rerun_estimate_s(t):.0f} s)"
             )
             break
@@ -174,7 +174,7 @@ def plan_round(
         lanes[0] = candidates[:1]
         limit = runner.settings.trial_timeout_s
         overrun = (
-            rerun_limit_s(lanes[0][0].user_attrs["wall_s"], limit)
+            rerun_limit_s(Record.of(lanes[0][0]).wall_s, limit)
             + (rerun_limit_s(eager_s, limit) if eager is not None else 0.0)
             - max(remaining, 0.0)
         )

@@ -13,7 +13,7 @@ from autocompile.engine.horizon import budget_horizon
 from autocompile.engine.horizon import scoring as horizon_of
 from autocompile.engine.finalists.plan import cold_pick, contenders, plan_round, rerun_limit_s, say_left_out
 from autocompile.engine.finalists.verdict import WINNER_RULE, reconstructed, rechosen, round_verdict
-from autocompile.engine.records import Role, plain
+from autocompile.engine.records import Record, Role, plain
 from autocompile.engine.runner import Prepared, new_trial
 from autocompile.engine.studyview import view_of
 from autocompile.trial.protocol import REPLAY_VERSION, STOP_S
@@ -276,12 +276,12 @@ def _prepared(runner: Runner, original, r: int, overrun: float, cold: bool, gpu:
         trial.set_user_attr("cold_check", True)
     if gpu is not None:
         trial.set_user_attr("gpu", gpu)
-    first_s = cold_run_s(original, cold_scale(runner.study)) if cold else original.user_attrs["wall_s"]
+    first_s = cold_run_s(original, cold_scale(runner.study)) if cold else Record.of(original).wall_s
     limit = rerun_limit_s(first_s, runner.settings.trial_timeout_s)
     remaining = runner.remaining()
     keep = -overrun if remaining is None else min(-overrun, remaining - limit - STOP_S)  # its whole limit
     return runner.prepare(
-        trial, dict(original.user_attrs["config"]), Role.FINALIST, False, limit, keep, original, cold, ROUND_MEASURE, gpu
+        trial, dict(Record.of(original).config), Role.FINALIST, False, limit, keep, original, cold, ROUND_MEASURE, gpu
     )
 
 

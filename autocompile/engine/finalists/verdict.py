@@ -11,6 +11,7 @@ import functools
 import statistics
 
 from autocompile.engine.cost import added_s
+from autocompile.engine.records import Record
 from autocompile.engine.scoring import score
 from autocompile.trial.protocol import REPLAY_VERSION
 from autocompile.trial.result import Status
@@ -34,7 +35,7 @@ WINNER_RULE = 6
 
 def reconstructed(trial) -> bool:
     """Whether a trial's warm-up was reconstructed from the shared cache's hits, not measured cold."""
-    return trial.user_attrs.get("warmup_kind") == "reconstructed"
+    return Record.of(trial).warmup_kind == "reconstructed"
 
 
 def choose_winner(
@@ -204,7 +205,7 @@ def round_verdict(
     where = gpu_footing(eager_runs, gpus) if gpus and len(set(gpus.values())) > 1 else None
     if where and where["reference"] is not None:
         eager_runs = [x for x in eager_runs if x.get("gpu") == where["reference"]]
-    eager_measured = [eager.user_attrs, *eager_runs] if eager_runs else []
+    eager_measured = [Record.of(eager).attrs, *eager_runs] if eager_runs else []
     eager_pace, eager_score = pooled(eager_measured, horizon) if eager_measured else (None, 0.0)
     gpus, scales = gpus or {}, where["scales"] if where else {}
     rows = [
@@ -233,7 +234,7 @@ def _row(t, runs: list[dict], eager_pace: float | None, horizon: int, gpu: str |
     if not runs:
         return {
             "trial": t.number,
-            "config": t.user_attrs["config"],
+            "config": Record.of(t).config,
             "status": Status.NOT_RUN,
             "reason": "no time left in the round",
             **where,
@@ -241,30 +242,31 @@ def _row(t, runs: list[dict], eager_pace: float | None, horizon: int, gpu: str |
     if not ok:
         return {
             "trial": t.number,
-            "config": t.user_attrs["config"],
+            "config": Record.of(t).config,
             "status": Status.FAILED_AGAIN,
             "reason": "; ".join(x.get("reason", "") for x in runs),
             **where,
         }
     cold = [x for x in ok if x.get("cold")]  # its warm-up measured cold in the round: that one stands
     warmup_s = statistics.mean(x["warmup_s"] for x in cold or ok)
+    first = Record.of(t)
     row = {
         "trial": t.number,
-        "config": t.user_attrs["config"],
+        "config": first.config,
         "status": Status.OK,
         "reruns": [x["trial"] for x in ok],
-        "search_steps_per_s": t.user_attrs["steps_per_s"],
+        "search_steps_per_s": first.steps_per_s,
         "search_score": t.value,
         "warmup_s": warmup_s,
         **where,
     }
     if cold:
-        row["reconstructed_warmup_s"] = t.user_attrs["warmup_s"]
+        row["reconstructed_warmup_s"] = first.warmup_s
     else:
         row["warmup_reconstructed"] = reconstructed(t)
         if reconstructed(t):
             row["reconstruction_added_s"] = added_s(t)
-    return pool_row(row, [t.user_attrs, *(scaled(x, eager_scale) for x in ok)], eager_pace, horizon)
+    return pool_row(row, [first.attrs, *(scaled(x, eager_scale) for x in ok)], eager_pace, horizon)
 
 
 def scaled(measurement: dict, eager_scale: float) -> dict:
@@ -295,16 +297,17 @@ def pool_row(row: dict, measurements: list[dict], eager_pace: float | None, hori
 def measurements(trials: list, row: dict) -> list[dict]:
     """A finalist's measurements as its trials (the study's, by number) hold them: its first run's,
     then its reruns' (on a round of several GPUs, on the reference GPU's footing: `scaled`)."""
-    return [trials[row["trial"]].user_attrs, *(scaled(trials[n].user_attrs, row.get("eager_scale", 1.0)) for n in row["reruns"])]
+    scale = row.get("eager_scale", 1.0)
+    return [Record.of(trials[row["trial"]]).attrs, *(scaled(Record.of(trials[n]).attrs, scale) for n in row["reruns"])]
 
 
 def rechosen(verdict: dict, eager, trials: list, horizon: int, scale: float, prefer_speed: bool = False) -> dict:
     """A stored verdict of an older rule chosen again under WINNER_RULE from the round's own runs
     (`trials`: the study's, by number), without measuring: each candidate's speed, score and noise from
     its trials (`pooled`), eager's from its run in the search and its speed and score in the round."""
-    eager_measured = [eager.user_attrs]
+    eager_measured = [Record.of(eager).attrs]
     if verdict.get("eager_steps_per_s"):  # the round's eager, its warm-up eager's first
-        eager_measured.append({**eager.user_attrs, "steps_per_s": verdict["eager_steps_per_s"]})
+        eager_measured.append({**eager_measured[0], "steps_per_s": verdict["eager_steps_per_s"]})
     eager_pace, _ = pooled(eager_measured, horizon)
     eager_score = (
         statistics.median([eager.value, _round_eager_score(verdict, eager, trials)])
@@ -339,11 +342,9 @@ def _round_eager_score(verdict: dict, eager, trials: list) -> float:
     only) its rerun's, found by that speed."""
     eager_score = verdict.get("eager_score")
     if eager_score is None:
+        records = [(t, Record.of(t)) for t in trials]
         reruns = [
-            t.value
-            for t in trials
-            if t.user_attrs.get("remeasure_of") == eager.number
-            and t.user_attrs.get("steps_per_s") == verdict.get("eager_steps_per_s")
+            t.value for t, r in records if r.remeasure_of == eager.number and r.steps_per_s == verdict.get("eager_steps_per_s")
         ]
         eager_score = reruns[-1] if reruns else verdict.get("eager_steps_per_s") or 0.0
     return eager_score

@@ -20,6 +20,7 @@ import statistics
 import sqlite_utils
 
 from autocompile.engine.knowledge.schema import clear, Observer, open_file
+from autocompile.engine.records import Record
 from autocompile.trial.result import Status
 
 TABLE = "cold_runs"
@@ -72,12 +73,12 @@ class ColdRuns(Observer):
 
     def take(self, study, trial) -> bool:
         """Remember `trial` of `study` where it is a clean cold run of the round (`observed`); whether it was."""
-        attrs = trial.user_attrs
-        if not attrs.get("cold_check") or "remeasure_of" not in attrs:
+        r = Record.of(trial)
+        if not r.attrs.get("cold_check") or r.remeasure_of is None:
             return False
-        seen = observed(attrs, study.get_trials(deepcopy=False)[attrs["remeasure_of"]].user_attrs)
+        seen = observed(r.attrs, Record.of(study.get_trials(deepcopy=False)[r.remeasure_of]).attrs)
         if seen:
-            self.remember(study.study_name, trial.number, attrs["remeasure_of"], seen)
+            self.remember(study.study_name, trial.number, r.remeasure_of, seen)
         return bool(seen)
 
     def scale(self) -> dict | None:

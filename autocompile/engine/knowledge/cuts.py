@@ -22,7 +22,7 @@ from collections.abc import Callable
 import sqlite_utils
 
 from autocompile.engine.knowledge.schema import TIMES, Observer, item, open_file
-from autocompile.engine.records import config_columns
+from autocompile.engine.records import Record, config_columns
 from autocompile.trial.result import Status
 
 TABLE = "compile_cuts"
@@ -85,22 +85,21 @@ class CompileCuts(Observer):
     def take(self, study, trial) -> bool:
         """Store `trial` of `study` (a first run: a finalist's rerun says nothing new); where it implicates a
         value, the study's earlier trials that warmed up with it too. Whether it stored anything."""
-        attrs, trials = trial.user_attrs, study.get_trials(deepcopy=False)
-        if "status" not in attrs or not attrs.get("config") or "remeasure_of" in attrs:
+        r, trials = Record.of(trial), study.get_trials(deepcopy=False)
+        if r.status is None or not r.config or r.remeasure_of is not None:
             return False
-        parent = trials[attrs["parent"]].user_attrs if "parent" in attrs else None
-        moved = implicated(attrs, parent)
-        for t in trials if moved else ():
-            a = t.user_attrs
+        parent = Record.of(trials[r.parent]).attrs if r.parent is not None else None
+        moved = implicated(r.attrs, parent)
+        for other in (Record.of(t) for t in trials) if moved else ():
             if (
-                t.number != trial.number
-                and a.get("config")
-                and "remeasure_of" not in a
-                and (outcome(a) or ("",))[0] == "warmed"
-                and set(moved) & set(_all_items(a["config"]))
+                other.number != trial.number
+                and other.config
+                and other.remeasure_of is None
+                and (outcome(other.attrs) or ("",))[0] == "warmed"
+                and set(moved) & set(_all_items(other.config))
             ):
-                self.remember(a, a["config"], study.study_name, t.number)
-        return self.remember(attrs, attrs["config"], study.study_name, trial.number, moved)
+                self.remember(other.attrs, other.config, study.study_name, other.number)
+        return self.remember(r.attrs, r.config, study.study_name, trial.number, moved)
 
     def reason(self, config: dict, limit_s: float) -> str | None:
         """Why `config` is expected not to warm up within `limit_s` here, or None. Where several of its values

@@ -18,6 +18,7 @@ import sqlite3
 import sqlite_utils
 
 from autocompile.engine.knowledge.schema import TIMES, Observer, item, open_file
+from autocompile.engine.records import Record
 from autocompile.errors import UserError
 from autocompile.trial.result import FAILURES, Status
 
@@ -138,10 +139,10 @@ class Failures(Observer):
 
     def take(self, study, trial) -> bool:
         """Remember `trial` of `study` where it recorded an outcome and a configuration."""
-        attrs = trial.user_attrs
-        if "status" not in attrs or not attrs.get("config"):
+        r = Record.of(trial)
+        if r.status is None or not r.config:
             return False
-        self.remember(attrs, attrs["config"], study.study_name, trial.number)
+        self.remember(r.attrs, r.config, study.study_name, trial.number)
         return True
 
     @staticmethod

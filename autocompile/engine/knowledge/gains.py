@@ -17,6 +17,7 @@ import statistics
 import sqlite_utils
 
 from autocompile.engine.knowledge.schema import TIMES, clear, Observer, open_file
+from autocompile.engine.records import Record
 from autocompile.trial.result import Status
 
 TABLE = "gains"
@@ -32,21 +33,21 @@ class MoveGains(Observer):
 
     def take(self, study, trial) -> bool:
         """Remember `trial` of `study` where it is a neighbour that ran cleanly from a parent that did."""
-        a = trial.user_attrs
-        if "parent" not in a or a.get("status") != Status.OK or not a.get("steps_per_s"):
+        r = Record.of(trial)
+        if r.parent is None or r.status != Status.OK or not r.steps_per_s:
             return False
-        parent = study.get_trials(deepcopy=False)[a["parent"]].user_attrs
-        if parent.get("status") != Status.OK or not parent.get("steps_per_s"):
+        parent = Record.of(study.get_trials(deepcopy=False)[r.parent])
+        if parent.status != Status.OK or not parent.steps_per_s:
             return False
         self.db[TABLE].upsert(
             {
                 **self.key,
                 "study": study.study_name,
                 "trial": trial.number,
-                "parent": a["parent"],
-                "moved": ",".join(a.get("changed") or []),
-                "parent_steps_per_s": parent["steps_per_s"],
-                "steps_per_s": a["steps_per_s"],
+                "parent": r.parent,
+                "moved": ",".join(r.changed or []),
+                "parent_steps_per_s": parent.steps_per_s,
+                "steps_per_s": r.steps_per_s,
             },
             pk=("torch", "device", "model", "study", "trial"),
         )

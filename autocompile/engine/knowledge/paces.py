@@ -16,6 +16,7 @@ import json
 import sqlite_utils
 
 from autocompile.engine.knowledge.schema import TIMES, clear, Observer, open_file
+from autocompile.engine.records import Record
 from autocompile.space import DEFAULTS
 from autocompile.trial.result import Status
 
@@ -74,12 +75,12 @@ class Paces(Observer):
         self.key = {"torch": torch, "device": device, "model": model}
 
     def take(self, study, trial) -> bool:
-        a = trial.user_attrs
-        pace = _pace(a)
-        if not pace or not a.get("config") or not a["config"].get("compile"):
+        r = Record.of(trial)
+        pace = _pace(r.attrs)
+        if not pace or not r.config or not r.config.get("compile"):
             return False
         self.db[TABLE].upsert(
-            {**self.key, "study": study.study_name, "trial": trial.number, "config": config_key(a["config"])}
+            {**self.key, "study": study.study_name, "trial": trial.number, "config": config_key(r.config)}
             | {"steps_per_s": pace},
             pk=("torch", "device", "model", "study", "trial"),
         )

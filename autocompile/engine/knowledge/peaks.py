@@ -14,6 +14,7 @@ import sqlite_utils
 
 from autocompile.engine.knowledge.paces import config_key, runs_of
 from autocompile.engine.knowledge.schema import TIMES, clear, Observer, open_file
+from autocompile.engine.records import Record
 
 TABLE = "peaks"
 MARGIN = 0.02  # a stored peak must be this much above a limit to rule a configuration out
@@ -28,12 +29,12 @@ class Peaks(Observer):
         self.key = {"torch": torch, "device": device, "model": model}
 
     def take(self, study, trial) -> bool:
-        a = trial.user_attrs
-        if not a.get("peak_mem_gb") or not a.get("config") or not a.get("wall_s"):
+        r = Record.of(trial)
+        if not r.peak_mem_gb or not r.config or not r.wall_s:
             return False  # a refusal before launch carries a known peak, not a measured one
         self.db[TABLE].upsert(
-            {**self.key, "study": study.study_name, "trial": trial.number, "config": config_key(a["config"])}
-            | {"peak_gb": a["peak_mem_gb"]},
+            {**self.key, "study": study.study_name, "trial": trial.number, "config": config_key(r.config)}
+            | {"peak_gb": r.peak_mem_gb},
             pk=("torch", "device", "model", "study", "trial"),
         )
         return True

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite_utils
 
 from autocompile.engine.knowledge.schema import clear, Observer, open_file
-from autocompile.engine.records import Role
+from autocompile.engine.records import Record, Role
 from autocompile.trial.result import Status
 
 TABLE = "plain_compiles"
@@ -27,13 +27,13 @@ class PlainCompiles(Observer):
         self.key = {"torch": torch, "device": device, "model": model}
 
     def take(self, study, trial) -> bool:
-        a = trial.user_attrs
-        if a.get("role") != Role.COMPILE_DEFAULTS or "status" not in a:
+        r = Record.of(trial)
+        if r.role != Role.COMPILE_DEFAULTS or r.status is None:
             return False
-        cut = a["status"] == Status.TIMEOUT and "while compiling" in a.get("reason", "")
-        if not cut and not (a["status"] == Status.OK and a.get("warmup_s")):
+        cut = r.status == Status.TIMEOUT and "while compiling" in (r.reason or "")
+        if not cut and not (r.status == Status.OK and r.warmup_s):
             return False
-        seconds = (a.get("wall_s") or 0.0) if cut else a["warmup_s"]
+        seconds = (r.wall_s or 0.0) if cut else r.warmup_s
         self.db[TABLE].upsert(
             {
                 **self.key,

@@ -12,6 +12,7 @@ from autocompile.engine.knowledge.paces import Paces
 from autocompile.engine.knowledge.peaks import Peaks
 from autocompile.engine.knowledge.plain import PlainCompiles
 from autocompile.engine.knowledge.schema import Observer, open_file, parse
+from autocompile.engine.records import Record
 from autocompile.errors import UserError
 
 KINDS = (Failures, CompileCuts, ColdRuns, MoveGains, Paces, Peaks, PlainCompiles)
@@ -42,9 +43,8 @@ def listing(path: str) -> dict:
 def study_key(study) -> tuple[str, str, str]:
     """(torch, device, model) of a finished study: its model, and the torch and device its trials recorded."""
     model = (study.user_attrs.get("settings") or {}).get("model")
-    measured = [
-        t.user_attrs for t in study.get_trials(deepcopy=False) if t.user_attrs.get("torch") and t.user_attrs.get("device_name")
-    ]
+    records = (Record.of(t).attrs for t in study.get_trials(deepcopy=False))
+    measured = [a for a in records if a.get("torch") and a.get("device_name")]
     if not model or not measured:
         raise UserError(f"study {study.study_name!r} names no model or has no trial that recorded its torch and device")
     return measured[0]["torch"], measured[0]["device_name"], model
