@@ -267,7 +267,7 @@ def test_a_neighbour_that_would_not_be_started_is_not_proposed(tmp_path):
     runner = Runner(study, study._storage, "memory", settings, Progress(2), deadline=None)
 
     def proposed(left_s: float) -> dict:
-        fits = _startable(runner, left_s)
+        fits = _startable(runner.view(before_round_s=left_s))
         assert fits({"config": flex["config"]}) is (left_s > 111)
         return next_neighbour(space, study, tried, cost, fits=fits)
 

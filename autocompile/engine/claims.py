@@ -38,7 +38,7 @@ from autocompile.engine.scoring import _judged_by_an_older_guard
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
 from autocompile.engine.strategy import neighbour_cost, neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
-from autocompile.engine.gates import Outcome, plain_not_started, ran_its_course, why_not
+from autocompile.engine.gates import Outcome, View, plain_not_started, ran_its_course, too_little_left, why_not
 from autocompile.engine.records import BASELINES, Record, Role, refused_before_launch, set_attrs
 from autocompile.engine.runner import Runner, ask, new_trial, waiting
 from autocompile.engine.studyview import StudyView, view_of
@@ -208,7 +208,7 @@ def _budget_spent(runner: Runner, budget: dict, reserve: float, loop: LoopState)
     if counted(study) < budget["trials"]:
         return False
     remaining = runner.remaining()
-    if remaining is not None and remaining - reserve >= MIN_TRIAL_S and not loop.said_spent:
+    if remaining is not None and too_little_left(remaining - reserve) is None and not loop.said_spent:
         loop.said_spent = True
         refused = sum(refused_before_launch(Record.of(t)) for t in study.get_trials(deepcopy=False))
         runner.progress.line(
@@ -225,19 +225,19 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
     remaining = runner.remaining()
     if remaining is None:
         return False
-    expected = MIN_TRIAL_S if _owed_baselines(runner) else expected_trial_s(runner.study)
     left = remaining - reserve
-    if left >= expected or loop.neighbour_within is not None:  # a neighbour that fits was already chosen to go next
+    # a baseline owed: at the least a trial's MIN_TRIAL_S
+    why = too_little_left(left) if _owed_baselines(runner) else too_little_left(left, expected_trial_s(runner.study))
+    if why is None or loop.neighbour_within is not None:  # a neighbour that fits was already chosen to go next
         return False
     cost = _fitting_neighbour_s(runner, left) if loop.recipes_queued else None
     if cost is not None:
         if loop.neighbour_goes_next(left):
             runner.progress.line(
-                f"{max(left, 0):.0f} s left before the finalist round: a trial is expected to take "
-                f"{expected:.0f} s, a neighbour about {cost:.0f} s; it goes next"
+                f"{max(left, 0):.0f} s left before the finalist round: {why}, a neighbour about {cost:.0f} s; it goes next"
             )
         return False
-    _say_timeout(runner, remaining, reserve, f"a trial is expected to take {expected:.0f} s")
+    _say_timeout(runner, remaining, reserve, why)
     return True
 
 
@@ -266,27 +266,27 @@ def _fit_instead(runner: Runner, reserve: float, loop: LoopState) -> bool:
 
 def _fitting_neighbour_s(runner: Runner, within_s: float) -> float | None:
     """What the next neighbour expected to end within `within_s` is expected to take, or None (no such one)."""
-    fits = _fits(runner, within_s)
-    return neighbour_cost(runner.space, runner.study, runner.predictor(), runner.tried, fits, runner.known_gains())
+    view = runner.view(before_round_s=within_s)
+    return neighbour_cost(runner.space, runner.study, view.predictor(), runner.tried, _fits(view, within_s), runner.known_gains())
 
 
-def _fits(runner: Runner, within_s: float):
+def _fits(view: View, within_s: float):
     """Whether a neighbour (next_neighbour's dict) is expected to end within `within_s`: its cost known
-    (cost.neighbour_s) and within it, and no gate that refuses what does not fit says otherwise."""
-    predictor, startable = runner.predictor(), _startable(runner, within_s)
+    (cost.neighbour_s) and within it, and no gate that refuses what does not fit says otherwise (`view`:
+    the gates' view of the search with `within_s` left before the finalist round)."""
+    predictor, startable = view.predictor(), _startable(view)
 
     def fits(neighbour: dict) -> bool:
-        need = neighbour_s(runner.study, predictor, neighbour)
+        need = neighbour_s(view.study, predictor, neighbour)
         return need is not None and need <= within_s and startable(neighbour)
 
     return fits
 
 
-def _startable(runner: Runner, before_round_s: float):
-    """Whether a neighbour would be started with `before_round_s` left before the finalist round: no gate refuses
+def _startable(view: View):
+    """Whether a neighbour would be started with what `view` has left before the finalist round: no gate refuses
     it as not fitting (`Runner.out_of_time`'s question). A turn asks it before proposing, so that a neighbour
     refused as not fitting is not proposed again each turn (llama-8b-fresh-14's trials 17, 19 and 21)."""
-    view = runner.view(before_round_s=before_round_s)
     return lambda neighbour: why_not(neighbour["config"], view, Outcome.NOT_STARTED) is None
 
 
@@ -460,10 +460,10 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
     within = loop.neighbours_turn_now() if proposing else None
     if proposing and (within is not None or neighbours_turn(study, loop.proposals)) and not waiting(study):
         if within is not None:
-            fits = _fits(runner, within)
+            fits = _fits(runner.view(before_round_s=within), within)
         else:  # under --timeout, the moves that would be started with what is left before the round
             remaining = runner.remaining()
-            fits = None if remaining is None else _startable(runner, remaining - loop.reserve)
+            fits = None if remaining is None else _startable(runner.view(before_round_s=remaining - loop.reserve))
         # alternating with TPE's proposals; what paid on this model before first; the cheaper of equally promising
         # moves first. Where choosing fails, TPE's proposal takes the turn (engine.contained).
         choose = lambda: next_neighbour(space, study, runner.tried, runner.predictor().predict, fits, runner.known_gains())  # noqa: E731

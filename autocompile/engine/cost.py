@@ -176,16 +176,12 @@ NOT_MODEL = tuple(key for key in DEFAULTS if key not in shaping(Graphs.MODEL))
 STEP = shaping(Graphs.STEP)  # what shapes the optimizer step's graphs
 
 
-def model_key(config: dict) -> str:
-    columns = config_columns(config)
-    return json.dumps({k: v for k, v in sorted(columns.items()) if k not in NOT_MODEL}, default=str)
-
-
-def step_key(config: dict) -> str | None:
-    if not config.get("compile_optimizer"):
-        return None
-    columns = config_columns(config)
-    return json.dumps([columns.get(k) for k in STEP], default=str)
+def graph_keys(columns: dict) -> tuple[str, str | None]:
+    """A configuration's graphs as the Predictor keys them, from its columns (`records.config_columns`): its
+    model graphs' (the settings that shape them), and its optimizer step's (None: the step is not compiled)."""
+    model = json.dumps({k: v for k, v in sorted(columns.items()) if k not in NOT_MODEL}, default=str)
+    step = json.dumps([columns.get(k) for k in STEP], default=str) if columns.get("compile_optimizer") else None
+    return model, step
 
 
 class Predictor:
@@ -210,19 +206,20 @@ class Predictor:
             r = Record.of(t)
             if r.status != Status.OK or not (r.config or {}).get("compile") or r.remeasure_of is not None:
                 continue
-            graphs = full_record(t, study_dir).get("graphs")
+            graphs, columns = full_record(t, study_dir).get("graphs"), config_columns(r.config)
             if isinstance(graphs, list) and graphs:  # not the shortened attribute of a trial whose folder is elsewhere
-                self._learn(r.config, graphs, cold, r)
+                self._learn(graph_keys(columns), graphs, cold, r)
 
-    def _learn(self, config: dict, graphs: list[dict], cold: dict, record: Record) -> None:
+    def _learn(self, keys: tuple[str, str | None], graphs: list[dict], cold: dict, record: Record) -> None:
         # a hit the ledger lacks: its load plus what torch says the cache saved
         seconds = [
             (g, g.get("s", 0) + g.get("saved_s", 0) if s is None else s) for g, s in zip(graphs, cold_seconds(graphs, cold))
         ]
         others = sum(s for g, s in seconds if not is_optimizer(g))
-        self.model.setdefault(model_key(config), []).append((others, bool(config.get("compile_loss"))))
-        if step_key(config):
-            self.step.setdefault(step_key(config), []).append(sum(s for g, s in seconds if is_optimizer(g)))
+        model, step = keys
+        self.model.setdefault(model, []).append((others, bool(record.config.get("compile_loss"))))
+        if step:
+            self.step.setdefault(step, []).append(sum(s for g, s in seconds if is_optimizer(g)))
         measured = record.warmup_measured_s or record.warmup_s or 0
         self.rest.append(max(measured - sum(g.get("s", 0) for g in graphs), 0.0))
 
@@ -230,7 +227,8 @@ class Predictor:
         """The least its model graphs took cold in a trial that compiled them and no graph `config`
         does not (a trial that compiled the loss apart counts only for one that does too); None: unknown."""
         loss = bool(config.get("compile_loss"))
-        seen = [s for s, with_loss in self.model.get(model_key(config), []) if loss or not with_loss]
+        model, _ = graph_keys(config_columns(config))
+        seen = [s for s, with_loss in self.model.get(model, []) if loss or not with_loss]
         return min(seen) if seen else None
 
     def predict(self, config: dict) -> float | None:
@@ -239,14 +237,15 @@ class Predictor:
         loss apart as `config` does, else from the others (the loss is a graph of seconds)."""
         if not config.get("compile"):
             return None
-        seen = self.model.get(model_key(config), [])
+        model_key, step_key = graph_keys(config_columns(config))
+        seen = self.model.get(model_key, [])
         alike = [s for s, with_loss in seen if with_loss == bool(config.get("compile_loss"))]
         model = alike or [s for s, _ in seen]
         if not model or not self.rest:
             return None
         total = statistics.median(model) + statistics.median(self.rest)
-        if step_key(config):
-            step = self.step.get(step_key(config))
+        if step_key:
+            step = self.step.get(step_key)
             if not step:
                 return None
             total += statistics.median(step)

@@ -4,9 +4,10 @@ in one order (GATES), each refusal ending one way (its Outcome).
 A gate answers one question, `why_not(config, view)`: a Refusal (its reason, and what it makes of the
 trial that asked) or None. A caller asks the gates whose outcomes its moment allows (`why_not` below):
 at a claim, whether the configuration was tried, cannot work or cannot win; before a claimed trial
-starts, whether it fits what is left before the finalist round; where plain torch.compile was left to
-run last, whether it still fits (`plain_not_started`); in the round's plan, whether a finalist's rerun
-fits a rerun's limit. What a check knows stays where it is kept: the space's rules
+starts, whether it fits what is left before the finalist round, and whether any trial still does
+(`too_little_left`); where plain torch.compile was left to run last, whether it still fits
+(`plain_not_started`); in the round's plan, whether a finalist's rerun fits a rerun's limit; choosing
+a neighbour, whether the space's rules refuse it (`rules_refusal`). What a check knows stays where it is kept: the space's rules
 (`space.rules`), the knowledge store's failures and compile cuts (`engine.knowledge`), the cost
 model (`engine.cost`); the gate asks it. The runner tells the study each outcome (`Runner.refuse`).
 """
@@ -134,8 +135,14 @@ def _tried(config: dict, view: View) -> str | None:
 
 
 def _rejected(config: dict, view: View) -> str | None:
-    """It cannot work here or means nothing, or it is doomed here: `rules.rejection`, `rules.doomed` within."""
-    return view.space.rejection(config) if view.space is not None else None
+    """It cannot work here or means nothing, or it is doomed here: `rules_refusal`."""
+    return rules_refusal(config, view.space) if view.space is not None else None
+
+
+def rules_refusal(config: dict, space: SearchSpace) -> str | None:
+    """The rules gate's answer from the space alone (`rules.rejection`, `rules.doomed` within): what a caller
+    that holds the space but no search asks (the strategy, choosing a neighbour), or None."""
+    return space.rejection(config)
 
 
 def _failed_before(config: dict, view: View) -> str | None:
@@ -210,6 +217,15 @@ def out_of_time(config: dict, view: View) -> str | None:
         f"its twin{'s' if len(twins) > 1 else ''} ({which}) took {need:.0f} s, and "
         f"{max(left, 0):.0f} s are left before the finalist round"
     )
+
+
+def too_little_left(left_s: float, need_s: float = MIN_TRIAL_S) -> str | None:
+    """Why no trial is started with `left_s` left of --timeout (before the finalist round, or at all): less
+    than the next is expected to take (`need_s`: a typical trial's, `cost.expected_trial_s`; at the least
+    MIN_TRIAL_S), or None: one is."""
+    if left_s >= need_s:
+        return None
+    return f"a trial is expected to take {need_s:.0f} s"
 
 
 def plain_not_started(left_s: float, seen: dict | None) -> Refusal | None:

@@ -35,9 +35,9 @@ from autocompile.engine.records import (
     trial_folder,
 )
 from autocompile.engine.studyview import StudyView, view_of
-from autocompile.engine.cost import MIN_TRIAL_S, Predictor
+from autocompile.engine.cost import Predictor
 from autocompile.engine.knowledge.paces import MARGIN as PACE_MARGIN
-from autocompile.engine.gates import Outcome, Refusal, View, why_not
+from autocompile.engine.gates import Outcome, Refusal, View, too_little_left, why_not
 from autocompile.engine.learned import mark_refused_in, rng_dependent
 from autocompile.engine.scoring import (
     RECOMPILE_PENALTY,
@@ -413,7 +413,7 @@ class Runner:
         if (
             record["status"] == Status.COMPILE_ERROR
             and settings.triage
-            and (prepared.remaining is None or self.remaining() > MIN_TRIAL_S)
+            and (prepared.remaining is None or too_little_left(self.remaining()) is None)
         ):
             self.progress.line(f"  trial {trial.number}: compile error; rerunning with simpler backends to find the layer")
             record = triage(prepared.request, record, time_left=self.remaining(), heartbeat=beat)

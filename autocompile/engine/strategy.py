@@ -23,6 +23,7 @@ import functools
 import optuna
 
 from autocompile.engine.cost import besides, neighbour_s
+from autocompile.engine.gates import rules_refusal
 from autocompile.engine.records import Record, Role, config_columns
 from autocompile.engine.studyview import StudyView, view_of
 from autocompile.engine.scoring import DEFAULT_HORIZON
@@ -412,7 +413,7 @@ def fitting_move(space, study, tried, view: StudyView | None = None) -> dict | N
             if not params or params.get(BUDGET) != value:
                 continue
             config = space.suggest(optuna.trial.FixedTrial(params))
-            if tried(config, params) or space.rejection(config):
+            if tried(config, params) or rules_refusal(config, space):
                 continue
             changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
             return {"params": params, "changed": changed, "parent": r.number, "parent_params": base, "config": config}
@@ -485,7 +486,7 @@ def _neighbour(
         if not params or params == base or dim.name not in params:
             continue  # not offered here, or the dimension does not apply to the parent
         config = space.suggest(optuna.trial.FixedTrial(params))
-        if tried(config, params) or space.rejection(config):
+        if tried(config, params) or rules_refusal(config, space):
             continue
         changed = sorted(n for n in set(params) | set(base) if not _same(params.get(n), base.get(n)))
         move = {"params": params, "changed": changed, "parent": parent.number, "parent_params": base, "config": config}

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass
 from functools import cached_property
 
 import optuna
 
 from autocompile.engine.records import Record, Role, full_record
-from autocompile.trial.result import Status
+from autocompile.trial.result import STOPPED, Status
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 EAGER_PEAK = "eager"  # --max-memory-gb eager: no more memory than eager as the workload built it
@@ -30,6 +31,22 @@ def ran_cleanly(trial) -> bool:
 
 def compiled(trial) -> bool:
     return bool((Record.of(trial).config or {}).get("compile"))
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """What a summary reads of the baselines, gathered at once (`StudyView.baselines`): eager's and plain
+    torch.compile's steady speeds and eager's peak (`StudyView.baseline_value`), plain torch.compile's
+    clean trial, eager's first trial however it ended, each baseline measured over the memory limit
+    alone (no clean run: its role and trial), and plain torch.compile's warm-ups stopped unfinished."""
+
+    eager_sps: float | None
+    default_sps: float | None
+    eager_peak: float | None
+    default: optuna.trial.FrozenTrial | None
+    eager_first: optuna.trial.FrozenTrial | None
+    over_memory: tuple[tuple[Role, optuna.trial.FrozenTrial], ...]
+    default_warmups: tuple[float, ...]  # seconds warming up, each attempt stopped before it finished
 
 
 class StudyView:
@@ -101,6 +118,29 @@ class StudyView:
         """A baseline's measurement `key` (a field of its `Record`), from `measured_baseline`."""
         trial = self.measured_baseline(role)
         return getattr(self.records[trial.number], key) if trial else None
+
+    @cached_property
+    def baselines(self) -> Baselines:
+        """The baselines as a summary reads them, in one answer."""
+        return Baselines(
+            eager_sps=self.baseline_value(Role.EAGER, "steps_per_s"),
+            default_sps=self.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s"),
+            eager_peak=self.baseline_value(Role.EAGER, "peak_mem_gb"),  # eager as the workload built it
+            default=self.baseline_trial(Role.COMPILE_DEFAULTS),
+            eager_first=self.first_of(Role.EAGER),
+            over_memory=tuple(
+                (role, t)
+                for role in (Role.EAGER, Role.COMPILE_DEFAULTS)
+                if not self.baseline_trial(role) and (t := self.over_memory_baseline(role))
+            ),
+            default_warmups=tuple(
+                t.user_attrs["warmup_elapsed_s"]
+                for t in self.trials
+                if t.user_attrs.get("role") == Role.COMPILE_DEFAULTS
+                and t.user_attrs.get("status") in STOPPED
+                and t.user_attrs.get("warmup_elapsed_s")
+            ),
+        )
 
     def eager_record(self, study_dir: str | None = None) -> dict | None:
         """The eager baseline's record: its user attributes, whole from its result.json with `study_dir`."""

@@ -99,7 +99,8 @@ def winning_ranges(points: list[Point]) -> dict[int, tuple[int, int]]:
 def best_trial_for(study, horizon: int, max_memory_gb: float | None = None, view: StudyView | None = None):
     """The first trial of the configuration with the best score at `horizon`, by its measurements;
     under a memory limit, of those whose peak memory is within it."""
-    best = winner_at(measured_points(study, max_memory_gb, view), horizon)
+    points = measured_points(study, max_memory_gb, view)
+    best = winner_at(points, horizon)
     return best.trial if best else None
 
 

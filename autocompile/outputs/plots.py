@@ -148,7 +148,7 @@ def _draw_baseline_scores(ax, study, view: StudyView, horizon: int) -> dict:
             label="plain torch.compile's score",
         )
         return {}
-    bound = default_score_bound(study, horizon, view)
+    bound = default_score_bound(horizon, view.baselines)
     if bound is None:
         return {}
     top = max([t.value for t in view.finished if t.value] or [bound])

@@ -9,31 +9,28 @@ from autocompile.apply import describe_config
 from autocompile.engine.contained import summary as contained_summary
 from autocompile.engine.records import Role, full_record, speedup, status_of
 from autocompile.engine.strategy import effects
-from autocompile.engine.studyview import StudyView, view_of
-from autocompile.trial.result import FAILURES, STOPPED, Status
+from autocompile.engine.studyview import Baselines, StudyView, view_of
+from autocompile.trial.result import FAILURES, Status
 
 
-def default_score_bound(study, horizon: int, view: StudyView | None = None) -> float | None:
+def default_score_bound(horizon: int, baselines: Baselines) -> float | None:
     """An upper bound on plain torch.compile's score when its baseline never finished warming up:
     horizon / the seconds it spent warming up before it was stopped."""
-    elapsed = [
-        t.user_attrs["warmup_elapsed_s"]
-        for t in view_of(study, view).trials
-        if t.user_attrs.get("role") == Role.COMPILE_DEFAULTS
-        and t.user_attrs.get("status") in STOPPED
-        and t.user_attrs.get("warmup_elapsed_s")
-    ]
+    elapsed = baselines.default_warmups
     return horizon / max(elapsed) if elapsed else None  # the longest attempt bounds it closest
 
 
 def trial_rows(study, view: StudyView | None = None) -> list[dict]:
     """One flat row per finished trial: what tables, JSON and reports show."""
     view = view_of(study, view)
-    eager_sps = view.baseline_value(Role.EAGER, "steps_per_s")
-    default_sps = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
-    eager_peak = view.baseline_value(Role.EAGER, "peak_mem_gb")  # eager as the workload built it
+    return _rows(view.finished, view.baselines)
+
+
+def _rows(finished: list, baselines: Baselines) -> list[dict]:
+    """One flat row per finished trial (`finished`), its speed and memory against the baselines'."""
+    eager_sps, default_sps, eager_peak = baselines.eager_sps, baselines.default_sps, baselines.eager_peak
     rows = []
-    for t in view.finished:
+    for t in finished:
         if t.user_attrs.get("status") == Status.DUPLICATE:  # proposed twice, never run
             continue
         a = t.user_attrs
@@ -100,7 +97,8 @@ def summarize(
     horizon other than the study's, or a memory limit, the winner for it comes from the
     measurements (its score too)."""
     view = view_of(study)
-    rows = trial_rows(study, view)
+    baselines, finished = view.baselines, view.finished
+    rows = _rows(finished, baselines)
     if study_dir:
         add_repros(rows, study_dir)
     horizon = horizon or study.user_attrs.get("horizon", 1000)
@@ -115,17 +113,17 @@ def summarize(
     }
     if best is None:
         return summary
-    summary["best"] = _best_record(best, view, horizon, score_of(best))
+    summary["best"] = _best_record(best, baselines, horizon, score_of(best))
     if max_memory_gb is not None:
         summary["best"]["max_memory_gb"] = max_memory_gb
-    _baseline_notes(summary["best"], view)
+    _baseline_notes(summary["best"], baselines)
     verdict = summary["finalists"]
     _cold_warm_up(summary["best"], verdict)
-    _round_speed(summary["best"], verdict, view, scored=horizon == study.user_attrs.get("horizon", 1000))
-    summary["best"]["snippet"] = winner_snippet(study, best, study_dir, summary["best"], view)
+    _round_speed(summary["best"], verdict, baselines, scored=horizon == study.user_attrs.get("horizon", 1000))
+    summary["best"]["snippet"] = winner_snippet(best, study_dir, summary["best"], baselines)
     if verdict and verdict.get("finalists") and verdict.get("winner") is None:
         summary["best"]["unconfirmed"] = "the finalist round measured none of its finalists again"
-    _score_against_default(summary["best"], study, view, best, horizon, score_of)
+    _score_against_default(summary["best"], baselines, best, horizon, score_of)
     if write and study_dir:
         write_outputs(summary, study_dir)
     return summary
@@ -144,10 +142,9 @@ def _winner(study, view: StudyView, horizon: int, max_memory_gb: float | None) -
     return best, lambda t: score({**t.user_attrs, "status": Status.OK}, horizon)  # within the limit: it ran
 
 
-def _best_record(best, view: StudyView, horizon: int, score: float) -> dict:
+def _best_record(best, baselines: Baselines, horizon: int, score: float) -> dict:
     """The winner's line of the summary: what it is, what it measured and its speed against the baselines'."""
-    eager_sps = view.baseline_value(Role.EAGER, "steps_per_s")
-    default_sps = view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
+    eager_sps, default_sps = baselines.eager_sps, baselines.default_sps
     a = best.user_attrs
     return {
         "number": best.number,
@@ -178,32 +175,31 @@ def _best_record(best, view: StudyView, horizon: int, score: float) -> dict:
     }
 
 
-def _baseline_notes(best: dict, view: StudyView) -> None:
+BASELINE_NAMES = {Role.EAGER: "eager", Role.COMPILE_DEFAULTS: "plain torch.compile"}
+
+
+def _baseline_notes(best: dict, baselines: Baselines) -> None:
     """What the winner's ratios are against where a baseline did not run cleanly: a baseline measured
     over the memory limit (still the reference), or eager not measured at all (how it ended)."""
-    over = [
-        (name, t.user_attrs["peak_mem_gb"])
-        for role, name in ((Role.EAGER, "eager"), (Role.COMPILE_DEFAULTS, "plain torch.compile"))
-        if not view.baseline_trial(role) and (t := view.over_memory_baseline(role))
-    ]
+    over = [(BASELINE_NAMES[role], t.user_attrs["peak_mem_gb"]) for role, t in baselines.over_memory]
     if over:  # measured, over the limit: still the references of the ratios
         best["references_over_memory"] = " and ".join(f"{n} peaked at {gb:.2f} GB" for n, gb in over)
-    if view.baseline_value(Role.EAGER, "steps_per_s") is None:  # eager did not run cleanly (a model eager cannot fit)
-        first = view.first_of(Role.EAGER)
+    if baselines.eager_sps is None:  # eager did not run cleanly (a model eager cannot fit)
+        first = baselines.eager_first
         eager = first.user_attrs if first else {}
         best["no_eager"] = f"eager ended {eager.get('status', 'unmeasured')}" + (
             f" ({eager['reason'][:100]})" if eager.get("reason") else ""
         )
 
 
-def _score_against_default(best: dict, study, view: StudyView, winner, horizon: int, score_of) -> None:
+def _score_against_default(best: dict, baselines: Baselines, winner, horizon: int, score_of) -> None:
     """The winner's score against plain torch.compile's, warm-up weighed in over the horizon; where plain
     torch.compile never finished warming up, against the most its score could be."""
-    default = view.baseline_trial(Role.COMPILE_DEFAULTS)
+    default = baselines.default
     if default is not None:  # measured: scores weigh warm-up in, over the horizon
         if default.number != winner.number and score_of(default):
             best["score_vs_default"] = best["score"] / score_of(default)
-    elif (bound := default_score_bound(study, horizon, view)) and best["score"] > bound:
+    elif (bound := default_score_bound(horizon, baselines)) and best["score"] > bound:
         # Plain torch.compile never finished warming up: its score is at most `bound`.
         best["score_vs_default_at_least"] = best["score"] / bound
 
@@ -226,7 +222,7 @@ def _cold_warm_up(best: dict, verdict: dict | None) -> None:
         )
 
 
-def _round_speed(best: dict, verdict: dict | None, view: StudyView, scored: bool) -> None:
+def _round_speed(best: dict, verdict: dict | None, baselines: Baselines, scored: bool) -> None:
     """The winner's speed and score as the finalist round took them (its runs pooled, against the round's
     eager), where the round measured it again: its first run alone would say more or less than the round found.
     The round's score is for the study's horizon: `scored` says the summary is for it too."""
@@ -234,13 +230,9 @@ def _round_speed(best: dict, verdict: dict | None, view: StudyView, scored: bool
     row = next((r for r in verdict.get("candidates", []) if r["trial"] == best["number"] and "paces" in r), None)
     if verdict.get("winner") != best["number"] or row is None or row["status"] != Status.OK:
         return
-    default = view.baseline_trial(Role.COMPILE_DEFAULTS)
+    default = baselines.default
     # plain torch.compile's speed, pooled too where it is the winner itself
-    default_sps = (
-        row["steps_per_s"]
-        if default and default.number == best["number"]
-        else view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s")
-    )
+    default_sps = row["steps_per_s"] if default and default.number == best["number"] else baselines.default_sps
     if best.get("items_per_s") and best.get("steps_per_s"):  # the same batches: the same items a step
         best["items_per_s"] *= row["steps_per_s"] / best["steps_per_s"]
     if scored:
@@ -328,9 +320,7 @@ def write_outputs(summary: dict, study_dir: str) -> None:
         json.dump({k: v for k, v in summary.items()}, f, indent=1, default=str)
 
 
-def winner_snippet(
-    study, best, study_dir: str | None = None, summary_best: dict | None = None, view: StudyView | None = None
-) -> str:
+def winner_snippet(best, study_dir: str | None, summary_best: dict, baselines: Baselines) -> str:
     """The code the winning trial ran, under a docstring that says what it measured (the
     snippet from the trial's whole record: the study holds only its start; the warm-up the
     summary's winner has, cold-checked where it was reconstructed)."""
@@ -342,14 +332,13 @@ def winner_snippet(
         "vs_eager",
         "vs_default",
     )  # as the summary has them (cold-checked, pooled)
-    a = {**full_record(best, study_dir), **{k: v for k, v in (summary_best or {}).items() if k in kept}}
-    view = view_of(study, view)
-    measured = _measured_words(a, view)
+    a = {**full_record(best, study_dir), **{k: v for k, v in summary_best.items() if k in kept}}
+    measured = _measured_words(a, baselines)
     config = a.get("config") or {}
     if a.get("peak_mem_gb") and (
         config.get("activation_checkpointing", "as_built") != "as_built" or config.get("activation_memory_budget") is not None
     ):
-        eager_peak = view.baseline_value(Role.EAGER, "peak_mem_gb")
+        eager_peak = baselines.eager_peak
         measured += f" Peak memory {a['peak_mem_gb']:.1f} GB ({a.get('peak_mem_kind', 'measured')})" + (
             f", eager as built {eager_peak:.1f} GB." if eager_peak else "."
         )
@@ -359,19 +348,11 @@ def winner_snippet(
     return snippet[:first_line_end] + "\n\n" + measured + snippet[first_line_end:]
 
 
-def _measured_words(a: dict, view: StudyView) -> str:
+def _measured_words(a: dict, baselines: Baselines) -> str:
     """The snippet docstring's line on what the winner measured: its steady speed against eager's and plain
     torch.compile's, its warm-up, and the runs pooled where the finalist round measured it again."""
-    vs_default = (
-        f"{a['vs_default']:.2f}x"
-        if a.get("vs_default")
-        else speedup(a.get("steps_per_s"), view.baseline_value(Role.COMPILE_DEFAULTS, "steps_per_s"))
-    )
-    vs_eager = (
-        f"{a['vs_eager']:.2f}x"
-        if a.get("vs_eager")
-        else speedup(a.get("steps_per_s"), view.baseline_value(Role.EAGER, "steps_per_s"))
-    )
+    vs_default = f"{a['vs_default']:.2f}x" if a.get("vs_default") else speedup(a.get("steps_per_s"), baselines.default_sps)
+    vs_eager = f"{a['vs_eager']:.2f}x" if a.get("vs_eager") else speedup(a.get("steps_per_s"), baselines.eager_sps)
     pooled = len(a.get("paces", [])) > 1
     return (
         f"Measured on {a.get('device_name')} with torch {a.get('torch')}: {a.get('steps_per_s', 0):.3g} steps/s "
