@@ -41,6 +41,11 @@ PROMISE = (
         "studies/README.md)",
     ),
     ("compile_loss", "the loss compiled apart: part of llama-8b's 1.46x (studies/README.md)"),
+    (
+        "lm_loss",
+        "the loss from the hidden states, the logits over a large vocabulary never whole: up to 4x less "
+        "peak memory by torch's notes for nn.LinearCrossEntropyLoss; the loss's own family, so after compile_loss",
+    ),
     ("fused_optimizer", "one fused optimizer kernel: part of llama-8b's 1.46x"),
     ("compile_optimizer", "the optimizer step compiled (001: optimizer compilation)"),
     (
@@ -73,6 +78,13 @@ PROMISE = (
         "packed rows under FlexAttention (the blocks where one sequence would see another skipped) or "
         "Flash Attention over each sequence (varlen_attn: nothing across sequences computed)",
     ),
+    (
+        "attention",
+        "SDPA kept off cuDNN's kernel, which plans anew for each new length: a Trainer's Llama 8B job "
+        "host-bound by those plans ran its regional compile at 1.85x the plain Trainer with it, 1.04x "
+        "without (docs/results.md)",
+    ),
+    ("experts", "the experts' kernels of a mixture of experts: grouped GEMM, a batched product or the loop"),
     ("pack_length", "packed rows of the longest sequence (one length, fewer rows) or the batch in one row"),
     ("pad_multiple", "shape padding aligns matrix dimensions (001: shape_padding)"),
     ("lr_tensor", "a scheduler's new LR stops recompiling a compiled step (002)"),
