@@ -79,6 +79,26 @@ if "AUTOCOMPILE_TEST_CXX_CACHE" not in os.environ and "CXX" not in os.environ an
     os.environ["AUTOCOMPILE_TEST_CXX_CACHE"] = tempfile.mkdtemp(prefix="autocompile-cxx-")
     atexit.register(shutil.rmtree, os.environ["AUTOCOMPILE_TEST_CXX_CACHE"], ignore_errors=True)
 
+# One Inductor FX graph cache for the trials of the whole test session (autocompile/trial/process.py's
+# TEST_GRAPH_CACHE): the suite's trials compile the same few toy graphs again and again, and a trial's
+# Inductor compile of a graph an earlier trial compiled is loaded. Dynamo and AOTAutograd still trace each
+# graph in each trial (AOTAutograd's cache stays the trial's own, so no warm-up is reconstructed), and its
+# warm-up is shorter by Inductor's compiles only. Made by the first process of a run (xdist's workers
+# inherit it), removed at its end. A test of cold compiles or of the compile caches takes it out of its
+# environment: `cold_graphs` for a module, `monkeypatch.delenv(GRAPH_CACHE)` for a test.
+GRAPH_CACHE = "AUTOCOMPILE_TEST_GRAPH_CACHE"
+if GRAPH_CACHE not in os.environ:
+    os.environ[GRAPH_CACHE] = tempfile.mkdtemp(prefix="autocompile-graphs-")
+    atexit.register(shutil.rmtree, os.environ[GRAPH_CACHE], ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cold_graphs():
+    """A module's trials compile every graph from empty caches: no graph of the session's cache (GRAPH_CACHE)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(GRAPH_CACHE, raising=False)
+        yield
+
 
 # The work units that take longest, longest first (a whole run on 2 cores loaded by two other test runs,
 # 2026-12-06, setups included): they start first, and the short ones fill in beside them at the end. xdist's

@@ -8,7 +8,7 @@ import pytest
 from autocompile.engine.scoring import compare_losses
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
-from conftest import FAST, toy
+from conftest import FAST, GRAPH_CACHE, toy
 
 
 def trial(tmp_path, toolchain_dir, model, config, timeout=300, ahead=False, preload=None, **kw):
@@ -34,7 +34,8 @@ def trial(tmp_path, toolchain_dir, model, config, timeout=300, ahead=False, prel
     return record, events
 
 
-def test_eager_and_compiled_trials_measure_and_keep_their_files(tmp_path, toolchain_dir):
+def test_eager_and_compiled_trials_measure_and_keep_their_files(tmp_path, toolchain_dir, monkeypatch):
+    monkeypatch.delenv(GRAPH_CACHE, raising=False)  # cold caches: every graph compiled, as a user's trial does
     eager, events = trial(tmp_path / "e", toolchain_dir, toy(), EAGER)
     assert eager["status"] == "ok", eager["reason"]
     assert [e["phase"] for e in events if "step" not in e and "window" not in e][:3] == ["building", "warming up", "measuring"]
