@@ -79,49 +79,76 @@ if "AUTOCOMPILE_TEST_CXX_CACHE" not in os.environ and "CXX" not in os.environ an
     os.environ["AUTOCOMPILE_TEST_CXX_CACHE"] = tempfile.mkdtemp(prefix="autocompile-cxx-")
     atexit.register(shutil.rmtree, os.environ["AUTOCOMPILE_TEST_CXX_CACHE"], ignore_errors=True)
 
+# One Inductor FX graph cache for the trials of the whole test session (autocompile/trial/process.py's
+# TEST_GRAPH_CACHE): the suite's trials compile the same few toy graphs again and again, and a trial's
+# Inductor compile of a graph an earlier trial compiled is loaded. Dynamo and AOTAutograd still trace each
+# graph in each trial (AOTAutograd's cache stays the trial's own, so no warm-up is reconstructed), and its
+# warm-up is shorter by Inductor's compiles only. Made by the first process of a run (xdist's workers
+# inherit it), removed at its end. A test of cold compiles or of the compile caches takes it out of its
+# environment: `cold_graphs` for a module, `monkeypatch.delenv(GRAPH_CACHE)` for a test.
+GRAPH_CACHE = "AUTOCOMPILE_TEST_GRAPH_CACHE"
+if GRAPH_CACHE not in os.environ:
+    os.environ[GRAPH_CACHE] = tempfile.mkdtemp(prefix="autocompile-graphs-")
+    atexit.register(shutil.rmtree, os.environ[GRAPH_CACHE], ignore_errors=True)
 
-# The work units that take longest, longest first (a whole run on 2 cores loaded by two other test runs,
-# 2026-12-06, setups included): they start first, and the short ones fill in beside them at the end. xdist's
-# own order (most tests first) puts files of few long tests near the end, where one of them can leave a
-# worker running alone. A unit not listed keeps its place after these. A name with "::" is a work unit
-# split off its file (SPLIT), placed apart.
+
+@pytest.fixture(scope="module")
+def cold_graphs():
+    """A module's trials compile every graph from empty caches: no graph of the session's cache (GRAPH_CACHE)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(GRAPH_CACHE, raising=False)
+        yield
+
+
+# The work units that take longest, longest first (a whole run on 2 loaded cores, setups included, its
+# in-process compiles from an empty Inductor cache as in a clean CI machine's): they start first, and the
+# short ones fill in beside them at the end. xdist's own order (most tests first) puts files of few long
+# tests near the end, where one of them can leave a worker running alone; so does a long unit missing
+# here. A unit not listed keeps its place after these. A name with "::" is a work unit split off its file
+# (SPLIT), placed apart.
 SLOWEST_FIRST = [
     "test_packing.py::own searches",
-    "test_trainer.py::own searches",
-    "test_trainer.py",
-    "test_shared_cache.py::own searches",
     "test_trial.py",
-    "test_apply.py",
-    "test_shared_cache.py",
-    "test_repro.py::own searches",
-    "test_checkpointing.py::own searches",
-    "test_golden.py",
-    "test_scale.py::own searches",
-    "test_parallel.py",
-    "test_packing.py",
-    "test_parallel.py::ddp",
-    "test_strategy.py",
-    "test_scale.py",
-    "test_claims.py",
-    "test_checkpointing.py",
-    "test_screening.py",
-    "test_ceiling.py",
-    "test_study.py::own searches",
-    "test_study.py",
-    "test_parallel.py::fsdp2",
-    "test_numerics_dropout.py",
-    "test_dashboard.py",
-    "test_outputs.py",
+    "test_lm_loss.py",
     "test_repro.py",
+    "test_shared_cache.py::own searches",
+    "test_parallel.py::fsdp2",
+    "test_trainer.py",
+    "test_parallel.py",
+    "test_numerics_dropout.py",
+    "test_study.py::own searches",
+    "test_strategy.py",
     "test_numerics_scaled.py",
+    "test_shared_cache.py",
+    "test_parallel.py::ddp",
+    "test_scale.py::own searches",
+    "test_packing.py",
+    "test_scale.py",
+    "test_dashboard.py",
+    "test_trainer.py::own searches",
     "test_activation_budget.py",
+    "test_study.py",
+    "test_checkpointing.py::own searches",
+    "test_claims.py",
+    "test_graph_breaks.py",
+    "test_repro.py::own searches",
     "test_knowledge_failures.py",
+    "test_apply.py",
     "test_divergence.py",
-    "test_plugin.py",
-    "test_optimizer_step.py",
+    "test_screening.py",
     "test_horizon.py",
+    "test_ceiling.py",
+    "test_checkpointing.py",
+    "test_optimizer_step.py",
+    "test_moe.py",
+    "test_kernels.py",
+    "test_plugin.py",
     "test_found_layout.py",
+    "test_outputs.py",
+    "test_knowledge_cuts.py",
+    "test_knowledge_cold.py",
     "test_workloads.py",
+    "test_golden.py",
 ]
 
 # --dist loadfile keeps a file on one worker, and xdist hands each worker two files ahead: the

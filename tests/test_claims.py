@@ -13,7 +13,7 @@ from autocompile.engine.settings import SearchSettings
 from autocompile.engine.study import build_space, load_study
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.trial import TrialRequest, run_trial
-from conftest import FAST, HISTORY, PLAIN_GRAPHS, toy
+from conftest import FAST, GRAPH_CACHE, HISTORY, PLAIN_GRAPHS, toy
 
 FIXED = {key: value for key, value in PLAIN_GRAPHS.items() if key != "scope"}  # the whole model against regional
 
@@ -99,7 +99,7 @@ def test_in_a_short_search_plain_torch_compile_waits_for_the_recipes_and_a_neigh
     assert plain_compile_waits(runner(240.0, 120.0, recipes=3, finalists=0)) is not None  # 120 s left, 150 needed
 
 
-def test_a_trial_cut_while_compiling_says_how_far_the_compile_got(tmp_path):
+def test_a_trial_cut_while_compiling_says_how_far_the_compile_got(tmp_path, monkeypatch):
     """The compiles a trial had finished when its limit cut it while compiling: from the worker's events."""
     from autocompile.trial.process import _how_far
 
@@ -108,6 +108,7 @@ def test_a_trial_cut_while_compiling_says_how_far_the_compile_got(tmp_path):
         == ", 2 compiles finished by then"
     )
     assert _how_far([{"phase": "compiling"}]) == ", no compile finished by then"
+    monkeypatch.delenv(GRAPH_CACHE, raising=False)  # compiled cold, so that the 6 s limit cuts it while compiling
     record = run_trial(
         TrialRequest(model=toy(), config={**EAGER, "compile": True}, device="cpu", trial_dir=str(tmp_path), timeout_s=6)
     )

@@ -33,6 +33,10 @@ from conftest import FAST, HISTORY, ROOT, command, toy
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
+# The exported cache is checked against what the trial compiled cold (every Inductor compile a miss),
+# and the traces hold each trial's own compiles: none loaded from the session's graph cache.
+pytestmark = pytest.mark.usefixtures("cold_graphs")
+
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):

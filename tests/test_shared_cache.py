@@ -14,15 +14,17 @@ from autocompile.engine.study import SearchSettings, build_space, load_study
 from autocompile.outputs.cachecheck import check_cache, format_check
 from autocompile.outputs.table import format_summary
 from autocompile.trial import graphs
-from conftest import FAST, PLAIN_GRAPHS, toy
+from conftest import FAST, GRAPH_CACHE, PLAIN_GRAPHS, toy
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _cold_kernel_builds():
     """These tests compare cold compiles with cache hits: Inductor's C++ kernels are built with g++ itself
-    here, not copied from the suite's build cache (tests/cxx/g++)."""
+    here, not copied from the suite's build cache (tests/cxx/g++), and every graph a trial does not find in
+    the cache under test is compiled (none from the session's graph cache, conftest.GRAPH_CACHE)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("AUTOCOMPILE_TEST_CXX_CACHE", raising=False)
+        patch.delenv(GRAPH_CACHE, raising=False)
         yield
 
 

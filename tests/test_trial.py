@@ -8,12 +8,13 @@ import pytest
 from autocompile.engine.scoring import compare_losses
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.trial import RECORD_FIELDS, TrialRequest, run_trial, triage
-from conftest import FAST, toy
+from conftest import FAST, GRAPH_CACHE, toy
 
 
 def trial(tmp_path, toolchain_dir, model, config, timeout=300, ahead=False, preload=None, **kw):
     """One trial; `ahead`: in a process started ahead (autocompile.trial.prestart), as a GPU search's are,
-    which imports `preload` (its default modules where None)."""
+    which imports `preload` (its default modules where None); the trial starts once those imports are done,
+    as a search's next trial finds them done during the trial before it."""
     request = TrialRequest(
         model=model,
         config={**DEFAULTS, **config},
@@ -28,13 +29,18 @@ def trial(tmp_path, toolchain_dir, model, config, timeout=300, ahead=False, prel
         from autocompile.trial import prestart
         from autocompile.trial.process import _child_env
 
-        prestart.start(_child_env(request), **({"modules": preload} if preload else {}))
+        env = _child_env(request)
+        prestart.start(env, **({"modules": preload} if preload else {}))
+        server = prestart.take(env)  # its imports waited for, then it waits for the trial again
+        if server is not None:
+            prestart._release(prestart._key(env), server, alive=True)
     events = []
     record = run_trial(request, on_event=events.append)
     return record, events
 
 
-def test_eager_and_compiled_trials_measure_and_keep_their_files(tmp_path, toolchain_dir):
+def test_eager_and_compiled_trials_measure_and_keep_their_files(tmp_path, toolchain_dir, monkeypatch):
+    monkeypatch.delenv(GRAPH_CACHE, raising=False)  # cold caches: every graph compiled, as a user's trial does
     eager, events = trial(tmp_path / "e", toolchain_dir, toy(), EAGER)
     assert eager["status"] == "ok", eager["reason"]
     assert [e["phase"] for e in events if "step" not in e and "window" not in e][:3] == ["building", "warming up", "measuring"]
@@ -293,12 +299,13 @@ def test_a_forking_process_whose_imports_started_cuda_is_not_used(tmp_path, tool
 
 
 def test_a_hang_is_killed_at_the_time_limit(tmp_path, toolchain_dir):
-    # 45 s: the process reaches the hanging loss (start, import torch, build) with time to spare when loaded.
     # A compiled trial in a process started ahead, as a GPU search's are: its stacks go to its own
     # log, its process group is killed. It hangs in its first eager forward (the randomness check).
-    record, _ = trial(tmp_path, toolchain_dir, toy("toy_hang"), {"scope": "regional"}, timeout=45, ahead=True)
+    # 20 s: torch imported ahead, the forked process reaches the hanging loss (prepare, build) with
+    # time to spare when loaded.
+    record, _ = trial(tmp_path, toolchain_dir, toy("toy_hang"), {"scope": "regional"}, timeout=20, ahead=True)
     assert record["status"] == "timeout" and record["prestarted"]
-    assert "45 s limit" in record["reason"] and record["wall_s"] < 60
+    assert "20 s limit" in record["reason"] and record["wall_s"] < 35
     # asked for its stacks before the kill, it says where it was: in the toy's loss, asleep
     assert "toy_workloads.py" in record["stuck_in"] and record["stuck_in"].endswith("in <lambda>")
     assert record["reason"].endswith(f"(while checking randomness, in {record['stuck_in']})")

@@ -61,9 +61,29 @@ class TrialRequest:
     gpus: str | None = None  # its process's CUDA_VISIBLE_DEVICES (a GPU of the finalist round); None: this process's
 
 
+# Test-only switch (set by tests/conftest.py, never by a user's search): a folder whose Inductor FX graph
+# cache every trial starting from empty caches shares. Such a trial's Inductor cache folder is its own as
+# without it, but its `fxgraph` entries are that folder's: an Inductor compile of a graph another trial of
+# the test session compiled is loaded, while Dynamo, AOTAutograd (its cache stays the trial's own, so the
+# warm-up is not reconstructed) and the C++ kernels' builds run as in a cold trial. Tests that measure cold
+# compiles or caches take it out of their environment.
+TEST_GRAPH_CACHE = "AUTOCOMPILE_TEST_GRAPH_CACHE"
+
+
+def _test_graph_cache(inductor_dir: str) -> None:
+    shared = os.path.join(os.environ[TEST_GRAPH_CACHE], "fxgraph")
+    os.makedirs(shared, exist_ok=True)
+    os.makedirs(inductor_dir, exist_ok=True)
+    link = os.path.join(inductor_dir, "fxgraph")
+    if not os.path.lexists(link):
+        os.symlink(shared, link)
+
+
 def _child_env(request: TrialRequest) -> dict:
     env = dict(os.environ)
     cache = request.cache_dir or caches.own(request.trial_dir)  # a full trial's caches start empty
+    if os.environ.get(TEST_GRAPH_CACHE) and request.cache_dir is None:
+        _test_graph_cache(os.path.join(cache, "inductor"))
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     env["TRITON_CACHE_DIR"] = os.path.join(caches.triton_root(request.trial_dir, cache, request.ledger), "triton")
     env["PYTHONUNBUFFERED"] = "1"
