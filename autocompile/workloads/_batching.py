@@ -48,6 +48,11 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
+def causal_lm(model):
+    """The Hugging Face causal LM in `model` (itself, or the one a wrapper such as peft's holds), or None."""
+    return next((m for m in model.modules() if type(m).__name__.endswith("ForCausalLM")), None)
+
+
 class ModelsLoss:
     """A causal LM job's criterion(logits, batch): its model's own loss_function (transformers' ForCausalLMLoss over
     the labels as given, already shifted), the same float32 mean over real tokens as causal_lm_loss. It reads the
@@ -59,7 +64,7 @@ class ModelsLoss:
 
     def of(self, model):
         """`model`, its causal LM (itself, or the one a wrapper such as peft's holds) now the one whose loss is taken."""
-        self.lm = next((m for m in model.modules() if type(m).__name__.endswith("ForCausalLM")), None)
+        self.lm = causal_lm(model)
         return model
 
     def __call__(self, logits, batch):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from autocompile.workloads._batching import causal_lm
+
 
 def sdpa_attention(model) -> bool:
     """Whether the model is a Hugging Face model (itself, or inside a wrapper such as peft's) whose attention is
@@ -71,7 +73,7 @@ def lm_loss_refusal(model, own_loss: bool) -> str | None:
     linear_loss_on), or None: it must be a Hugging Face causal LM (itself, or inside a wrapper such as peft's) whose
     loss is transformers' ForCausalLMLoss over a plain linear head's logits, and the job's loss that one
     (`own_loss`: a Trainer's job whose loss is the model's loss_function, and whose compute_loss reads no logits)."""
-    found = next((m for m in model.modules() if type(m).__name__.endswith("ForCausalLM")), None)
+    found = causal_lm(model)
     if found is None or not callable(getattr(found, "get_output_embeddings", None)):
         return "the model is not a Hugging Face causal LM"
     from transformers.loss.loss_utils import LOSS_MAPPING
