@@ -25,6 +25,8 @@ else
   # another process takes a core: one short measurement decides nothing, so the finalist round
   # measures in windows of 2 s or more and judges each configuration, eager too, by all its runs
   # (docs/measurement.md, Finalists). A run of it: studies/runs/2026-11-26-cpu-quickstart.log.
+  # No pruning: on 2 cores one stalled window can stop a neighbour as unable to win, where a few seconds
+  # more of measuring show its steady speed (docs/results.md, the CPU quickstart).
   autocompile search --model tiny-llama --trials 5 --finalists 1 --timeout 180 --baseline-timeout 90 \
-    --horizon-steps 100000 --space studies/quickstart-cpu.toml "$@"
+    --horizon-steps 100000 --no-prune --space studies/quickstart-cpu.toml "$@"
 fi

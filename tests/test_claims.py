@@ -10,6 +10,7 @@ from autocompile.api import run_search
 from autocompile.engine.claims import MANY_BLOCKS, plain_compile_last, plain_compile_waits
 from autocompile.engine.knowledge import PlainCompiles
 from autocompile.engine.settings import SearchSettings
+from autocompile.engine.strategy import WHOLE_SCOPES
 from autocompile.engine.study import build_space, load_study
 from autocompile.space import DEFAULTS, EAGER
 from autocompile.trial import TrialRequest, run_trial
@@ -42,6 +43,11 @@ def test_on_a_model_of_many_blocks_plain_torch_compile_runs_last_with_what_is_le
     assert roles[0] == "eager" and roles[-1] == "compile-defaults" and "recipe" in roles[1:-1], roles
     assert study.user_attrs["plain_compile_last"] == "its whole-model compile grows with the model's 8 repeated blocks"
     assert study.trials[-1].user_attrs["status"] == "ok"  # it had the time it needed
+    # the recipes that compile the whole model are left out for the same reason: none is queued or run
+    space = build_space(settings.model, "cpu", fixed=FIXED)
+    assert any(space.suggest(optuna.trial.FixedTrial(p))["scope"] in WHOLE_SCOPES for p in space.starting_points())
+    recipes = [t.user_attrs["config"] for t in study.trials if t.user_attrs.get("role") == "recipe"]
+    assert recipes and not [c for c in recipes if c["scope"] in WHOLE_SCOPES], recipes
 
 
 def test_plain_torch_compile_seen_cut_on_this_model_runs_last():

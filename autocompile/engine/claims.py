@@ -36,7 +36,7 @@ from autocompile.engine.cost import (
 from autocompile.engine.screening import screen_trial
 from autocompile.engine.scoring import _judged_by_an_older_guard
 from autocompile.engine.storage import claim_lock, counted, fail_stale, this_worker
-from autocompile.engine.strategy import neighbour_cost, neighbours_turn, next_neighbour
+from autocompile.engine.strategy import WHOLE_SCOPES, neighbour_cost, neighbours_turn, next_neighbour
 from autocompile.engine.finalists import finalist_reserve
 from autocompile.engine.gates import Outcome, View, plain_not_started, ran_its_course, too_little_left, why_not
 from autocompile.engine.records import BASELINES, Record, Role, refused_before_launch, set_attrs
@@ -451,11 +451,20 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
     if not pending and not loop.recipes_queued:
         # After the baselines (study.ask would hand a queued recipe to a baseline); a
         # recipe already tried in this study is not queued again.
+        whole = 0
         for params in space.starting_points():
             config = space.suggest(optuna.trial.FixedTrial(params))
+            if config.get("scope") in WHOLE_SCOPES and plain_compile_last(runner):
+                whole += 1
+                continue
             if why_not(config, runner.view(params=params), Outcome.DUPLICATE) is None:
                 study.enqueue_trial(params, user_attrs={"role": Role.RECIPE.value, "config": config})
         loop.recipes_queued = True
+        if whole:
+            runner.progress.line(
+                f"the {whole} recipe{'s' if whole != 1 else ''} that compile the whole model left out, for the same reason "
+                "as plain torch.compile runs last; the neighbours still move the scope"
+            )
     proposing = loop.recipes_queued and not pending  # a baseline owed (plain torch.compile that waited) goes first
     within = loop.neighbours_turn_now() if proposing else None
     if proposing and (within is not None or neighbours_turn(study, loop.proposals)) and not waiting(study):

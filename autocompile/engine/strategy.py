@@ -148,13 +148,13 @@ def compile_heavy_values(config: dict) -> list[tuple[str, object]]:
 # configuration compiles the workload's parts each whole, the whole model in all: it counts as one
 # (as `cost.too_slow` counts it within a study).
 WHOLE_MODEL = ("scope", "full")
-_WHOLE_SCOPES = ("full", "modular")
+WHOLE_SCOPES = ("full", "modular")
 
 
 def compile_cut_values(config: dict) -> list[tuple[str, object]]:
     """What the compile cuts store keeps a configuration's outcome against: its COMPILE_HEAVY values and,
     where it compiles the whole model (as one graph, or its parts each whole), WHOLE_MODEL."""
-    return compile_heavy_values(config) + ([WHOLE_MODEL] if config.get("scope") in _WHOLE_SCOPES else [])
+    return compile_heavy_values(config) + ([WHOLE_MODEL] if config.get("scope") in WHOLE_SCOPES else [])
 
 
 # The value a dimension takes when a move makes it apply and neither parent had it.
