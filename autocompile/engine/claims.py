@@ -451,10 +451,10 @@ def _queue_proposals(runner: Runner, loop: LoopState, pending: list) -> None:
     if not pending and not loop.recipes_queued:
         # After the baselines (study.ask would hand a queued recipe to a baseline); a
         # recipe already tried in this study is not queued again.
-        whole = 0
+        whole, whole_last = 0, plain_compile_last(runner)  # the whole model's compile runs last: so do its recipes
         for params in space.starting_points():
             config = space.suggest(optuna.trial.FixedTrial(params))
-            if config.get("scope") in WHOLE_SCOPES and plain_compile_last(runner):
+            if whole_last and config.get("scope") in WHOLE_SCOPES:
                 whole += 1
                 continue
             if why_not(config, runner.view(params=params), Outcome.DUPLICATE) is None:
