@@ -73,6 +73,21 @@ def test_plain_torch_compile_seen_cut_on_this_model_runs_last():
     assert plain_compile_last(runner(1500, PlainCompiles(None, "2.11.0+cu130", "NVIDIA H200", "captioner"))) is None
 
 
+def test_plain_torch_compile_last_on_many_blocks_is_not_started_with_less_than_a_trial_left():
+    """trainer-llama-8b-b5 (one H100, 2026-12-06): plain torch.compile, last for the model's 32 blocks, was
+    started with 42 s left where each regional trial had taken 76 s, and gave nothing. Where it runs last
+    for the model's blocks and was not seen here, it needs what a typical trial of the study took."""
+    from autocompile.engine.gates import plain_not_started
+
+    refusal = plain_not_started(42.0, None, blocks_trial_s=76.0)
+    assert refusal is not None and "42 s left" in refusal.reason and "a trial of this study takes 76 s" in refusal.reason
+    assert plain_not_started(80.0, None, blocks_trial_s=76.0) is None
+    assert plain_not_started(42.0, None) is None  # few blocks: MIN_TRIAL_S is the bound
+    assert plain_not_started(10.0, None) is not None
+    seen = {"cut": True, "seconds": 300.0, "from": "study s trial 1"}
+    assert "cut while compiling after 300 s" in plain_not_started(200.0, seen, blocks_trial_s=76.0).reason
+
+
 def test_in_a_short_search_plain_torch_compile_waits_for_the_recipes_and_a_neighbour():
     """The CPU quickstart (--timeout 180, --baseline-timeout 90, one recipe; 2026-12-06): plain torch.compile
     warmed up for 49 s right after eager, and the recipe and a neighbour no longer fitted before the finalist

@@ -412,7 +412,9 @@ def _plain_compile_now(runner: Runner, reserve: float, study_wide: bool = False)
         # claimed: no other worker starts it
         set_attrs(trial, {"role": Role.COMPILE_DEFAULTS, "config": config, "worker": this_worker()})
     left = max((runner.remaining() or 0.0) - reserve, 0.0)
-    refusal = plain_not_started(left, runner.plain.expected() if runner.plain is not None else None)
+    seen = runner.plain.expected() if runner.plain is not None else None
+    blocks = runner.space is not None and runner.space.traits.blocks >= MANY_BLOCKS
+    refusal = plain_not_started(left, seen, expected_trial_s(runner.study) if blocks else None)
     if refusal is not None:
         runner.refuse(trial, config, Role.COMPILE_DEFAULTS, refusal)
         runner.cut_baselines.add(Role.COMPILE_DEFAULTS)

@@ -228,13 +228,21 @@ def too_little_left(left_s: float, need_s: float = MIN_TRIAL_S) -> str | None:
     return f"a trial is expected to take {need_s:.0f} s"
 
 
-def plain_not_started(left_s: float, seen: dict | None) -> Refusal | None:
+def plain_not_started(left_s: float, seen: dict | None, blocks_trial_s: float | None = None) -> Refusal | None:
     """Why plain torch.compile, left to run last, is not started with `left_s` before the finalist round:
     less than MIN_TRIAL_S left, or less than its whole-model compile took on this model here before it was
-    cut (`seen`: the knowledge store's `plain`); None: it runs."""
-    if left_s >= MIN_TRIAL_S and not (seen and seen["cut"] and seen["seconds"] >= left_s):
+    cut (`seen`: the knowledge store's `plain`), or, where it runs last for the model's many blocks and was
+    not seen here, less than a typical trial of this study took (`blocks_trial_s`): a whole-model compile
+    takes longer than one that compiles a block once; None: it runs."""
+    short = left_s < MIN_TRIAL_S or (seen and seen["cut"] and seen["seconds"] >= left_s)
+    if not short and not (seen is None and blocks_trial_s and left_s < blocks_trial_s):
         return None
-    before = f"; it was cut while compiling after {seen['seconds']:.0f} s before ({seen['from']})" if seen else ""
+    if seen:
+        before = f"; it was cut while compiling after {seen['seconds']:.0f} s before ({seen['from']})"
+    elif blocks_trial_s and left_s < blocks_trial_s:
+        before = f"; a trial of this study takes {blocks_trial_s:.0f} s, and its whole-model compile is longer"
+    else:
+        before = ""
     return Refusal(f"plain torch.compile: {left_s:.0f} s left before the finalist round{before}", Outcome.NOT_STARTED, "plain")
 
 
