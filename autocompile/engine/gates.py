@@ -234,15 +234,14 @@ def plain_not_started(left_s: float, seen: dict | None, blocks_trial_s: float | 
     cut (`seen`: the knowledge store's `plain`), or, where it runs last for the model's many blocks and was
     not seen here, less than a typical trial of this study took (`blocks_trial_s`): a whole-model compile
     takes longer than one that compiles a block once; None: it runs."""
-    short = left_s < MIN_TRIAL_S or (seen and seen["cut"] and seen["seconds"] >= left_s)
-    if not short and not (seen is None and blocks_trial_s and left_s < blocks_trial_s):
+    need = MIN_TRIAL_S if seen else max(MIN_TRIAL_S, blocks_trial_s or 0.0)
+    if left_s >= need and not (seen and seen["cut"] and seen["seconds"] >= left_s):
         return None
+    before = ""
     if seen:
         before = f"; it was cut while compiling after {seen['seconds']:.0f} s before ({seen['from']})"
-    elif blocks_trial_s and left_s < blocks_trial_s:
-        before = f"; a trial of this study takes {blocks_trial_s:.0f} s, and its whole-model compile is longer"
-    else:
-        before = ""
+    elif need > MIN_TRIAL_S:
+        before = f"; a trial of this study takes {need:.0f} s, and its whole-model compile is longer"
     return Refusal(f"plain torch.compile: {left_s:.0f} s left before the finalist round{before}", Outcome.NOT_STARTED, "plain")
 
 
