@@ -318,6 +318,16 @@ def _owed_baselines(runner: Runner, deferred: bool = True, view: StudyView | Non
 MANY_BLOCKS = 8
 
 
+def _plain_seen(runner: Runner) -> dict | None:
+    """Plain torch.compile's whole-model compile on this model here before (the knowledge store's `plain`)."""
+    return runner.plain.expected() if runner.plain is not None else None
+
+
+def _blocks(runner: Runner) -> int:
+    """The model's repeated blocks (0 without a space)."""
+    return runner.space.traits.blocks if runner.space is not None else 0
+
+
 def plain_compile_last(runner: Runner) -> str | None:
     """Why plain torch.compile runs last under --timeout, with what is left before the finalist round, or
     None (it runs right after eager): its whole-model compile was cut, or warmed up beyond its limit, on this
@@ -328,8 +338,7 @@ def plain_compile_last(runner: Runner) -> str | None:
         return study.user_attrs["plain_compile_last"]
     why = None
     if settings.timeout_s:
-        seen = runner.plain.expected() if runner.plain is not None else None
-        blocks = runner.space.traits.blocks if runner.space is not None else 0
+        seen, blocks = _plain_seen(runner), _blocks(runner)
         if seen and (seen["cut"] or seen["seconds"] >= settings.baseline_limit_s):
             how = "was cut while compiling after" if seen["cut"] else "warmed up in"
             why = (
@@ -412,9 +421,8 @@ def _plain_compile_now(runner: Runner, reserve: float, study_wide: bool = False)
         # claimed: no other worker starts it
         set_attrs(trial, {"role": Role.COMPILE_DEFAULTS, "config": config, "worker": this_worker()})
     left = max((runner.remaining() or 0.0) - reserve, 0.0)
-    seen = runner.plain.expected() if runner.plain is not None else None
-    blocks = runner.space is not None and runner.space.traits.blocks >= MANY_BLOCKS
-    refusal = plain_not_started(left, seen, expected_trial_s(runner.study) if blocks else None)
+    blocks_trial_s = expected_trial_s(runner.study) if _blocks(runner) >= MANY_BLOCKS else None
+    refusal = plain_not_started(left, _plain_seen(runner), blocks_trial_s)
     if refusal is not None:
         runner.refuse(trial, config, Role.COMPILE_DEFAULTS, refusal)
         runner.cut_baselines.add(Role.COMPILE_DEFAULTS)
