@@ -47,10 +47,28 @@ def _train(workload, config, batches):
     return losses, seen
 
 
+# Rows of the workload's longest, the whole model compiled with dynamic=False: the packed batches' shapes repeat
+# (test_packed_shapes_repeat_within_the_row_count_rule) and they train like the padded batch, one run for both.
+WHOLE_STATIC = {"scope": "full", "dynamic": False, "padding": "pack"}
+
+
+@pytest.fixture(scope="module")
+def whole_static_llama():
+    """tiny-llama's three batches twice through WHOLE_STATIC's snippet in a plain loop (`_train`): its losses,
+    the batches as packed, and the graphs Dynamo compiled for them."""
+    from torch._dynamo.utils import counters
+
+    workload = get_workload("tiny-llama")
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
+    losses, seen = _train(workload, WHOLE_STATIC, workload.batches(OPTIONS, 3) * 2)
+    return losses, seen, counters["stats"]["unique_graphs"] - before
+
+
 @pytest.mark.parametrize(
     "model, config",
     [
-        ("tiny-llama", {"scope": "regional", "padding": "pack"}),
+        ("tiny-llama", WHOLE_STATIC),  # its packed run is whole_static_llama's
         # one row per batch gives each batch a length of its own: compiled whole for each, tiny-llama was the
         # suite's longest test (168 s on 2 loaded cores); the small encoder is compiled whole for it instead
         ("tiny-llama", {"scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 8}),
@@ -58,13 +76,16 @@ def _train(workload, config, batches):
         (ENCODER, {"scope": "full", "padding": "pack", "pack_length": "batch", "pad_multiple": 32}),
     ],
 )
-def test_packed_batches_train_like_the_padded_batch(model, config):
+def test_packed_batches_train_like_the_padded_batch(model, config, request):
     """Pasted into a plain loop, the snippet's prepare_batch packs each batch's sequences into rows with
     position ids restarting per sequence (an encoder: its block-diagonal mask), so the compiled model trains
     on the same tokens to eager-on-the-padded-batch's losses, computing less padding."""
     workload = get_workload(model)
     batches = workload.batches(OPTIONS, 3) * 2
-    packed, seen = _train(workload, config, batches)
+    if config is WHOLE_STATIC:
+        packed, seen, _ = request.getfixturevalue("whole_static_llama")
+    else:
+        packed, seen = _train(workload, config, batches)
     padded, _ = _train(workload, EAGER, batches)
     assert packed == pytest.approx(padded, rel=1e-3)
     assert sum(packed[3:]) < sum(packed[:3])  # the second pass over the same batches: it learned
@@ -218,24 +239,20 @@ def test_the_packing_check_runs_the_packed_batch_through_the_attention_it_packs_
         assert result["numerics"]["method"] == "packing check"
 
 
-def test_packed_shapes_repeat_within_the_row_count_rule():
+def test_packed_shapes_repeat_within_the_row_count_rule(whole_static_llama):
     """Rows of the workload's longest: every batch packs into one of at most `rows` shapes (the row count),
     so a whole-model compile with dynamic=False compiles no more graphs than that rule counts."""
-    from torch._dynamo.utils import counters
-
     workload = get_workload("tiny-llama")
     batches = workload.batches(OPTIONS, 3)  # 3 lengths padded, one row count packed: one compile of the whole model
     space = build_space("tiny-llama", "cpu")
     bound = compiled_shapes("pack", None, space.traits.lengths, [], space.traits.rows, "longest")
     assert bound == space.traits.rows == 8
-    torch._dynamo.reset()
-    before = counters["stats"]["unique_graphs"]
-    _, seen = _train(workload, {"scope": "full", "dynamic": False, "padding": "pack"}, batches * 2)
+    _, seen, graphs = whole_static_llama  # WHOLE_STATIC's snippet over these batches twice
     shapes = {tuple(b["input_ids"].shape) for b in seen}
     padded = {tuple(b["input_ids"].shape) for b in batches}
     assert len(shapes) < len(padded)  # shapes repeat: fewer distinct shapes than the batches padded to their longest
     assert all(width == workload.max_len(OPTIONS) for _, width in shapes)
-    assert counters["stats"]["unique_graphs"] - before <= bound
+    assert 0 < graphs <= bound
 
 
 def test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard(tmp_path):
@@ -247,7 +264,8 @@ def test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard(tmp_path):
     from autocompile.trial import TrialRequest, run_trial
 
     measure = {"min_window_s": 0.05, "min_windows": 2, "max_windows": 2}
-    packed = {**DEFAULTS, "scope": "regional", "padding": "pack"}
+    # rows of the longest, their count varying: compiled dynamic from the first batch, not again at the second count
+    packed = {**DEFAULTS, "scope": "regional", "padding": "pack", "dynamic": True}
     record = run_trial(
         TrialRequest(
             model=toy("llama_positions_dropped"),
@@ -256,6 +274,7 @@ def test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard(tmp_path):
             trial_dir=str(tmp_path / "dropped"),
             timeout_s=300,
             measure=measure,
+            prestart=True,  # as a search starts its compiled trials: the second forked from the process the first was
         )
     )
     assert record["status"] == "infeasible" and record["reason"].startswith("numerics (packing check)")
@@ -263,7 +282,13 @@ def test_a_model_that_mixes_packed_sequences_is_refused_by_the_guard(tmp_path):
     assert record["packing_check"]["other_sequences_moved"] > 1e-3 and "warmup_s" not in record  # refused before compiling
     record = run_trial(
         TrialRequest(
-            model="tiny-llama", config=packed, device="cpu", trial_dir=str(tmp_path / "kept"), timeout_s=300, measure=measure
+            model="tiny-llama",
+            config=packed,
+            device="cpu",
+            trial_dir=str(tmp_path / "kept"),
+            timeout_s=300,
+            measure=measure,
+            prestart=True,
         )
     )
     check = record["packing_check"]

@@ -40,15 +40,21 @@ def losses(trainer) -> list[float]:
     return [row["loss"] for row in trainer.state.log_history if "loss" in row]
 
 
-def trained_alike(job: str, tolerance: float = 1e-3, **config):
+def trained_alike(job: str, tolerance: float = 1e-3, trainer_compiles: bool = False, **config):
     """The job trained as built and with the snippet's apply_to_trainer, each from the factory afresh: the same
-    losses at every step, and the same weights at the end, which training moved. Returns the second Trainer."""
+    losses at every step, and the same weights at the end, which training moved. Returns the second Trainer.
+    With `trainer_compiles`, the second Trainer's own torch_compile is on, as torch_compile=True builds it."""
     torch._dynamo.reset()
     plain = getattr(trainer_jobs, job)()
     before = {name: p.detach().clone() for name, p in plain.model.named_parameters() if p.requires_grad}
     plain_losses = losses(plain)
     code = snippet(job, **config)
     trainer = getattr(trainer_jobs, job)()
+    if trainer_compiles:
+        from accelerate.utils import DynamoBackend
+
+        trainer.args.torch_compile = True
+        trainer.accelerator.state.dynamo_plugin.backend = DynamoBackend.INDUCTOR  # as torch_compile=True builds it
     assert load_snippet(code)["apply_to_trainer"](trainer) is trainer
     compiled_losses = losses(trainer)
     assert len(plain_losses) == len(compiled_losses) == trainer_jobs.STEPS
@@ -67,13 +73,25 @@ def compiled_blocks(model) -> int:
     return sum(1 for m in model.modules() if getattr(m, "_compiled_call_impl", None) is not None)
 
 
-def test_a_trainer_of_one_s_own_trains_the_same_losses_through_apply_to_trainer():
-    # padded to the longest length (as lora's below): each layer compiled once, not again (dynamic) at a new length
-    trainer = trained_alike(
-        "language_modeling", scope="regional", compile_loss=True, compile_optimizer=True, lr_tensor=True, padding="max"
+@pytest.fixture(scope="module")
+def own_trainer():
+    """language_modeling trained as built and through apply_to_trainer (`trained_alike`), the second Trainer's
+    own torch_compile on: the second Trainer. Padded to the longest length (as lora's below): each layer
+    compiled once, not again (dynamic) at a new length."""
+    return trained_alike(
+        "language_modeling",
+        trainer_compiles=True,
+        scope="regional",
+        compile_loss=True,
+        compile_optimizer=True,
+        lr_tensor=True,
+        padding="max",
     )
-    assert compiled_blocks(trainer.model) == 2  # each decoder layer compiled alone
-    assert trainer.compute_loss_func is not None  # the model's own loss, compiled apart
+
+
+def test_a_trainer_of_one_s_own_trains_the_same_losses_through_apply_to_trainer(own_trainer):
+    assert compiled_blocks(own_trainer.model) == 2  # each decoder layer compiled alone
+    assert own_trainer.compute_loss_func is not None  # the model's own loss, compiled apart
 
 
 def test_a_packed_sft_trainer_trains_the_same_losses_and_is_not_packed_twice():
@@ -116,19 +134,12 @@ def test_a_lora_trainer_with_checkpointing_is_offered_the_memory_axis_and_trains
     assert not trainer.model.base_model.model.is_gradient_checkpointing  # off, as the configuration says
 
 
-def test_nothing_compiles_twice_where_the_trainer_compiles_too():
-    # padded to the longest length: each layer compiled once, not again (dynamic) at a new length
-    code = snippet("language_modeling", scope="regional", padding="max")
-    trainer = trainer_jobs.language_modeling()
-    trainer.args.torch_compile = True
-    from accelerate.utils import DynamoBackend
-
-    trainer.accelerator.state.dynamo_plugin.backend = DynamoBackend.INDUCTOR  # as torch_compile=True builds it
-    load_snippet(code)["apply_to_trainer"](trainer)
-    trainer.train()
-    assert not trainer.args.torch_compile
-    assert not isinstance(trainer.model_wrapped, torch._dynamo.eval_frame.OptimizedModule)  # accelerate compiled nothing
-    assert compiled_blocks(trainer.model) == 2
+def test_nothing_compiles_twice_where_the_trainer_compiles_too(own_trainer):
+    """The Trainer's own torch_compile was on: the snippet turned it off, and it trained (own_trainer)."""
+    assert own_trainer.state.global_step == trainer_jobs.STEPS
+    assert not own_trainer.args.torch_compile
+    assert not isinstance(own_trainer.model_wrapped, torch._dynamo.eval_frame.OptimizedModule)  # accelerate compiled nothing
+    assert compiled_blocks(own_trainer.model) == 2
 
 
 @pytest.mark.parametrize(
@@ -181,7 +192,10 @@ def test_a_trial_of_a_trainer_s_job_runs_its_own_step_through_apply_to_trainer(t
         return run_trial(request)
 
     eager = trial("eager", EAGER)
-    packed = trial("packed", {"scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 16})
+    # one row per batch, each batch a length of its own: compiled dynamic from the first batch, not again at the second length
+    packed = trial(
+        "packed", {"scope": "regional", "padding": "pack", "pack_length": "batch", "pad_multiple": 16, "dynamic": True}
+    )
     for record in (eager, packed):
         assert record["status"] == "ok", record["reason"]
         assert "def apply_to_trainer(trainer):" in record["snippet"]
