@@ -77,10 +77,7 @@ def shared_search(tmp_path_factory):
         device="cpu",
         study="shared",
         directory=directory,
-        # eager, plain torch.compile and two recipes: under one padding the second recipe loads the first's
-        # model graphs from the shared cache (a reconstructed warm-up) with no third recipe to wait for
-        trials=4,
-        fixed={"padding": "multiple", "pad_multiple": 64},
+        trials=5,
         trial_timeout_s=300,
         measure=FAST,
         horizon=100_000,
