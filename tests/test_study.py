@@ -6,8 +6,6 @@ import json
 import os
 import sqlite3
 import statistics
-import subprocess
-import sys
 
 import pytest
 
@@ -21,11 +19,6 @@ from autocompile.outputs.table import format_summary
 from autocompile.engine.study import SearchSettings, load_study
 from autocompile.workloads import WorkloadOptions, get_workload
 from conftest import FAST, HISTORY, ROOT, command, drawn_image, toy
-
-
-def cli(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "autocompile", *args], capture_output=True, text=True, env=env, cwd=cwd)
 
 
 def test_score_amortises_warmup_and_penalises_recompiles():
@@ -818,7 +811,7 @@ def test_the_report_draws_the_study_s_trials(from_python, tmp_path):
     with open(os.path.join(study_dir, "results.json")) as f:
         before = json.load(f)
     os.remove(os.path.join(study_dir, "trials.txt"))
-    out = cli("report", "--study", "toy", "--dir", os.path.dirname(study_dir))
+    out = command("report", "--study", "toy", "--dir", os.path.dirname(study_dir))
     assert out.returncode == 0, out.stderr
     # trials.txt and results.json written again from the study, the search's harness figures kept
     with open(os.path.join(study_dir, "results.json")) as f:
