@@ -153,14 +153,25 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     lines += prep
     lines += ["    return batch", ""]
     if info.framework == "trainer":
-        lines += _trainer_lines(config)
+        lines += _trainer_lines(config, drops_full_mask(info, prep))
     lines += WARM_START
     return "\n".join(lines)
 
 
-def _trainer_lines(config: dict) -> list[str]:
+def drops_full_mask(info: ModelInfo, prep: list[str]) -> bool:
+    """Whether apply_to_trainer leaves an all-ones attention_mask out of the batch: for a causal decoder whose
+    forward takes one (which treats such a mask as none), where prepare_batch reads no varying key."""
+    layout = info.layout
+    mask_taken = layout is not None and layout.causal and layout.mask == "attention_mask"
+    return mask_taken and not any("VARYING" in line or "pack(" in line for line in prep)
+
+
+def _trainer_lines(config: dict, full_mask_dropped: bool = False) -> list[str]:
     """apply_to_trainer(trainer): the snippet through a Hugging Face Trainer's own hooks, for its job."""
     lines = TRAINER_HOOKS[1:]
+    lines += ["    loop_without_waits(trainer)  # batches copied and the logged loss filtered without waiting on the GPU"]
+    if full_mask_dropped:
+        lines += ["    trainer.data_collator = without_full_mask(trainer.data_collator)  # no wait on the mask, read on the host"]
     if config["compile"] and config.get("compile_loss"):
         if config.get("lm_loss", "model") != "model":
             lines += [f"    linear_loss_on(trainer.model, {config['lm_loss']}_cross_entropy)  # read by model_loss below"]
@@ -199,7 +210,8 @@ def apply_to_trainer(trainer):
     building the Trainer and before trainer.train(); returns the trainer. The Trainer's own
     torch_compile is turned off, so nothing compiles twice. apply_compilation runs when the Trainer
     creates its optimizer (after it sets its activation checkpointing), on the model and that
-    optimizer; every batch goes through prepare_batch before the Trainer's training step."""
+    optimizer; every batch goes through prepare_batch before the Trainer's training step. The loop's
+    waits on the GPU that change nothing trained go (loop_without_waits, without_full_mask)."""
     trainer_compile_off(trainer)
     create_optimizer = trainer.create_optimizer
 
@@ -228,6 +240,57 @@ def trainer_compile_off(trainer):
         from accelerate.utils import DynamoBackend
 
         plugin.backend = DynamoBackend.NO
+
+
+def loop_without_waits(trainer):
+    """The Trainer's loop without two of its waits on the GPU, training the same: batches copied to the
+    device from pinned memory without waiting (non_blocking), and the NaN/inf filter of the logged loss
+    (logging_nan_inf_filter) computed on the device, where the loop's own check reads each loss back."""
+    if trainer.args.dataloader_pin_memory:
+        trainer.accelerator.dataloader_config.non_blocking = True
+    if trainer.args.logging_nan_inf_filter:
+        nan_filter_on_device(trainer)
+
+
+def nan_filter_on_device(trainer):
+    """Each step's loss as the loop's NaN/inf filter adds it to the logged loss: the loss where finite, else
+    the mean of those since the last log. The loop's check is off during training steps only (evaluation
+    reads the same argument); a Trainer whose loop keeps no _tr_loss on the device keeps its check."""
+    from transformers import TrainerCallback
+
+    class CheckOnAgain(TrainerCallback):
+        def on_substep_end(self, args, state, control, **kwargs):
+            args.logging_nan_inf_filter = True
+
+        on_step_end = on_substep_end
+
+    training_step = trainer.training_step
+
+    def training_step_filtered(*args, **kwargs):
+        loss = training_step(*args, **kwargs)
+        logged = getattr(trainer, "_tr_loss", None)  # the loop's sum since the last log, on the device
+        if logged is None:
+            return loss
+        trainer.args.logging_nan_inf_filter = False  # the loop's check, until the step ends
+        mean = logged / (1 + trainer.state.global_step - trainer._globalstep_last_logged)
+        return torch.where(torch.isfinite(loss), loss, mean)
+
+    trainer.training_step = training_step_filtered
+    trainer.add_callback(CheckOnAgain)
+
+
+def without_full_mask(collate):
+    """The collate, with an attention_mask of all ones left out of its batches, read on the host: the model
+    treats such a mask as none, but finds it all ones only by reading it back from the GPU."""
+
+    def collate_without_full_mask(features):
+        batch = collate(features)
+        mask = batch.get("attention_mask") if hasattr(batch, "get") else None
+        if isinstance(mask, torch.Tensor) and mask.device.type == "cpu" and bool(mask.all()):
+            del batch["attention_mask"]
+        return batch
+
+    return collate_without_full_mask
 
 
 def model_loss(model):

@@ -46,6 +46,9 @@ def main(argv=None) -> int:
         help="a TrainingArguments value (JSON), e.g. logging_nan_inf_filter=false",
     )
     p.add_argument("--non-blocking", action="store_true", help="accelerate's dataloader copies batches with non_blocking=True")
+    p.add_argument(
+        "--no-full-mask", action="store_true", help="the collator's attention_mask dropped where it is all ones (on the host)"
+    )
     p.add_argument("--no-cudnn-sdp", action="store_true", help="torch's SDPA without its cuDNN backend")
     p.add_argument(
         "--profile", type=int, default=0, metavar="N", help="profile N steps after the warm-up: the host's waits for the device"
@@ -61,6 +64,16 @@ def main(argv=None) -> int:
         setattr(trainer.args, key, json.loads(value))
     if args.non_blocking:
         trainer.accelerator.dataloader_config.non_blocking = True
+    if args.no_full_mask:
+        collate = trainer.data_collator
+
+        def collate_without_full_mask(features):
+            batch = collate(features)
+            if "attention_mask" in batch and bool(batch["attention_mask"].all()):
+                del batch["attention_mask"]
+            return batch
+
+        trainer.data_collator = collate_without_full_mask
     if args.how == "torch-compile":  # the Trainer's own compile: accelerate compiles the whole model
         from accelerate.utils import DynamoBackend
 
@@ -117,6 +130,7 @@ def main(argv=None) -> int:
         table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
         print(table, flush=True)
     row["set"] = args.set + (["non_blocking"] if args.non_blocking else []) + (["no_cudnn_sdp"] if args.no_cudnn_sdp else [])
+    row["set"] += ["no_full_mask"] if args.no_full_mask else []
     print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "a") as f:

@@ -142,6 +142,55 @@ def test_nothing_compiles_twice_where_the_trainer_compiles_too(own_trainer):
     assert compiled_blocks(own_trainer.model) == 2
 
 
+def nan_at(trainer, steps: set[int]):
+    """The Trainer's training_step giving NaN at `steps` (counted from 0), as its logged loss reads it: the
+    gradients are the step's own, only the loss the loop logs is not finite."""
+    training_step = trainer.training_step
+    calls = []
+
+    def training_step_nan(*args, **kwargs):
+        loss = training_step(*args, **kwargs)
+        calls.append(1)
+        return loss * float("nan") if len(calls) - 1 in steps else loss
+
+    trainer.training_step = training_step_nan
+    trainer.args.logging_steps = 3
+    return trainer
+
+
+def test_the_trainer_s_loop_waits_less_and_logs_the_same_losses():
+    """apply_to_trainer takes the loop's reads of the GPU that change nothing trained: batches copied without
+    waiting, an all-ones mask left out on the host, and the NaN filter of the logged loss on the device. A job
+    at batch 1 (every mask all ones) logs the same losses as the plain Trainer, NaN steps filtered alike."""
+    torch._dynamo.reset()
+    code = snippet("per_length_cost", compile=False)
+    plain = nan_at(trainer_jobs.per_length_cost(), {2, 4})
+    plain_losses = losses(plain)
+    trainer = nan_at(trainer_jobs.per_length_cost(), {2, 4})
+    trainer.args.dataloader_pin_memory = True  # as on a GPU (a CPU's Trainer turns it off; its DataLoader ignores it)
+    namespace = load_snippet(code)
+    namespace["apply_to_trainer"](trainer)
+    assert trainer.accelerator.dataloader_config.non_blocking  # the copies from pinned memory do not wait
+    assert all("attention_mask" not in batch for _, batch in zip(range(3), trainer.get_train_dataloader()))
+    step, checked = trainer.training_step, []
+
+    def step_then_the_loop_s_check(*args, **kwargs):
+        loss = step(*args, **kwargs)
+        checked.append(trainer.args.logging_nan_inf_filter)  # what the loop reads next: on, it reads the loss back
+        return loss
+
+    trainer.training_step = step_then_the_loop_s_check
+    ours = losses(trainer)
+    assert checked == [False] * trainer_jobs.STEPS
+    assert len(ours) == len(plain_losses) == trainer_jobs.STEPS // 3
+    assert all(loss == loss for loss in ours), ours  # the NaN steps filtered, as the plain Trainer's are
+    assert ours == pytest.approx(plain_losses, rel=1e-6, abs=0)
+    assert trainer.args.logging_nan_inf_filter  # the loop's own check is back on once a step ends: evaluation's
+    collate = namespace["without_full_mask"](trainer_jobs.language_modeling().data_collator)
+    padded = collate([{"input_ids": [5, 6, 7]}, {"input_ids": [5]}])
+    assert padded["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]  # a mask that masks is kept
+
+
 @pytest.mark.parametrize(
     "factory, says",
     [
