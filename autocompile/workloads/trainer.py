@@ -354,7 +354,11 @@ def _train_step(trainer, model, batch: dict):
         items = None
     loss = trainer.training_step(model, batch, items)
     if trainer.args.max_grad_norm and trainer.args.max_grad_norm > 0:
-        trainer.accelerator.clip_grad_norm_(model.parameters(), trainer.args.max_grad_norm)
+        clip = getattr(trainer, "_clip_grad_norm", None)  # as the loop calls it (transformers 5)
+        if clip is not None:
+            clip(model)
+        else:
+            trainer.accelerator.clip_grad_norm_(model.parameters(), trainer.args.max_grad_norm)
     return loss
 
 
