@@ -65,8 +65,10 @@ def test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone(tmp_path):
         done = command("repro", *args)
         assert (done.returncode, done.stderr) == (2, f"autocompile: error: {error}\n")
     # A minifier stopped at once: the unreduced graph is kept, and the line says so. The trial named
-    # by its folder, as one run by hand with `autocompile trial --dir` is (the same files).
-    done = _run("-m", "autocompile", "repro", "--trial-dir", str(folder.parent), "--timeout", "0.5")
+    # by its folder, as one run by hand with `autocompile trial --dir` is (the same files). The command's
+    # function in this process (conftest.command): its rerun and its minifier are processes of their own
+    # either way; the call below is the file's `autocompile repro` in a process of its own.
+    done = command("repro", "--trial-dir", str(folder.parent), "--timeout", "0.5")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not reduced within the 0.5 s limit: the unreduced graph" in done.stdout
     unreduced = json.loads((folder / "summary.json").read_text())
@@ -108,30 +110,19 @@ def _fails_alone(alone, folder, record, error="CppCompileError") -> None:
     assert ran.returncode != 0 and error in ran.stderr and error in record["reason"], ran.stderr[-2000:]
 
 
-def test_an_accuracy_repro_compiles_the_module_where_the_numerics_part_alone(tmp_path):
+def test_an_accuracy_repro_compiles_the_module_where_the_numerics_part_alone(tmp_path, monkeypatch):
     # Block 1's ReLU is computed by Inductor as relu(x) + 1 (its test hook): the numerics part there.
     record = numerics_of_plain_compile(tmp_path, "toy_block_inductor_wrong", 0, triage=True)
     assert record["status"] == "infeasible" and record["reason"].startswith("numerics ("), record["reason"]
     assert (record["diverges_at"]["module"], record["diverges_at"]["pass"]) == ("blocks.1", "forward")
     # A short minifier limit: minifying is test_a_crash_in_inductor_is_minified_to_a_repro_that_fails_alone's;
     # here the graph the rerun left is the point (a 1-s minifier keeps it, or a checkpoint of it).
+    # The command's function in this process (conftest.command), run from the user's folder: the rerun
+    # and the minifier are processes of their own, started from it, as from the command's own process.
     here = tmp_path / "here"
     here.mkdir()
-    done = _run(
-        "-m",
-        "autocompile",
-        "repro",
-        "--study",
-        "s",
-        "--trial",
-        "1",
-        "--dir",
-        str(tmp_path),
-        "--accuracy",
-        "--timeout",
-        "1",
-        cwd=here,
-    )
+    monkeypatch.chdir(here)
+    done = command("repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--accuracy", "--timeout", "1")
     assert not list(here.iterdir())  # torch's copy of the failing graph went to the trial's folder, not the user's
     folder = tmp_path / "s" / "trials" / "0001" / "repro"
     assert done.returncode == 0, done.stdout + done.stderr
@@ -255,7 +246,9 @@ def test_a_graph_that_fails_only_after_earlier_steps_gets_an_unreduced_repro_fro
         repro_trial(_study(tmp_path), str(tmp_path / "s"), 0)
     assert not (tmp_path / "s" / "trials" / "0000").exists()
 
-    done = _run("-m", "autocompile", "repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "300")
+    # The command's function in this process (conftest.command): what it prints is under test, and its
+    # rerun and minifier are processes of their own either way.
+    done = command("repro", "--study", "s", "--trial", "1", "--dir", str(tmp_path), "--timeout", "300")
     assert done.returncode == 0, done.stdout + done.stderr
     repro = folder / "repro"
     summary = json.loads((repro / "summary.json").read_text())
