@@ -167,9 +167,9 @@ def _running_trial(study_dir: str, url: str, role: str, name: str = "kill"):
 
 def test_a_worker_killed_mid_trial_leaves_a_stale_trial_no_orphan_and_the_study_completes(tmp_path):
     url = JOURNAL + str(tmp_path / "kill" / "journal.log")
-    # Five trials: the other worker must still have trials to claim when the kill comes, to run the
-    # stale trial's configuration again (with three it had claimed the last before the kill, 2026-12-07).
-    search = {**SEARCH, "trials": 5}
+    # As before the cut: five trials of toy (several lengths, so a trial runs long enough to be killed mid-way),
+    # so that the other worker still has trials to claim when the kill comes and runs the stale configuration again.
+    search = {**SEARCH, "model": toy(), "trials": 5}
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT.format(here=HERE, directory=str(tmp_path), storage=url, search=search)],
         stdout=subprocess.PIPE,
