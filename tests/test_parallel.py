@@ -11,6 +11,7 @@ import pytest
 from autocompile.cli import main
 from autocompile.engine.records import trial_folder
 from autocompile.trial import TrialRequest, run_trial
+from autocompile.trial.process import TEST_GRAPH_CACHE, _test_graph_cache
 from autocompile.space import EAGER
 from conftest import FAST, ROOT, toy
 
@@ -309,6 +310,14 @@ def test_the_winners_snippet_trains_under_torchrun_as_the_trial_did(searched, tm
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(tests=os.path.join(ROOT, "tests"), snippet=str(snippet)))
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # Inductor's cache as a trial's (process._child_env): a folder of its own, its FX graphs the session's
+    # (conftest.GRAPH_CACHE), so a graph the trial compiled is loaded, as the suite's trials load each
+    # other's. Dynamo and AOTAutograd trace the snippet's model under torchrun as ever; a graph the snippet
+    # makes otherwise than the trial did (another shape, another Inductor setting) has another key and is
+    # compiled. The losses below are the proof either way.
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
+    if os.environ.get(TEST_GRAPH_CACHE):
+        _test_graph_cache(env["TORCHINDUCTOR_CACHE_DIR"])
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()), str(script)],
         capture_output=True,
