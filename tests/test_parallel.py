@@ -89,7 +89,7 @@ def _pgid_members(pgid: int) -> list[int]:
 def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
     group = {}
 
-    def note_group(event):  # the launcher's pid, from the trial's own process file, while it runs
+    def note_group(event=None):  # the launcher's pid, from the trial's own process file, while it runs
         if not group:
             with open(tmp_path / "t" / "process.json") as f:
                 group["pid"] = json.load(f)["pid"]
@@ -106,6 +106,7 @@ def test_a_failing_rank_ends_the_whole_trial(tmp_path, name, status, timeout_s):
             measure=FAST,
         ),
         on_event=note_group,
+        heartbeat=note_group,  # the first comes at once: on a loaded host a hang may end before any event
     )
     assert record["status"] == status, record["reason"]
     if status != "timeout":
