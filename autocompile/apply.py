@@ -171,7 +171,10 @@ def _trainer_lines(config: dict, full_mask_dropped: bool = False) -> list[str]:
     lines = TRAINER_HOOKS[1:]
     lines += ["    loop_without_waits(trainer)  # batches copied and the logged loss filtered without waiting on the GPU"]
     if full_mask_dropped:
-        lines += ["    trainer.data_collator = without_full_mask(trainer.data_collator)  # no wait on the mask, read on the host"]
+        lines += [
+            "    if mask_read_by_model_only(trainer):",
+            "        trainer.data_collator = without_full_mask(trainer.data_collator)  # no wait on the mask, read on the host",
+        ]
     if config["compile"] and config.get("compile_loss"):
         if config.get("lm_loss", "model") != "model":
             lines += [f"    linear_loss_on(trainer.model, {config['lm_loss']}_cross_entropy)  # read by model_loss below"]
@@ -277,6 +280,15 @@ def nan_filter_on_device(trainer):
 
     trainer.training_step = training_step_filtered
     trainer.add_callback(CheckOnAgain)
+
+
+def mask_read_by_model_only(trainer):
+    """Whether the batch's attention_mask is read by the model alone: the Trainer's own compute_loss (TRL's
+    counts the tokens from the mask) and no count of the non-padding tokens seen (which reads it)."""
+    from transformers import Trainer
+
+    counts = getattr(trainer.args, "include_num_input_tokens_seen", "no") == "non_padding"
+    return type(trainer).compute_loss is Trainer.compute_loss and not counts
 
 
 def without_full_mask(collate):

@@ -191,6 +191,14 @@ def test_the_trainer_s_loop_waits_less_and_logs_the_same_losses():
     assert padded["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]  # a mask that masks is kept
 
 
+def test_a_trainer_whose_loss_reads_the_mask_keeps_it():
+    """TRL's SFTTrainer counts its tokens from the batch's attention_mask in its compute_loss: its mask stays
+    in the batch, all ones at batch 1, and it trains as built (eager)."""
+    pytest.importorskip("trl")
+    trainer = trained_alike("sft_one_row", 2e-2, compile=False)
+    assert all("attention_mask" in batch for _, batch in zip(range(3), trainer.get_train_dataloader()))
+
+
 @pytest.mark.parametrize(
     "factory, says",
     [

@@ -177,6 +177,26 @@ def sft_padded_to_16():
     return SFTTrainer(model=model(), args=config, train_dataset=dataset(), processing_class=tokenizer())
 
 
+def sft_one_row():
+    """TRL's SFTTrainer, not packed, at batch 1: every batch's attention_mask all ones."""
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(
+        output_dir=_out(),
+        per_device_train_batch_size=1,
+        max_steps=STEPS,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        max_length=64,
+        disable_tqdm=True,
+    )
+    return SFTTrainer(model=model(), args=config, train_dataset=dataset(), processing_class=tokenizer())
+
+
 def lora_checkpointing():
     """peft's LoRA on the tiny Llama, with the Trainer's gradient checkpointing on."""
     import peft
