@@ -135,11 +135,11 @@ def label_smoothing():
     return Trainer(model=model(), args=args, train_dataset=dataset(), data_collator=collator)
 
 
-def sft_packed():
-    """TRL's SFTTrainer with packing=True: its batches come packed, with position ids."""
+def _sft(**overrides):
+    """TRL's SFTTrainer of the tiny Llama on `dataset()`, its SFTConfig's settings with `overrides`."""
     from trl import SFTConfig, SFTTrainer
 
-    config = SFTConfig(
+    settings = dict(
         output_dir=_out(),
         per_device_train_batch_size=2,
         max_steps=STEPS,
@@ -149,52 +149,26 @@ def sft_packed():
         report_to=[],
         use_cpu=True,
         seed=0,
-        packing=True,
         max_length=64,
         disable_tqdm=True,
     )
+    config = SFTConfig(**{**settings, **overrides})
     return SFTTrainer(model=model(), args=config, train_dataset=dataset(), processing_class=tokenizer())
+
+
+def sft_packed():
+    """TRL's SFTTrainer with packing=True: its batches come packed, with position ids."""
+    return _sft(packing=True)
 
 
 def sft_padded_to_16():
     """TRL's SFTTrainer, not packed, its collator padding each batch's length up to a multiple of 16."""
-    from trl import SFTConfig, SFTTrainer
-
-    config = SFTConfig(
-        output_dir=_out(),
-        per_device_train_batch_size=2,
-        max_steps=STEPS,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        seed=0,
-        pad_to_multiple_of=16,
-        max_length=64,
-        disable_tqdm=True,
-    )
-    return SFTTrainer(model=model(), args=config, train_dataset=dataset(), processing_class=tokenizer())
+    return _sft(pad_to_multiple_of=16)
 
 
 def sft_one_row():
     """TRL's SFTTrainer, not packed, at batch 1: every batch's attention_mask all ones."""
-    from trl import SFTConfig, SFTTrainer
-
-    config = SFTConfig(
-        output_dir=_out(),
-        per_device_train_batch_size=1,
-        max_steps=STEPS,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        seed=0,
-        max_length=64,
-        disable_tqdm=True,
-    )
-    return SFTTrainer(model=model(), args=config, train_dataset=dataset(), processing_class=tokenizer())
+    return _sft(per_device_train_batch_size=1)
 
 
 def lora_checkpointing():
