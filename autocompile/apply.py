@@ -153,17 +153,19 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     lines += prep
     lines += ["    return batch", ""]
     if info.framework == "trainer":
-        lines += _trainer_lines(config, drops_full_mask(info, prep))
+        lines += _trainer_lines(config, drops_full_mask(config, info))
     lines += WARM_START
     return "\n".join(lines)
 
 
-def drops_full_mask(info: ModelInfo, prep: list[str]) -> bool:
+def drops_full_mask(config: dict, info: ModelInfo) -> bool:
     """Whether apply_to_trainer leaves an all-ones attention_mask out of the batch: for a causal decoder whose
-    forward takes one (which treats such a mask as none), where prepare_batch reads no varying key."""
+    forward takes one (which treats such a mask as none), where prepare_batch does not pack, pad or mark
+    the varying keys (the mask among them)."""
     layout = info.layout
     mask_taken = layout is not None and layout.causal and layout.mask == "attention_mask"
-    return mask_taken and not any("VARYING" in line or "pack(" in line for line in prep)
+    marks = config["compile"] and config["mark_dynamic"] != "off"
+    return mask_taken and not (info.varying and (config["padding"] != "longest" or marks))
 
 
 def _trainer_lines(config: dict, full_mask_dropped: bool = False) -> list[str]:

@@ -308,3 +308,16 @@ def test_only_a_trainer_whose_loss_is_the_model_s_own_has_it_compiled_apart_or_f
     for job in ("label_smoothing", "sft_padded_to_16"):
         left_out = dict(build_space(f"trainer:{JOBS}:{job}", "cpu").left_out)
         assert "only the model's own loss_function" in left_out["lm_loss"]
+
+
+def test_the_mask_is_left_in_where_prepare_batch_reads_it():
+    """prepare_batch pads, packs or marks every varying key, the mask among them: there the mask stays."""
+    from autocompile.apply import ModelInfo, drops_full_mask
+    from autocompile.workloads import SequenceLayout
+
+    varying = {"input_ids": (1, 0), "attention_mask": (1, 0), "labels": (1, -100)}
+    info = ModelInfo(varying=varying, layout=SequenceLayout(mask="attention_mask"), framework="trainer")
+    assert drops_full_mask({**DEFAULTS, "padding": "longest"}, info)
+    for config in ({"padding": "max"}, {"padding": "pack"}, {"padding": "buckets"}, {"mark_dynamic": "maybe"}):
+        assert not drops_full_mask({**DEFAULTS, **config}, info), config
+    assert not drops_full_mask({**DEFAULTS}, ModelInfo(varying=varying, layout=SequenceLayout(mask=None)))
