@@ -185,8 +185,32 @@ def _trainer_lines(config: dict, full_mask_dropped: bool = False) -> list[str]:
         ]
     if config["compile"] and config.get("compiled_autograd"):
         lines += ["    trainer.accelerator.backward = lambda loss, **kwargs: backward(loss)  # under Compiled Autograd"]
+    if config.get("clip_in_step"):
+        lines += [
+            "    clip_in_optimizer_step(trainer)  # the gradients scaled by the fused AdamW step, not by a pass of their own"
+        ]
     lines += ["    return trainer"]
-    return lines + TRAINER_HELPERS
+    return lines + TRAINER_HELPERS + (CLIP_IN_STEP if config.get("clip_in_step") else [])
+
+
+CLIP_IN_STEP = '''
+
+def clip_in_optimizer_step(trainer):
+    """The Trainer's gradient clipping (max_grad_norm) folded into its fused Adam/AdamW step: its
+    _clip_grad_norm computes the norm, and hands the clip to the optimizer as the scale its fused kernel
+    divides each gradient by (grad_scale, as a GradScaler's unscaling sets it), instead of scaling every
+    gradient in a pass of its own. Returns the norm before clipping, as the Trainer's does."""
+    max_norm = trainer.args.max_grad_norm
+
+    def clip_grad_norm(model):
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+        optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # torch's, in accelerate's wrapper
+        optimizer.grad_scale = ((norm.float() + 1e-6) / max_norm).clamp(min=1.0)  # 1 / torch's clip coefficient
+        return norm
+
+    trainer._clip_grad_norm = clip_grad_norm
+'''.splitlines()
 
 
 def without_code(config: dict) -> list[str]:
@@ -1289,6 +1313,8 @@ def describe_config(config: dict) -> str:
         parts.append("fused-opt")
     if config.get("foreach_map_optimizer"):
         parts.append("foreach-map-opt")
+    if config.get("clip_in_step"):
+        parts.append("clip-in-step")
     if config.get("static_grads"):
         parts.append("static-grads")
     if config.get("attention", "model") != "model":

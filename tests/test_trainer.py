@@ -321,3 +321,29 @@ def test_the_mask_is_left_in_where_prepare_batch_reads_it():
     for config in ({"padding": "max"}, {"padding": "pack"}, {"padding": "buckets"}, {"mark_dynamic": "maybe"}):
         assert not drops_full_mask({**DEFAULTS, **config}, info), config
     assert not drops_full_mask({**DEFAULTS}, ModelInfo(varying=varying, layout=SequenceLayout(mask=None)))
+
+
+def test_clipping_folded_into_the_fused_step_clips_as_the_trainer_does():
+    """clip_in_step: the Trainer's _clip_grad_norm hands the clip to the fused AdamW step as its gradient scale.
+    The same step as torch's clipping then the step (an eps of 1 makes AdamW's update follow the gradient's
+    scale, so that a step without the clip is told apart); offered for the job; trains alike through
+    apply_to_trainer."""
+    namespace = load_snippet(snippet("language_modeling", compile=False, clip_in_step=True))
+    updated, norms = [], []
+    for clip in ("torch", "in_step", None):
+        trainer = trainer_jobs.language_modeling()
+        trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=0.1, eps=1.0, fused=True)
+        if clip == "in_step":
+            namespace["clip_in_optimizer_step"](trainer)
+        batch = next(iter(trainer.get_train_dataloader()))
+        trainer.model(**batch).loss.backward()
+        if clip:
+            norms.append(float(trainer._clip_grad_norm(trainer.model)))
+        trainer.optimizer.step()
+        updated.append(torch.cat([p.detach().flatten() for p in trainer.model.parameters()]))
+    assert norms[0] == pytest.approx(norms[1], rel=1e-6) and norms[0] > trainer.args.max_grad_norm  # it clips here
+    assert torch.allclose(updated[0], updated[1], rtol=0, atol=1e-6)
+    assert (updated[0] - updated[2]).abs().max() > 1e-3  # without the clip, another step
+    space = json.loads(command("space", "--trainer", f"{JOBS}:language_modeling", "--device", "cpu", "--json").stdout)
+    assert any(d["name"] == "clip_in_step" for d in space["dimensions"])
+    trained_alike("language_modeling", compile=False, clip_in_step=True)

@@ -47,6 +47,7 @@ PROMISE = (
         "peak memory by torch's notes for nn.LinearCrossEntropyLoss; the loss's own family, so after compile_loss",
     ),
     ("fused_optimizer", "one fused optimizer kernel: part of llama-8b's 1.46x"),
+    ("clip_in_step", "a Trainer's clipping inside its fused step: one pass less over every gradient"),
     ("compile_optimizer", "the optimizer step compiled (001: optimizer compilation)"),
     (
         "foreach_map_optimizer",
@@ -109,6 +110,7 @@ PROMISE = (
 PROMISING = {
     "compile_loss": {True},
     "fused_optimizer": {True},
+    "clip_in_step": {True},
     "compile_optimizer": {True},
     "lr_tensor": {True},
     "mode": {"reduce-overhead"},

@@ -65,11 +65,12 @@ def _sampler(seed: int):
 def workload_traits(workload, options) -> WorkloadTraits:
     """The model's repeated blocks, found on the meta device (no memory, no weights)."""
     from autocompile.apply import find_repeated_blocks
-    from autocompile.space.optimizer import foreach_map_refusal
+    from autocompile.space.optimizer import clip_refusal, foreach_map_refusal
     from autocompile.workloads import checkpointing, kernels, packing
     from autocompile.workloads.layout import resolve
 
     regions, fusable, refusal, found, blocks = None, False, WorkloadTraits.foreach_map_refusal, None, 0
+    clip = "" if workload.framework != "trainer" else "the optimizer is not known"
     flex = varlen = sdpa = False
     pool = _cpu_pool(workload, options)
     layout, source = resolve(workload, None, {})
@@ -84,6 +85,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         blocks = sum(len(model.get_submodule(path)) for path in regions)
         fusable = "fused" in getattr(optimizer, "defaults", {})
         refusal = foreach_map_refusal(optimizer)
+        clip = clip_refusal(workload, optimizer)
         found = checkpointing.find(model, workload.checkpointing)
         layout, source = resolve(workload, model, pool[0] if pool else {})
         causal = bool(layout and layout.causal)
@@ -108,6 +110,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         schedule=workload.schedule is not None,
         **shape,
         foreach_map_refusal=refusal,
+        clip_refusal=clip,
         checkpointing=found.where if found else None,
         selective_checkpointing=bool(found and found.selective),
         checkpoint_in_forward=bool(found and found.in_forward),

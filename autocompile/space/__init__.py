@@ -229,6 +229,17 @@ class SearchSpace:
         else:
             self.left_out.append(("fused_optimizer", "the workload's optimizer has no fused implementation"))
         self._step_dimensions()
+        if traits.clip_refusal is None:
+            self._add(
+                "clip_in_step",
+                (False, True),
+                "the Trainer's gradient clipping folded into its fused Adam/AdamW step: the norm computed, each "
+                "gradient divided by the clip's scale in the step's kernel instead of a pass of its own; where the "
+                "step is the optimizer's own (not compiled, nor foreach_map)",
+                lambda c: not c["compile_optimizer"] and not c.get("foreach_map_optimizer"),
+            )
+        elif traits.clip_refusal:
+            self.left_out.append(("clip_in_step", traits.clip_refusal))
 
     def _mark_dynamic_dimension(self) -> None:
         """The varying dimensions marked dynamic, by the marks this torch has, where they are padded to
@@ -801,6 +812,7 @@ def _check_switches(full: dict) -> None:
         "static_grads",
         "graph_step",
         "foreach_map_optimizer",
+        "clip_in_step",
     ):
         _check(name, full[name], (False, True))
     _check("dynamic", full["dynamic"], (None, True, False))

@@ -84,6 +84,9 @@ DEFAULTS: dict[str, Any] = {
     # The optimizer step as one compiled function of foreach_map ops (Adam and AdamW; 001 step #4),
     # instead of torch's own foreach, fused or compiled step
     "foreach_map_optimizer": False,
+    # A Trainer's gradient clipping folded into its fused Adam/AdamW step: the norm computed, and each gradient
+    # divided by the clip's scale inside the step's kernel (as it unscales a GradScaler's), not in a pass of its own
+    "clip_in_step": False,
     # Under `--parallel` only (autocompile.parallel); at these values they change nothing:
     "optimize_ddp": None,  # DDP: torch._dynamo.config.optimize_ddp (None: torch's own, graphs split at buckets)
     "fsdp_compile_order": "before",  # FSDP2: each block compiled before fully_shard (torchtitan's order) or after
@@ -138,6 +141,7 @@ GRAPHS: dict[str, Graphs] = {
     "static_grads": _M,
     "graph_step": _S,
     "foreach_map_optimizer": _M | _B,
+    "clip_in_step": Graphs(0),  # no compiled graph: the fused step's kernel is torch's own
     "optimize_ddp": _T | _M,
     "fsdp_compile_order": _T | _M,
     "reshard_after_forward": _M,
@@ -347,6 +351,9 @@ class WorkloadTraits:
     lm_loss_refusal: str | None = "the workload's model is not known"
     # why the foreach_map step cannot stand in for the optimizer's (space/optimizer.py), or None
     foreach_map_refusal: str | None = "the workload's optimizer is not known"
+    # why the framework's gradient clipping cannot be folded into its optimizer's step (space/optimizer.py), or None;
+    # "" where the workload's step clips nothing of a framework's (nothing to say)
+    clip_refusal: str | None = ""
 
 
 def bucket_lengths(max_len: int, limit: int = 8) -> list[int]:

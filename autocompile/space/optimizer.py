@@ -9,6 +9,22 @@ to refuse such an optimizer at run time with the same words: a loop it was not s
 from __future__ import annotations
 
 
+def clip_refusal(workload, optimizer) -> str | None:
+    """Why the framework's gradient clipping cannot be folded into `optimizer`'s step, or None; "" where the
+    workload's step clips nothing of a framework's. Only torch's fused Adam/AdamW step divides each gradient
+    by a scale of the optimizer's (`grad_scale`, as a GradScaler's unscaling sets it)."""
+    import torch
+
+    if workload.framework != "trainer":
+        return ""
+    if not workload.clip_norm:
+        return "the Trainer clips no gradients (max_grad_norm 0)"
+    name = type(optimizer).__name__
+    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW) or not optimizer.defaults.get("fused"):
+        return f"the optimizer is {name} without fused=True: only torch's fused Adam/AdamW step takes a gradient scale"
+    return None
+
+
 def foreach_map_refusal(optimizer) -> str | None:
     """Why the foreach_map Adam/AdamW step cannot stand in for `optimizer`'s own step, or None."""
     import torch

@@ -180,6 +180,7 @@ def rejection(space, config: dict) -> str | None:
         or _static_grads_rejection(c, caps)
         or _graph_step_rejection(c, caps, traits)
         or _foreach_map_rejection(c, caps, traits)
+        or _clip_rejection(c, traits)
         or _inductor_rejection(c, caps)
     )
     if why:
@@ -406,6 +407,20 @@ def _foreach_map_rejection(c: dict, caps, traits) -> str | None:
             return (
                 f"foreach_map_optimizer with {other}: the foreach_map step replaces the optimizer's own step, "
                 f"which {other} would change; choose one"
+            )
+    return None
+
+
+def _clip_rejection(c: dict, traits) -> str | None:
+    """Clipping folded into the optimizer's own fused step: not where another step replaces it."""
+    if not c.get("clip_in_step"):
+        return None
+    if traits.clip_refusal is not None:
+        return f"clip_in_step: {traits.clip_refusal or 'the workload clips no gradients in a Trainer step'}"
+    for other in ("compile_optimizer", "foreach_map_optimizer"):
+        if c.get(other):
+            return (
+                f"clip_in_step with {other}: the clip's scale is read by the optimizer's own fused step, which {other} replaces"
             )
     return None
 

@@ -100,6 +100,7 @@ class Workload:
     train_step(model, batch) -> loss: one step's forward, backward and gradient clipping as the framework
         runs them, the snippet's prepare_batch inside; None: prepare_batch, loss, then the snippet's backward.
     framework: whose job it is ("trainer"), so the snippet emits its hook; "" for a Workload of one's own.
+    clip_norm: the gradient norm train_step clips to (a Trainer's max_grad_norm); None: it clips nothing.
     """
 
     name: str
@@ -127,6 +128,7 @@ class Workload:
     attach: Callable[[dict, Any, Any], tuple[Any, Any, Any]] | None = None
     train_step: Callable[[Any, dict], Any] | None = None
     framework: str = ""
+    clip_norm: float | None = None
     flops_per_item: Callable[[Any], float] | None = None
 
     def __post_init__(self):

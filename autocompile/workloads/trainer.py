@@ -159,6 +159,7 @@ def trainer_workload(target: str) -> Workload:
         attach=attach,
         train_step=train_step,
         framework="trainer",
+        clip_norm=trainer.args.max_grad_norm or None,
     )
 
 
