@@ -17,12 +17,16 @@ import sys
 
 def main(argv=None) -> int:
     from autocompile.apply import render_snippet
+    from autocompile.space.dimensions import DEFAULTS
     from autocompile.trial.worker import _model_info
     from autocompile.workloads import WorkloadOptions, get_workload
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("study", help="a study's folder: results.json and study.db")
     p.add_argument("--out", required=True, help="write the snippet here")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="change one setting of the winner (JSON value)"
+    )
     args = p.parse_args(argv)
 
     import sqlite3
@@ -32,17 +36,23 @@ def main(argv=None) -> int:
     with sqlite3.connect(os.path.join(args.study, "study.db")) as db:
         (value,) = db.execute("select value_json from study_user_attributes where key = 'settings'").fetchone()
     settings = json.loads(value)
+    best = results["best"]
+    config = {**DEFAULTS, **best["config"]}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in DEFAULTS:
+            p.error(f"--set {item}: the winner has no setting {key!r}")
+        config[key] = json.loads(value)
     workload = get_workload(settings["model"])
     batches = workload.batches(WorkloadOptions(device="cpu"), 4)
     model, _ = workload.build(WorkloadOptions(device="meta"))
     info = _model_info(workload, WorkloadOptions(device=settings["device"]), model, batches, {})
-    best = results["best"]
     header = (
         f"Compile settings for {settings['model']}: study '{results['study']}', trial {best['number']}, rendered again "
-        "by scripts/render_winner.py."
+        "by scripts/render_winner.py" + (f", with {', '.join(args.set)}." if args.set else ".")
     )
     with open(args.out, "w") as f:
-        f.write(render_snippet(best["config"], info, header=header))
+        f.write(render_snippet(config, info, header=header))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
