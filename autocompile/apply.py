@@ -176,6 +176,7 @@ def _trainer_lines(config: dict, full_mask_dropped: bool = False) -> list[str]:
         lines += [
             "    if mask_read_by_model_only(trainer):",
             "        trainer.data_collator = without_full_mask(trainer.data_collator)  # no wait on the mask, read on the host",
+            "        own_positions_not_read(trainer.model)  # nor on the position ids the model counts itself",
         ]
     if config["compile"] and config.get("compile_loss"):
         if config.get("lm_loss", "model") != "model":
@@ -240,7 +241,8 @@ def apply_to_trainer(trainer):
     torch_compile is turned off, so nothing compiles twice. apply_compilation runs when the Trainer
     creates its optimizer (after it sets its activation checkpointing), on the model and that
     optimizer; every batch goes through prepare_batch before the Trainer's training step. The loop's
-    waits on the GPU that change nothing trained go (loop_without_waits, without_full_mask)."""
+    waits on the GPU that change nothing trained go (loop_without_waits, without_full_mask,
+    own_positions_not_read)."""
     trainer_compile_off(trainer)
     create_optimizer = trainer.create_optimizer
 
@@ -329,6 +331,28 @@ def without_full_mask(collate):
         return batch
 
     return collate_without_full_mask
+
+
+def own_positions_not_read(model):
+    """For a batch without attention_mask, Hugging Face's causal mask reads the position ids back from the
+    GPU, to find sequences packed into one row. Where the batch brings no position_ids the model counts
+    each row from 0, one sequence a row: the read is skipped, and the mask is the same (SDPA's is_causal)."""
+    from transformers import masking_utils
+
+    find = getattr(masking_utils, "find_packed_sequence_indices", None)
+    if find is None:
+        return
+    own = [False]  # whether the forward running now counts its own position ids
+
+    def note_positions(module, args, kwargs):
+        own[0] = kwargs.get("position_ids") is None
+
+    def find_packed_sequence_indices(position_ids):
+        return None if own[0] else find(position_ids)
+
+    model.register_forward_pre_hook(note_positions, with_kwargs=True)
+    model.register_forward_hook(lambda *args: own.__setitem__(0, False), always_call=True)
+    masking_utils.find_packed_sequence_indices = find_packed_sequence_indices
 
 
 def model_loss(model):

@@ -191,6 +191,50 @@ def test_the_trainer_s_loop_waits_less_and_logs_the_same_losses():
     assert padded["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]  # a mask that masks is kept
 
 
+def reads_in_a_step(trainer) -> int:
+    """How many times one training step of the Trainer reads a tensor's value back to the host (.item(), a
+    tensor's truth): on a GPU, each makes the host wait for the device. The batch is collated before."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reads = [torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default]
+
+    class CountReads(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            CountReads.count += func in reads
+            return func(*args, **(kwargs or {}))
+
+    batch = next(iter(trainer.get_train_dataloader()))
+    trainer.current_gradient_accumulation_steps = 1  # as the loop sets it before a step
+    with CountReads():
+        trainer.training_step(trainer.model, batch)
+    return CountReads.count
+
+
+def test_a_step_of_the_applied_trainer_reads_nothing_back():
+    """At batch 1 the plain Trainer's model reads its all-ones mask back to find it all ones; with the mask left
+    out, Hugging Face's mask would read the position ids back instead, to find packed sequences. Through
+    apply_to_trainer a step reads nothing back: the model counts its own positions, one sequence a row."""
+    code = snippet("per_length_cost", compile=False)
+    plain, trainer = trainer_jobs.per_length_cost(), trainer_jobs.per_length_cost()
+    assert reads_in_a_step(plain) >= 1
+    load_snippet(code)["apply_to_trainer"](trainer)
+    assert reads_in_a_step(trainer) == 0
+    batch = {**next(iter(trainer.get_train_dataloader()))}
+    batch["position_ids"] = torch.arange(batch["input_ids"].shape[1]).remainder(5)[None]  # rows packed by position
+    from transformers import masking_utils
+
+    found = []
+    find = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda positions: found.append(find(positions)) or found[-1]
+    try:
+        trainer.model(**batch)
+    finally:
+        masking_utils.find_packed_sequence_indices = find
+    assert found and found[0] is not None  # a batch that brings its positions is still looked at for packing
+
+
 def test_a_trainer_whose_loss_reads_the_mask_keeps_it():
     """TRL's SFTTrainer counts its tokens from the batch's attention_mask in its compute_loss: its mask stays
     in the batch, all ones at batch 1, and it trains as built (eager)."""
