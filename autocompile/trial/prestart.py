@@ -55,15 +55,16 @@ def _key(env: dict) -> tuple:
     return sys.executable, os.getcwd(), tuple(sorted((k, v) for k, v in env.items() if k not in PER_TRIAL))
 
 
-def start(env: dict, preexec_fn=None, modules: tuple = PRELOAD) -> None:
-    """Start a process that imports `modules` and forks the trials of this environment, unless one is there."""
+def start(env: dict, preexec_fn=None, modules: tuple = PRELOAD, toolchain_dir: str | None = None) -> None:
+    """Start a process that imports `modules` and forks the trials of this environment, unless one is there.
+    With `toolchain_dir`, it also probes the CPU's vector instructions there (worker._warm_cpu_toolchain)."""
     key = _key(env)
     with _lock:
         if (key in _waiting and _waiting[key].poll() is None) or key in _busy or key in _unsafe:
             return
         base = {k: v for k, v in env.items() if k not in PER_TRIAL}
         _waiting[key] = subprocess.Popen(
-            [sys.executable, "-m", "autocompile.trial.prestart", *modules],
+            [sys.executable, "-m", "autocompile.trial.prestart", *modules, *([TOOLCHAIN, toolchain_dir] * bool(toolchain_dir))],
             bufsize=0,  # its replies read a line at a time, none ahead into a buffer select() cannot see
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -169,12 +170,32 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _preload(modules: list[str]) -> None:
+TOOLCHAIN = "--toolchain"
+
+
+def _preload(arguments: list[str]) -> None:
+    """The imports, then, where a toolchain folder is named, the CPU's vector-instruction probe: Inductor dry-compiles
+    a program per instruction set (cached in that folder) and loads each in a process of its own, a second or
+    more in every trial's process; its answer, cached in memory, is inherited by each trial forked here."""
+    modules, toolchain_dir = arguments, None
+    if TOOLCHAIN in arguments:
+        at = arguments.index(TOOLCHAIN)
+        modules, toolchain_dir = arguments[:at], arguments[at + 1]
     for name in modules:
         try:
             __import__(name)
         except Exception:  # noqa: BLE001, S110 - not installed, or broken: the trial meets it as a fresh process would
             pass
+    if toolchain_dir and "torch" in sys.modules:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = toolchain_dir  # as worker._warm_cpu_toolchain probes
+        try:
+            from torch._inductor import cpu_vec_isa
+
+            cpu_vec_isa.pick_vec_isa()
+        except Exception:  # noqa: BLE001, S110 - the trial probes again, as a fresh process would
+            pass
+        finally:
+            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def fork_safe() -> bool:

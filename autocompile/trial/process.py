@@ -371,7 +371,7 @@ def _start(request: TrialRequest, spec_path: str, log, log_path: str) -> tuple[s
     alone = request.parallel == "none" and not request.env and bool(request.config.get("compile"))
     if request.prestart and alone:
         modules = prestart.PRELOAD_GPU if request.device.startswith("cuda") else prestart.PRELOAD
-        prestart.start(env, preexec_fn=die_with_parent, modules=modules)
+        prestart.start(env, preexec_fn=die_with_parent, modules=modules, toolchain_dir=request.toolchain_dir)
     server = prestart.take(env) if alone else None
     process = server and prestart.hand_over(server, spec_path, env, log_path)
     if process is None:
