@@ -39,8 +39,9 @@ SEARCHED = dict(
 @pytest.fixture(scope="module")
 def from_python(tmp_path_factory):
     """One real search from Python (autocompile.search, as a user calls it; verbose, so its progress
-    shows every event) on the toy: its settings, its result and its progress. The tests of this file
-    and those of what a user sees of it (test_outputs.py's, moved here) read this one search."""
+    shows every event) on the toy at one length (no test here reads its recompiles: each graph compiles
+    once): its settings, its result and its progress. The tests of this file and those of what a user
+    sees of it (test_outputs.py's, moved here) read this one search."""
     import contextlib
     import io
 
@@ -54,8 +55,8 @@ def from_python(tmp_path_factory):
 
     with contextlib.redirect_stderr(err), pytest.MonkeyPatch.context() as patch:
         patch.setattr(finalists, "FAR_FLOOR", float("inf"))
-        result = autocompile.search(toy(), device="cpu", study="toy", directory=directory, verbosity=2, **SEARCHED)
-    settings = SearchSettings(model=toy(), device="cpu", study="toy", directory=directory, **SEARCHED)
+        result = autocompile.search(toy("toy_fixed"), device="cpu", study="toy", directory=directory, verbosity=2, **SEARCHED)
+    settings = SearchSettings(model=toy("toy_fixed"), device="cpu", study="toy", directory=directory, **SEARCHED)
     return settings, result, err.getvalue()
 
 
@@ -207,7 +208,7 @@ def test_the_winning_snippet_runs_on_a_fresh_model(searched):
     with open(os.path.join(settings.study_dir, "apply_compilation.py")) as f:
         source = f.read()
     assert "Measured on cpu" in source
-    workload = get_workload(toy())
+    workload = get_workload(toy("toy_fixed"))
     options = WorkloadOptions()
     model, optimizer = workload.build(options)
     namespace = load_snippet(source)
