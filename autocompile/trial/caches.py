@@ -57,3 +57,29 @@ def has_shared(study_dir: str) -> bool:
 
 def drop_shared(study_dir: str) -> None:
     shutil.rmtree(os.path.join(study_dir, FOLDER), ignore_errors=True)
+
+
+def warm_cpu_toolchain(toolchain_dir: str | None, notes: list[str]) -> None:
+    """Probe the CPU's vector ISA once per machine, outside the trial's cold cache.
+
+    Inductor compiles a few test programs (about 20 s on 2 cores) to learn which vector
+    instructions the CPU has, and caches the answer in its cache folder. That is a fact about
+    the machine, not a compile of the model, so it is cached in a shared folder and kept out
+    of the warm-up measured.
+    """
+    if not toolchain_dir:
+        return
+    trial_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = toolchain_dir
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        cpu_vec_isa.pick_vec_isa()
+        notes.append("CPU vector-ISA probe cached in a shared folder, not counted in warm-up")
+    except Exception as exc:  # a release without it: the probe then lands in the warm-up
+        notes.append(f"CPU vector-ISA probe not pre-run ({type(exc).__name__}); it counts in warm-up")
+    finally:
+        if trial_cache is None:
+            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = trial_cache

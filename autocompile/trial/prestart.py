@@ -57,7 +57,7 @@ def _key(env: dict) -> tuple:
 
 def start(env: dict, preexec_fn=None, modules: tuple = PRELOAD, toolchain_dir: str | None = None) -> None:
     """Start a process that imports `modules` and forks the trials of this environment, unless one is there.
-    With `toolchain_dir`, it also probes the CPU's vector instructions there (worker._warm_cpu_toolchain)."""
+    With `toolchain_dir`, it also probes the CPU's vector instructions there (caches.warm_cpu_toolchain)."""
     key = _key(env)
     with _lock:
         if (key in _waiting and _waiting[key].poll() is None) or key in _busy or key in _unsafe:
@@ -187,15 +187,9 @@ def _preload(arguments: list[str]) -> None:
         except Exception:  # noqa: BLE001, S110 - not installed, or broken: the trial meets it as a fresh process would
             pass
     if toolchain_dir and "torch" in sys.modules:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = toolchain_dir  # as worker._warm_cpu_toolchain probes
-        try:
-            from torch._inductor import cpu_vec_isa
+        from autocompile.trial.caches import warm_cpu_toolchain
 
-            cpu_vec_isa.pick_vec_isa()
-        except Exception:  # noqa: BLE001, S110 - the trial probes again, as a fresh process would
-            pass
-        finally:
-            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        warm_cpu_toolchain(toolchain_dir, [])
 
 
 def fork_safe() -> bool:

@@ -43,7 +43,7 @@ class TrialRequest:
     seq_len: int | None = None
     seed: int = 0
     timeout_s: float = 900.0
-    toolchain_dir: str = field(default_factory=default_toolchain_dir)  # see worker._warm_cpu_toolchain
+    toolchain_dir: str = field(default_factory=default_toolchain_dir)  # see caches.warm_cpu_toolchain
     header: str = ""
     measure: dict = field(default_factory=dict)  # overrides of the worker's measurement knobs
     trace: bool = False  # write a TORCH_TRACE to trial_dir/trace, for the dashboard's tlparse report
@@ -370,8 +370,9 @@ def _start(request: TrialRequest, spec_path: str, log, log_path: str) -> tuple[s
     env = _child_env(request)
     alone = request.parallel == "none" and not request.env and bool(request.config.get("compile"))
     if request.prestart and alone:
-        modules = prestart.PRELOAD_GPU if request.device.startswith("cuda") else prestart.PRELOAD
-        prestart.start(env, preexec_fn=die_with_parent, modules=modules, toolchain_dir=request.toolchain_dir)
+        gpu = request.device.startswith("cuda")
+        modules, toolchain = (prestart.PRELOAD_GPU, None) if gpu else (prestart.PRELOAD, request.toolchain_dir)
+        prestart.start(env, preexec_fn=die_with_parent, modules=modules, toolchain_dir=toolchain)
     server = prestart.take(env) if alone else None
     process = server and prestart.hand_over(server, spec_path, env, log_path)
     if process is None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from autocompile.apply import ModelInfo, alone, find_repeated_blocks, load_snippet, render_snippet
 from autocompile.space import DEFAULTS, uses_cuda_graphs
 from autocompile.space.capabilities import DATA_DEPENDENT_CAPTURE, compiled_autograd_api_name
+from autocompile.trial import caches
 from autocompile.trial.graphs import GraphLedger, read_ledger, reconstruct
 from autocompile.trial.packing_check import packed_alike, real_tokens
 from autocompile.trial.protocol import REPLAY_SEED, REPLAY_STEPS, REPLAY_VERSION, STACK_SIGNAL, rank_result_path
@@ -124,32 +125,6 @@ class CompileWatcher(logging.Handler):
 def _shorten(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _warm_cpu_toolchain(toolchain_dir: str | None, notes: list[str]) -> None:
-    """Probe the CPU's vector ISA once per machine, outside the trial's cold cache.
-
-    Inductor compiles a few test programs (about 20 s on 2 cores) to learn which vector
-    instructions the CPU has, and caches the answer in its cache folder. That is a fact about
-    the machine, not a compile of the model, so it is cached in a shared folder and kept out
-    of the warm-up measured.
-    """
-    if not toolchain_dir:
-        return
-    trial_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = toolchain_dir
-    try:
-        from torch._inductor import cpu_vec_isa
-
-        cpu_vec_isa.pick_vec_isa()
-        notes.append("CPU vector-ISA probe cached in a shared folder, not counted in warm-up")
-    except Exception as exc:  # a release without it: the probe then lands in the warm-up
-        notes.append(f"CPU vector-ISA probe not pre-run ({type(exc).__name__}); it counts in warm-up")
-    finally:
-        if trial_cache is None:
-            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
-        else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = trial_cache
 
 
 def _peak_memory_gb(torch, device: str) -> tuple[float, str]:
@@ -334,7 +309,7 @@ def _prepare(torch, spec: dict, result: dict) -> tuple[CompileWatcher, GraphLedg
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("CUDA was asked for but torch sees no GPU")
     if not device.startswith("cuda") and config["compile"]:
-        _warm_cpu_toolchain(spec.get("toolchain_dir"), notes)
+        caches.warm_cpu_toolchain(spec.get("toolchain_dir"), notes)
     watcher = CompileWatcher(Events(spec["events"]) if spec["config"]["compile"] else None)
     ledger = GraphLedger(spec.get("graph_ledger"), os.path.basename(spec.get("trial_dir", "")))
     notes += watcher.install(torch)
