@@ -387,7 +387,8 @@ def test_the_search_timeout_bounds_the_search(tmp_path, capsys):
     # its limit left the time stopping it takes (STOP_S): told before --timeout's deadline, not after
     deadline = study.user_attrs["budget"]["deadline"]
     assert study.trials[0].datetime_complete.timestamp() <= deadline, (study.trials[0].datetime_complete, deadline)
-    assert "search timeout of 35 s reached" in capsys.readouterr().err
+    # said once, though plain torch.compile (not started) sends the loop round again
+    assert capsys.readouterr().err.count("search timeout of 35 s reached") == 1
 
 
 def test_the_finalist_round_prefers_the_shorter_warmup_within_noise():

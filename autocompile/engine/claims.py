@@ -64,6 +64,7 @@ class LoopState:
     fitted: bool = False  # this turn's proposal was chosen to fit: refused as not fitting, the worker stops
     claimed: object = None  # this turn's trial, claimed and not yet told: Ctrl-C fails it
     said_spent: bool = False  # the line that --trials is spent with time left was printed
+    said_timeout: bool = False  # the line that --timeout ends the trials was printed (`_say_timeout`)
     reserve: float = 0.0  # what of --timeout this turn keeps for the finalist round (kept_for_round)
 
     def neighbour_goes_next(self, within_s: float) -> bool:
@@ -237,12 +238,16 @@ def _out_of_time(runner: Runner, reserve: float, loop: LoopState) -> bool:
                 f"{max(left, 0):.0f} s left before the finalist round: {why}, a neighbour about {cost:.0f} s; it goes next"
             )
         return False
-    _say_timeout(runner, remaining, reserve, why)
+    _say_timeout(runner, remaining, reserve, why, loop)
     return True
 
 
-def _say_timeout(runner: Runner, remaining: float, reserve: float, why: str) -> None:
-    """The line that says --timeout ends the search's trials: what is left, kept for the round, and why."""
+def _say_timeout(runner: Runner, remaining: float, reserve: float, why: str, loop: LoopState) -> None:
+    """The line that says --timeout ends the search's trials: what is left, kept for the round, and why;
+    once (plain torch.compile, not started, sends the loop round again)."""
+    if loop.said_timeout:
+        return
+    loop.said_timeout = True
     runner.progress.line(
         f"search timeout of {runner.settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
         f"{reserve:.0f} s of it kept for the finalist round, and {why}"
@@ -257,7 +262,7 @@ def _fit_instead(runner: Runner, reserve: float, loop: LoopState) -> bool:
     left = remaining - reserve
     cost = None if loop.fitted or not loop.recipes_queued else _fitting_neighbour_s(runner, left)
     if cost is None:
-        _say_timeout(runner, remaining, reserve, "neither the proposal refused nor a neighbour is expected to fit")
+        _say_timeout(runner, remaining, reserve, "neither the proposal refused nor a neighbour is expected to fit", loop)
         return False
     loop.neighbour_goes_next(left)
     runner.progress.line(f"{max(left, 0):.0f} s left before the finalist round: a neighbour of about {cost:.0f} s goes next")
