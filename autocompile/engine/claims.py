@@ -248,9 +248,11 @@ def _say_timeout(runner: Runner, remaining: float, reserve: float, why: str, loo
     if loop.said_timeout:
         return
     loop.said_timeout = True
+    left = max(remaining, 0)
+    kept = "of it kept" if reserve <= left else "kept"  # a round may be promised more than is left
     runner.progress.line(
-        f"search timeout of {runner.settings.timeout_s or 0:.0f} s reached: {max(remaining, 0):.0f} s left, "
-        f"{reserve:.0f} s of it kept for the finalist round, and {why}"
+        f"search timeout of {runner.settings.timeout_s or 0:.0f} s reached: {left:.0f} s left, "
+        f"{reserve:.0f} s {kept} for the finalist round, and {why}"
     )
 
 
