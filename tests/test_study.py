@@ -3,8 +3,8 @@ results.db, the report) and the command line."""
 
 import dataclasses
 import json
-import re
 import os
+import re
 import sqlite3
 import statistics
 
