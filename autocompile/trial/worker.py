@@ -667,15 +667,12 @@ def settled(rates: list[float], least: int = MIN_WINDOWS) -> int:
     """How many leading windows still belong to the warm-up's tail (MSER, the marginal standard error rule):
     the cut d, at most half the windows and leaving `least`, that minimises the spread of the windows after
     it over their count squared. A speed still rising in the first windows (caches, clocks, a neighbour's
-    compile) then does not pull the steady speed down (docs/measurement.md). Only slower windows are cut:
-    a warm-up's tail is slow, and a speed that falls later (a neighbour, a throttled clock) is noise the
-    steady speed keeps, not a tail to leave out."""
+    compile) then does not pull the steady speed down (docs/measurement.md). Faster first windows are cut too:
+    a speed that falls and stays down (clocks under sustained load) runs at the lower tail from then on."""
     best, cut = math.inf, 0
     for d in range(0, min(len(rates) // 2, len(rates) - least) + 1):
         rest = rates[d:]
         mean = sum(rest) / len(rest)
-        if d and sum(rates[:d]) / d >= mean:
-            continue
         spread = sum((x - mean) ** 2 for x in rest) / len(rest) ** 2
         if spread < best - 1e-15:
             best, cut = spread, d
