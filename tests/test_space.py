@@ -115,6 +115,18 @@ def test_fixing_a_dimension_pins_it():
         build_space(toy(), "cpu", fixed={"colour": "blue"})
 
 
+def test_pad_multiple_pins_to_any_positive_integer():
+    """The search samples a few multiples; a pin may take another, and it is then no Optuna parameter."""
+    space = build_space(toy(), "cpu", fixed={"padding": "multiple", "pad_multiple": 128})
+    assert 128 not in space.dimension("pad_multiple").choices
+    trial = optuna.create_study().ask()
+    config = space.suggest(trial)
+    assert config["pad_multiple"] == 128 and "pad_multiple" not in trial.params
+    for bad in (0, -8, True, "wide"):
+        with pytest.raises(UserError, match="not offered here"):
+            build_space(toy(), "cpu", fixed={"padding": "multiple", "pad_multiple": bad})
+
+
 def test_starting_points_fit_the_space():
     cpu = build_space(toy(), "cpu").starting_points()
     assert cpu[0]["scope"] == "regional"

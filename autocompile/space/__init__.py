@@ -636,8 +636,9 @@ class SearchSpace:
         value = _toml_none(value, dim.choices + tuple(self.excluded.get(name, ())))
         if _member(value, self.excluded.get(name, ())):
             raise UserError(f"{name}={_show(value)} is pinned ({by}) but excluded by {self.space_file.label}")
-        if not _member(value, dim.choices):
-            raise UserError(f"{name}={_show(value)} is not offered here; choices: {_show(list(dim.choices))}")
+        if not _member(value, dim.choices) and not _any_multiple(name, value):
+            choices = _show(list(dim.choices)) + (", or pinned, any positive integer" if name == "pad_multiple" else "")
+            raise UserError(f"{name}={_show(value)} is not offered here; choices: {choices}")
         self.fixed[name] = value
         self.pinned_by[name] = by
 
@@ -872,6 +873,12 @@ def _set(config: dict, path: tuple[str, ...], value) -> None:
         config[path[0]] = value
     else:
         config[path[0]] = {**config[path[0]], path[1]: value}
+
+
+def _any_multiple(name: str, value) -> bool:
+    """pad_multiple pins to any positive integer: the search samples a few multiples, a pin may take another
+    (a packed row's lengths as few as CUDA graphs can record). Pinned, it is no Optuna parameter."""
+    return name == "pad_multiple" and isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _toml_none(value, choices):
