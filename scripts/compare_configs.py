@@ -17,6 +17,7 @@ import sys
 import time
 
 from autocompile.engine.scoring import score
+from autocompile.outputs.table import peak_tflops
 
 
 def main() -> int:
@@ -32,7 +33,8 @@ def main() -> int:
     with open(args.configs) as f:
         configs = json.load(f)
     start = time.time()
-    print(f"{'run':<14}{'status':<10}{'steps/s':>9}{'cv':>7}{'warm-up s':>11}{'score':>8}  (horizon {args.horizon})", flush=True)
+    head = f"{'run':<14}{'status':<10}{'steps/s':>9}{'cv':>7}{'warm-up s':>11}{'score':>8}{'MFU':>7}"
+    print(f"{head}  (horizon {args.horizon})", flush=True)
     for i, name in enumerate(args.order.split(",")):
         if time.time() - start > args.budget:
             print(f"budget of {args.budget:.0f} s spent: the rest not run", flush=True)
@@ -61,10 +63,11 @@ def main() -> int:
             record = {"status": "no record", "reason": (run.stderr or run.stdout)[-2000:]}
         with open(os.path.join(args.out, f"{i:02d}-{name}.json"), "w") as f:
             json.dump(record, f, indent=1)
-        speed, warm = record.get("steps_per_s"), record.get("warmup_s")
+        speed, warm, peak = record.get("steps_per_s"), record.get("warmup_s"), peak_tflops(record)
+        mfu = f"{100 * record['model_tflops_per_s'] / peak:.1f}%" if peak and record.get("model_tflops_per_s") else "-"
         print(
             f"{name:<14}{record.get('status', '?'):<10}{speed or 0:>9.2f}{record.get('cv') or 0:>7.3f}"
-            f"{warm or 0:>11.1f}{score(record, args.horizon):>8.2f}  {record.get('reason', '')[:80]}",
+            f"{warm or 0:>11.1f}{score(record, args.horizon):>8.2f}{mfu:>7}  {record.get('reason', '')[:80]}",
             flush=True,
         )
     return 0

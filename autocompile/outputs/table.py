@@ -249,11 +249,16 @@ def _round_speed(best: dict, verdict: dict | None, baselines: Baselines, scored:
 PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.4), ("H200", 989.4), ("A100", 312.0))
 
 
+def peak_tflops(record: dict) -> float | None:
+    """The record's device's dense bf16 peak (TFLOP/s), where it is known: MFU's denominator."""
+    device = record.get("device_name") or ""
+    return next((value for word, value in PEAK_BF16_TFLOPS if word in device), None)
+
+
 def _mfu_words(record: dict) -> str:
     """The model's FLOPs at the measured speed over the device's dense bf16 peak, where the workload declares
     its FLOPs (6 x the parameters an item passes through) and the device's peak is known."""
-    tflops, device = record.get("model_tflops_per_s"), record.get("device_name") or ""
-    peak = next((value for word, value in PEAK_BF16_TFLOPS if word in device), None)
+    tflops, peak = record.get("model_tflops_per_s"), peak_tflops(record)
     if not (tflops and peak):
         return ""
     return f" MFU {100 * tflops / peak:.1f}%: {tflops:.0f} TFLOP/s of the model's FLOPs, of a dense bf16 peak of {peak:g}."
