@@ -17,7 +17,7 @@ import sys
 import time
 
 from autocompile.engine.scoring import score
-from autocompile.outputs.table import peak_tflops
+from autocompile.outputs.table import mfu
 
 
 def main() -> int:
@@ -63,11 +63,11 @@ def main() -> int:
             record = {"status": "no record", "reason": (run.stderr or run.stdout)[-2000:]}
         with open(os.path.join(args.out, f"{i:02d}-{name}.json"), "w") as f:
             json.dump(record, f, indent=1)
-        speed, warm, peak = record.get("steps_per_s"), record.get("warmup_s"), peak_tflops(record)
-        mfu = f"{100 * record['model_tflops_per_s'] / peak:.1f}%" if peak and record.get("model_tflops_per_s") else "-"
+        speed, warm, share = record.get("steps_per_s"), record.get("warmup_s"), mfu(record)
+        share = f"{100 * share:.1f}%" if share is not None else "-"
         print(
             f"{name:<14}{record.get('status', '?'):<10}{speed or 0:>9.2f}{record.get('cv') or 0:>7.3f}"
-            f"{warm or 0:>11.1f}{score(record, args.horizon):>8.2f}{mfu:>7}  {record.get('reason', '')[:80]}",
+            f"{warm or 0:>11.1f}{score(record, args.horizon):>8.2f}{share:>7}  {record.get('reason', '')[:80]}",
             flush=True,
         )
     return 0

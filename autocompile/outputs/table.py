@@ -255,13 +255,19 @@ def peak_tflops(record: dict) -> float | None:
     return next((value for word, value in PEAK_BF16_TFLOPS if word in device), None)
 
 
-def _mfu_words(record: dict) -> str:
+def mfu(record: dict) -> float | None:
     """The model's FLOPs at the measured speed over the device's dense bf16 peak, where the workload declares
     its FLOPs (6 x the parameters an item passes through) and the device's peak is known."""
     tflops, peak = record.get("model_tflops_per_s"), peak_tflops(record)
-    if not (tflops and peak):
+    return tflops / peak if tflops and peak else None
+
+
+def _mfu_words(record: dict) -> str:
+    share = mfu(record)
+    if share is None:
         return ""
-    return f" MFU {100 * tflops / peak:.1f}%: {tflops:.0f} TFLOP/s of the model's FLOPs, of a dense bf16 peak of {peak:g}."
+    tflops, peak = record["model_tflops_per_s"], peak_tflops(record)
+    return f" MFU {100 * share:.1f}%: {tflops:.0f} TFLOP/s of the model's FLOPs, of a dense bf16 peak of {peak:g}."
 
 
 def _warm_up_words(record: dict) -> str:
