@@ -36,6 +36,7 @@ from autocompile.engine.records import (
 )
 from autocompile.engine.studyview import StudyView, view_of
 from autocompile.engine.cost import Predictor
+from autocompile.engine.knowledge.gains import batch_layout
 from autocompile.engine.knowledge.paces import MARGIN as PACE_MARGIN
 from autocompile.engine.gates import Outcome, Refusal, View, too_little_left, why_not
 from autocompile.engine.learned import mark_refused_in, rng_dependent
@@ -630,8 +631,11 @@ class Runner:
         has made over its parent on this device (the knowledge store's gains), and the words that say so."""
         record = Record.of(trial)
         parent, moved = record.parent, record.changed or []
-        known = self.gains.ceiling(moved) if self.gains is not None and parent is not None else None
-        pace = Record.of(view_of(self.study).trials[parent]).steps_per_s if known else None
+        if self.gains is None or parent is None:
+            return None, ""
+        before = Record.of(view_of(self.study).trials[parent])
+        known = self.gains.ceiling(moved, batch_layout(before.config))
+        pace = before.steps_per_s if known else None
         if not pace:
             return None, ""
         ceiling = pace * known["ratio"]

@@ -14,7 +14,7 @@ learns over all of them. The store knows no search policy: the engine passes it 
 from autocompile.engine.knowledge.cold import ColdRuns
 from autocompile.engine.knowledge.cuts import CompileCuts, implicated
 from autocompile.engine.knowledge.failures import Failures, signature, why
-from autocompile.engine.knowledge.gains import MoveGains
+from autocompile.engine.knowledge.gains import MoveGains, batch_layout
 from autocompile.engine.knowledge.paces import Paces, workload
 from autocompile.engine.knowledge.peaks import Peaks
 from autocompile.engine.knowledge.plain import PlainCompiles
@@ -30,6 +30,7 @@ __all__ = [
     "Paces",
     "Peaks",
     "PlainCompiles",
+    "batch_layout",
     "device_name",
     "forget",
     "implicated",

@@ -1,8 +1,10 @@
 """Gains: how far a one-move neighbour has gone past its parent's steady speed, across the device's studies.
 
 Each neighbour that ran cleanly, from a parent that did, is stored with both speeds and the dimensions it
-moved, per torch, device and model. The largest ratio of the same move on the same model (`MoveGains.ceiling`),
-seen at least TIMES times, bounds what a neighbour can reach from its parent's measured speed: the pruning
+moved, per torch, device and model, with its parent's batch layout (`batch_layout`: its padding, and the attention
+over packed rows). The largest ratio of the same move on the same model from a parent of the same layout
+(`MoveGains.ceiling`), seen at least TIMES times, bounds what a neighbour can reach from its parent's measured
+speed: a move that lost over padded batches says nothing of the same move over packed rows. The pruning
 bound of a neighbour's warm-up (engine/runner.py) uses it instead of assuming any speed at all. Each
 dimension's median gain (`MoveGains.by_dimension`) orders the neighbours' moves: what paid on this model
 before is tried first (engine/strategy.py). A move not
@@ -18,9 +20,17 @@ import sqlite_utils
 
 from autocompile.engine.knowledge.schema import TIMES, clear, Observer, open_file
 from autocompile.engine.records import Record
+from autocompile.space import DEFAULTS
 from autocompile.trial.result import Status
 
 TABLE = "gains"
+
+
+def batch_layout(config: dict | None) -> str:
+    """How a configuration lays out a batch's sequences, which a move's gain depends on: its padding
+    ("longest", "multiple", "buckets"), or "pack/" and the attention over the packed rows."""
+    config = {**DEFAULTS, **(config or {})}  # records written before a key existed
+    return f"pack/{config['pack_attention']}" if config["padding"] == "pack" else str(config["padding"])
 
 
 class MoveGains(Observer):
@@ -48,18 +58,21 @@ class MoveGains(Observer):
                 "moved": ",".join(r.changed or []),
                 "parent_steps_per_s": parent.steps_per_s,
                 "steps_per_s": r.steps_per_s,
+                "layout": batch_layout(parent.config),
             },
             pk=("torch", "device", "model", "study", "trial"),
         )
         return True
 
-    def ceiling(self, moved: list[str]) -> dict | None:
-        """The largest steady speed a stored neighbour of the same move (the dimensions `moved`) on this model
-        reached over its parent's (`ratio`), with the one that did (`by`) and how many were stored (`of`); None
-        where fewer than TIMES are."""
+    def ceiling(self, moved: list[str], parent_layout: str) -> dict | None:
+        """The largest steady speed a stored neighbour of the same move (the dimensions `moved`) on this model,
+        from a parent of the same layout (`batch_layout`), reached over its parent's (`ratio`), with the one that did
+        (`by`) and how many were stored (`of`); None where fewer than TIMES are. A row stored before its
+        parent's layout was kept has none, and bounds nothing."""
         rows = list(
             self.db[TABLE].rows_where(
-                "torch = ? and device = ? and model = ? and moved = ?", [*self.key.values(), ",".join(moved)]
+                "torch = ? and device = ? and model = ? and moved = ? and layout = ?",
+                [*self.key.values(), ",".join(moved), parent_layout],
             )
         )
         if len(rows) < TIMES:

@@ -4,8 +4,9 @@ One SQLite file (sqlite-utils) on the machine keeps what finished trials taught 
 each row keyed by the torch version and the device's name (a newer torch starts clean). Each
 observer (`failures`, `cuts`, `cold`, `gains`, `paces`, `peaks`, `plain`) is told every finished trial,
 as an Optuna callback, and keeps its own tables here; `store` forgets, lists and learns over all of them.
-The tables and columns are those the first stores wrote: a file they wrote (studies/gpu-knowledge.db) reads as it did,
-and a store still named by its first name (failures.db) is read where no knowledge.db is beside it.
+The tables and columns are those the first stores wrote, and a column added since is added to an older file
+when it opens (its old rows hold none): a file they wrote (studies/gpu-knowledge.db) reads as it did, and a
+store still named by its first name (failures.db) is read where no knowledge.db is beside it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ TABLES = {
             "moved": str,
             "parent_steps_per_s": float,
             "steps_per_s": float,
+            "layout": str,
         },
         ("torch", "device", "model", "study", "trial"),
     ),
@@ -107,7 +109,8 @@ def device_name(device: str) -> str:
 
 
 def open_file(path: str | None) -> sqlite_utils.Database:
-    """The store at `path`, made with its tables where it or they are missing (None: an empty one in memory)."""
+    """The store at `path`, made with its tables where it or they are missing, and their columns added since
+    where an older file lacks them (None: an empty one in memory)."""
     if path is None:
         db = sqlite_utils.Database(memory=True)
     else:
@@ -116,6 +119,11 @@ def open_file(path: str | None) -> sqlite_utils.Database:
     for name, (columns, pk) in TABLES.items():
         if not db[name].exists():
             db[name].create(columns, pk=pk)
+            continue
+        have = db[name].columns_dict
+        for column, kind in columns.items():
+            if column not in have:
+                db[name].add_column(column, kind)
     return db
 
 
