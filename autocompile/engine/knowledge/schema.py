@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 
 import sqlite_utils
 
@@ -120,10 +121,13 @@ def open_file(path: str | None) -> sqlite_utils.Database:
         if not db[name].exists():
             db[name].create(columns, pk=pk)
             continue
-        have = db[name].columns_dict
         for column, kind in columns.items():
-            if column not in have:
-                db[name].add_column(column, kind)
+            if column not in db[name].columns_dict:
+                try:
+                    db[name].add_column(column, kind)
+                except sqlite3.OperationalError:  # another search's process added it first
+                    if column not in db[name].columns_dict:
+                        raise
     return db
 
 
