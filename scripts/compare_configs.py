@@ -38,7 +38,7 @@ def main() -> int:
     p.add_argument("--clocks", action="store_true", help="sample the GPU's clock and power with nvidia-smi")
     args = p.parse_args()
     if args.clocks and not shutil.which("nvidia-smi"):
-        p.error("--clocks samples the GPU with nvidia-smi, which this machine lacks")
+        sys.exit("compare_configs: --clocks samples the GPU with nvidia-smi, which this machine lacks")
     with open(args.configs) as f:
         configs = json.load(f)
     start = time.time()
