@@ -43,6 +43,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=40)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--gaps", type=int, default=0, help="the host's timeline during the N longest idle gaps")
     args = p.parse_args()
     import torch
 
@@ -93,6 +94,7 @@ def main() -> int:
     for name, ms in sorted(kernels.items(), key=lambda kv: -kv[1])[:40]:
         lines.append(f"  {ms / args.steps:8.3f}  {kind(name):<18}{name[:140]}")
     lines += idle_gaps(torch, events, args.steps)
+    lines += gap_timelines(torch, events, args.gaps)
     lines += graph_table(torch, events, args.steps)
     lines += host_waits(torch, events, args.steps)
     lines += allocations
@@ -130,6 +132,44 @@ def idle_gaps(torch, events, steps: int, least_us: float = 20.0) -> list[str]:
     lines = [f"GPU idle between kernels (gaps of {least_us:g} us or more): {total:.1f} ms a step, by what the host did then:"]
     for label, gaps in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:25]:
         lines.append(f"  {sum(gaps) / steps:8.2f} ms  {len(gaps) / steps:6.1f} gaps  {label}")
+    return lines
+
+
+def gap_timelines(torch, events, count: int, least_ms: float = 0.1) -> list[str]:
+    """For the `count` longest idle gaps: the host's operations that overlap each (of `least_ms` or more, in
+    the order they began, indented by depth), with their start from the gap's start and their length, and the
+    kernels on either side: what kept the host from launching while the GPU waited."""
+    if not count:
+        return []
+    kernels = sorted(
+        (e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)),
+        key=lambda e: e.time_range.start,
+    )
+    gaps, end, last = [], None, None
+    for e in kernels:
+        if end is not None and e.time_range.start - end > 0:
+            gaps.append((e.time_range.start - end, end, e.time_range.start, last, e))
+        if end is None or e.time_range.end > end:
+            end, last = e.time_range.end, e
+    host = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    lines = []
+    for length, start, stop, before, after in sorted(gaps, key=lambda g: -g[0])[:count]:
+        lines.append(f"idle gap of {length / 1e3:.2f} ms, after {before.name[:70]}, before {after.name[:70]}:")
+        shown = 0
+        for e in sorted(host, key=lambda e: e.time_range.start):
+            if shown == 80:
+                lines.append("  (more not shown)")
+                break
+            span = e.time_range.end - e.time_range.start
+            if e.time_range.end < start or e.time_range.start > stop or span < least_ms * 1e3:
+                continue
+            depth, parent = 0, e.cpu_parent
+            while parent is not None:
+                depth, parent = depth + 1, parent.cpu_parent
+            frames = [f for f in (getattr(e, "stack", None) or []) if "/torch/" not in f and "<built-in" not in f]
+            where = frames[0][-70:] if frames else ""
+            at, shown = (e.time_range.start - start) / 1e3, shown + 1
+            lines.append(f"  {at:+9.2f} ms {span / 1e3:8.2f} ms  {'  ' * min(depth, 12)}{e.name[:70]}  {where}")
     return lines
 
 
