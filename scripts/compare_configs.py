@@ -7,8 +7,8 @@ CONFIGS.json maps a name to a configuration (as `autocompile trial --config` tak
 names, comma-separated, in the order to run them (repeat a name to measure it again). No run starts
 after --budget seconds. Each run's record is written to DIR/NN-NAME.json (default $OUT, else .).
 With --clocks, nvidia-smi samples the GPU each second of each run (DIR/NN-NAME.clocks.csv) and the line adds
-the run's last minute: its median SM clock, its median power draw, and the share of samples held back by the
-power cap; a kernel's time at steady load is not its time between a profiler's gaps.
+the seconds it measured its steady speed: the median SM clock, the median power draw, and the share of samples
+held back by the power cap; a kernel's time at steady load is not its time between a profiler's gaps.
 A probe for what to search next, not a search: nothing is stored in a study.
 """
 
@@ -82,7 +82,7 @@ def main() -> int:
         print(
             f"{name:<14}{record.get('status', '?'):<10}{speed or 0:>9.2f}{record.get('cv') or 0:>7.3f}"
             f"{warm or 0:>11.1f}{score(record, args.horizon):>8.2f}{share:>7}  {record.get('reason', '')[:80]}"
-            + (_clocks_words(samples) if sampler is not None else ""),
+            + (_clocks_words(samples, record) if sampler is not None else ""),
             flush=True,
         )
     return 0
@@ -101,8 +101,11 @@ def _sample_clocks(path: str) -> subprocess.Popen:
         )
 
 
-def _clocks_words(path: str, last: int = 60) -> str:
-    """The run's last `last` samples: median SM clock (MHz), median power (W) of its limit, power-capped share."""
+def _clocks_words(path: str, record: dict) -> str:
+    """The GPU while the trial measured its steady speed: median SM clock (MHz), median power (W) of its limit,
+    and the share of those samples held back by the power cap. The window is the record's measured steps at
+    its speed (at least one sample), counted back from the last sample before the draw fell under half its
+    highest (the process ending); a trial's samples are mostly its compiling, when the GPU idles at full clock."""
     rows = []
     with open(path) as f:
         for row in csv.reader(f):
@@ -110,12 +113,16 @@ def _clocks_words(path: str, last: int = 60) -> str:
                 rows.append((float(row[0]), float(row[1]), float(row[2]), row[3].strip() == "Active"))
             except (ValueError, IndexError):
                 continue
-    if not rows:
-        return "  [no clock samples]"
-    rows = rows[-last:]
+    speed, steps = record.get("steps_per_s"), record.get("measured_steps")
+    if not rows or not speed or not steps:
+        return "  [no clock samples of a measured window]"
+    top = max(r[1] for r in rows)
+    while len(rows) > 1 and rows[-1][1] < top / 2:
+        rows.pop()
+    rows = rows[-max(1, round(steps / speed)) :]
     clock, power, limit = (statistics.median(r[k] for r in rows) for k in range(3))
     capped = sum(r[3] for r in rows) / len(rows)
-    return f"  [last {len(rows)} s: SM {clock:.0f} MHz, {power:.0f} of {limit:.0f} W, power-capped {capped:.0%}]"
+    return f"  [measuring, {len(rows)} s: SM {clock:.0f} MHz, {power:.0f} of {limit:.0f} W, power-capped {capped:.0%}]"
 
 
 if __name__ == "__main__":
