@@ -73,10 +73,8 @@ def main() -> int:
         wall = time.perf_counter() - start
     kernels: dict[str, float] = {}
     events = prof.events()
-    for event in events:
-        # a range a user annotated (Optimizer.step#AdamW.step) spans the kernels it launched: not one of them
-        if event.device_type == torch.autograd.DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
-            kernels[event.name] = kernels.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3  # ms
+    for event in _kernel_events(torch, events):
+        kernels[event.name] = kernels.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3  # ms
     lines = [
         f"{args.model} {os.path.basename(args.config)} on {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'},"
         f" torch {torch.__version__}",
@@ -109,11 +107,7 @@ def main() -> int:
 def idle_gaps(torch, events, steps: int, least_us: float = 20.0) -> list[str]:
     """The GPU's idle time between kernels (gaps of `least_us` or more), by what the host was doing then: the
     innermost operation running at the gap's middle, with its innermost frame outside torch (with_stack)."""
-    kernels = sorted(
-        (e.time_range.start, e.time_range.end)
-        for e in events
-        if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
-    )
+    kernels = [(e.time_range.start, e.time_range.end) for e in _kernel_events(torch, events)]
     host = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
     by: dict[str, list[float]] = {}
     end = kernels[0][1] if kernels else 0
@@ -122,8 +116,7 @@ def idle_gaps(torch, events, steps: int, least_us: float = 20.0) -> list[str]:
             middle = (start + end) / 2
             running = [e for e in host if e.time_range.start <= middle <= e.time_range.end]
             inner = min(running, key=lambda e: e.time_range.end - e.time_range.start, default=None)
-            frames = [f for f in (getattr(inner, "stack", None) or []) if "/torch/" not in f and "<built-in" not in f]
-            label = "the host in no operation" if inner is None else f"{inner.name[:60]}  {frames[0][-90:] if frames else ''}"
+            label = "the host in no operation" if inner is None else f"{inner.name[:60]}  {_own_frame(inner)[-90:]}"
             by.setdefault(label, []).append((start - end) / 1e3)
         end = max(end, stop)
     if not kernels:
@@ -141,12 +134,8 @@ def gap_timelines(torch, events, count: int, least_ms: float = 0.1) -> list[str]
     kernels on either side: what kept the host from launching while the GPU waited."""
     if not count:
         return []
-    kernels = sorted(
-        (e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)),
-        key=lambda e: e.time_range.start,
-    )
     gaps, end, last = [], None, None
-    for e in kernels:
+    for e in _kernel_events(torch, events):
         if end is not None and e.time_range.start - end > 0:
             gaps.append((e.time_range.start - end, end, e.time_range.start, last, e))
         if end is None or e.time_range.end > end:
@@ -166,11 +155,24 @@ def gap_timelines(torch, events, count: int, least_ms: float = 0.1) -> list[str]
             depth, parent = 0, e.cpu_parent
             while parent is not None:
                 depth, parent = depth + 1, parent.cpu_parent
-            frames = [f for f in (getattr(e, "stack", None) or []) if "/torch/" not in f and "<built-in" not in f]
-            where = frames[0][-70:] if frames else ""
             at, shown = (e.time_range.start - start) / 1e3, shown + 1
-            lines.append(f"  {at:+9.2f} ms {span / 1e3:8.2f} ms  {'  ' * min(depth, 12)}{e.name[:70]}  {where}")
+            lines.append(f"  {at:+9.2f} ms {span / 1e3:8.2f} ms  {'  ' * min(depth, 12)}{e.name[:70]}  {_own_frame(e)[-70:]}")
     return lines
+
+
+def _kernel_events(torch, events) -> list:
+    """The GPU's kernels, copies and fills, by start; a range a user annotated (Optimizer.step#AdamW.step) spans
+    the kernels it launched, and is not one of them."""
+    return sorted(
+        (e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)),
+        key=lambda e: e.time_range.start,
+    )
+
+
+def _own_frame(event) -> str:
+    """The innermost frame of `event`'s Python stack (with_stack) outside torch, or ''."""
+    frames = [f for f in (getattr(event, "stack", None) or []) if "/torch/" not in f and "<built-in" not in f]
+    return frames[0] if frames else ""
 
 
 GRAPH_CALL = "## Call CompiledFxGraph"
