@@ -122,7 +122,11 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     body += lm_loss_body
     pack_functions += lm_loss_functions
     body += _optimizer_lines(config)
+    overlap_settings, overlap_body, overlap_functions = _step_in_backward_lines(config, info)
+    body += overlap_body
+    pack_functions += overlap_functions
     step_settings, step_functions = _step_lines(config)
+    step_settings = overlap_settings + step_settings
     settings += step_settings
     if step_settings:
         body.append("    foreach_map_step(optimizer)  # the Adam/AdamW step as one compiled foreach_map function")
@@ -491,6 +495,18 @@ def _optimizer_lines(config: dict) -> list[str]:
     return body
 
 
+def _step_in_backward_lines(config: dict, info: ModelInfo) -> tuple[list[str], list[str], list[str]]:
+    """The setting, apply_compilation's line and the function that step each repeated block's parameters in the
+    backward (step_in_backward); the blocks are REGIONS' where the scope compiles them, else their own setting."""
+    if not (config["compile"] and config.get("step_in_backward")):
+        return [], [], []
+    regional = config["scope"] == "regional" and info.parallel == "none"
+    settings = [] if regional else [f"STEP_REGIONS = {_literal(info.regions)}  # lists of repeated blocks, each stepped apart"]
+    regions = "REGIONS" if regional else "STEP_REGIONS"
+    line = f"    step_in_backward(model, optimizer, {regions})  # each block's step beside the backward of the blocks before it"
+    return settings, [line], STEP_IN_BACKWARD[1:] + ["", ""]
+
+
 def _marks_grads(config: dict) -> bool:
     """Whether the snippet marks the compiled step's gradients static: static_grads, or graph_step's own."""
     return bool(config["compile"] and config["compile_optimizer"] and (config.get("static_grads") or config.get("graph_step")))
@@ -555,6 +571,81 @@ def static_grads(optimizer):
 
     optimizer.step = step
     optimizer.zero_grad = lambda set_to_none=True: zero_grad(set_to_none=False)
+'''.splitlines()
+
+
+# step_in_backward, emitted where the configuration says so: each repeated block's optimizer step as soon as the
+# backward has its gradients, on a CUDA stream of its own, beside the backward of the blocks before it.
+STEP_IN_BACKWARD = '''
+def step_in_backward(model, optimizer, regions):
+    """Each repeated block's optimizer step as soon as the backward has the block's last gradient, on a CUDA
+    stream of its own, so that the memory-bound step runs beside the backward of the blocks before it (without
+    CUDA, on the spot); optimizer.step() then waits for those steps and steps the rest (embeddings, head). The
+    same update: a parameter's step reads its own gradient and state, with its group's settings of the moment
+    (a scheduler's LR). For one backward per optimizer step with nothing between them that reads the gradients
+    (no clipping, no accumulation): a second backward before optimizer.step() is an error, not a silent step."""
+    import functools
+
+    side = torch.cuda.Stream() if torch.cuda.is_available() else None
+    stepped = set()  # the parameters stepped in this step's backward
+    arrived = {}  # block index -> the parameters whose gradients are in
+
+    def block_step(params, by_group):
+        for group, mine in zip(optimizer.param_groups, by_group):
+            if mine:
+                part = object.__new__(type(optimizer))  # the optimizer on these parameters, sharing its state
+                part.__dict__.update(optimizer.__dict__)
+                part.__dict__.pop("step", None)  # a scheduler's or a wrapper's patch of the whole optimizer's step
+                part.param_groups = [{**group, "params": mine}]  # the group's settings of the moment
+                part.step()
+        stepped.update(params)
+
+    def hook_for(index, params):
+        by_group = [[p for p in group["params"] if p in params] for group in optimizer.param_groups]
+
+        def hook(param):
+            if param in stepped:
+                raise RuntimeError("step_in_backward: a second backward before optimizer.step() (accumulation is not supported)")
+            arrived.setdefault(index, set()).add(param)
+            if len(arrived[index]) < len(params):
+                return
+            del arrived[index]
+            if side is None:
+                return block_step(params, by_group)
+            side.wait_stream(torch.cuda.current_stream())  # the block's gradients written
+            with torch.cuda.stream(side):
+                block_step(params, by_group)
+
+        return hook
+
+    blocks = [block for path in regions for block in model.get_submodule(path)]
+    owned = set()
+    for index, block in enumerate(blocks):
+        params = {p for p in block.parameters() if p.requires_grad}
+        if owned & params:
+            raise ValueError("step_in_backward: blocks share parameters, whose step would run once for each")
+        owned |= params
+        hook = hook_for(index, params)
+        for param in params:
+            param.register_post_accumulate_grad_hook(hook)
+    own_step = optimizer.step
+
+    @functools.wraps(own_step)
+    def step(*args, **kwargs):
+        if side is not None:
+            torch.cuda.current_stream().wait_stream(side)  # the blocks' steps done before anything reads them
+        held = {p: p.grad for p in stepped}
+        for param in held:
+            param.grad = None  # stepped already: the optimizer's own step passes over them
+        try:
+            return own_step(*args, **kwargs)
+        finally:
+            for param, grad in held.items():
+                param.grad = grad
+            stepped.clear()
+            arrived.clear()  # a block whose gradients did not all come was stepped just now, with the rest
+
+    optimizer.step = step
 '''.splitlines()
 
 
@@ -1339,6 +1430,8 @@ def describe_config(config: dict) -> str:
         parts.append("foreach-map-opt")
     if config.get("clip_in_step"):
         parts.append("clip-in-step")
+    if config.get("step_in_backward"):
+        parts.append("step-in-backward")
     if config.get("static_grads"):
         parts.append("static-grads")
     if config.get("attention", "model") != "model":

@@ -229,3 +229,91 @@ def test_the_search_proposes_the_foreach_map_step_as_a_neighbour():
     move = next_neighbour(space, study, lambda config, params: False)
     assert move["changed"] == ["foreach_map_optimizer"] and move["config"]["foreach_map_optimizer"] is True
     assert space.rejection(move["config"]) is None
+
+
+class _Blocks(torch.nn.Module):
+    """Three repeated blocks between an input layer and a head: what step_in_backward steps a block at a time."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(8, 16)
+        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh()) for _ in range(3))
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x)
+
+
+def _blocks_training(cfg, steps: int = 6, backwards: int = 1):
+    """A plain loop over _Blocks with the snippet of `cfg` pasted in: two parameter groups (the biases without
+    weight decay), an LR schedule made before the snippet; the losses, the model and the optimizer."""
+    torch.manual_seed(0)
+    model = _Blocks()
+    biases = [p for name, p in model.named_parameters() if name.endswith("bias")]
+    weights = [p for name, p in model.named_parameters() if not name.endswith("bias")]
+    optimizer = torch.optim.AdamW([{"params": weights}, {"params": biases, "weight_decay": 0.0}], lr=5e-2, weight_decay=0.05)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (1 + 0.1 * step))
+    target = torch.randn(8, 4, generator=torch.Generator().manual_seed(1))
+    namespace = load_snippet(render_snippet(cfg, ModelInfo(regions=["blocks"])))
+    model, optimizer = namespace["apply_compilation"](model, optimizer)
+    losses, moved = [], set()  # moved: the parameters a backward changed, before optimizer.step()
+    for i in range(steps):
+        x = torch.randn(32, 8, generator=torch.Generator().manual_seed(i))
+        before = {name: p.detach().clone() for name, p in model.named_parameters()}
+        for _ in range(backwards):
+            loss = torch.nn.functional.mse_loss(model(x), x @ target)
+            namespace["backward"](loss)
+        moved |= {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses, model, optimizer, moved
+
+
+def test_each_blocks_step_in_the_backward_trains_the_same_model_and_refuses_accumulation():
+    """step_in_backward: each block steps as its gradients come in, the rest at optimizer.step(); the same
+    losses and weights as the optimizer's own step (each parameter's arithmetic is its own), its state where
+    torch keeps it, under a schedule; a second backward before the step is an error, not a double step."""
+    cfg = config(scope="regional", step_in_backward=True)
+    source = render_snippet(cfg, ModelInfo(regions=["blocks"]))
+    assert "    step_in_backward(model, optimizer, REGIONS)" in source and "STEP_REGIONS" not in source
+    assert "STEP_REGIONS = ['blocks']" in render_snippet(config(step_in_backward=True), ModelInfo(regions=["blocks"]))
+    plain, plain_model, plain_optimizer, unmoved = _blocks_training(config(scope="regional"))
+    losses, model, optimizer, moved = _blocks_training(cfg)
+    assert not unmoved and moved == {f"blocks.{i}.0.{p}" for i in range(3) for p in ("weight", "bias")}, moved
+    assert losses == plain, (losses, plain)
+    for mine, theirs in zip(model.parameters(), plain_model.parameters()):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+    for mine, theirs in zip(model.parameters(), plain_model.parameters()):
+        assert float(optimizer.state[mine]["step"]) == float(plain_optimizer.state[theirs]["step"]) == 6
+    with pytest.raises(RuntimeError, match="a second backward before optimizer.step"):
+        _blocks_training(cfg, steps=1, backwards=2)
+
+
+def test_step_in_backward_is_offered_with_the_optimizers_own_step_and_refused_where_it_would_train_otherwise():
+    """Listed for a model of repeated blocks and torch's per-parameter optimizers, beside the optimizer's own
+    step only; left out, with the reason, for another optimizer and a Trainer's loop."""
+    from autocompile.space.optimizer import step_in_backward_refusal
+    from autocompile.workloads import Workload
+
+    space = build_space("tiny-llama", "cpu")
+    dim = space.dimension("step_in_backward")
+    assert dim.active(DEFAULTS) and not dim.active(config(compile_optimizer=True))
+    assert "compile_optimizer replaces" in space.rejection(config(step_in_backward=True, compile_optimizer=True))
+    assert space.rejection(config(step_in_backward=True, fused_optimizer=True)) is None
+    param = [torch.nn.Parameter(torch.zeros(2))]
+    workload = Workload.__new__(Workload)
+    object.__setattr__(workload, "framework", "")
+    assert step_in_backward_refusal(workload, torch.optim.SGD(param, lr=0.1)) is None
+    assert "the optimizer is Adagrad" in step_in_backward_refusal(workload, torch.optim.Adagrad(param))
+    object.__setattr__(workload, "framework", "trainer")
+    why = step_in_backward_refusal(workload, torch.optim.AdamW(param))
+    assert "clip or accumulate" in why
+    refused = SearchSpace(Capabilities.detect("cpu"), WorkloadTraits(regions=["blocks"], step_in_backward_refusal=why))
+    assert why in dict(refused.left_out)["step_in_backward"]
+    blockless = SearchSpace(Capabilities.detect("cpu"), WorkloadTraits(regions=[], step_in_backward_refusal=None))
+    assert "no repeated blocks" in dict(blockless.left_out)["step_in_backward"]

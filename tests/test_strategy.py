@@ -459,13 +459,15 @@ def test_the_fastest_trial_takes_turns_as_a_parent_and_first_drops_its_compiled_
     first = next_neighbour(space, study, tried)
     assert first["parent"] == fast and first["parent_params"] == fast_params  # heavy with warm-up: it goes first
     assert first["params"]["compile_optimizer"] is False and first["params"]["fused_optimizer"] is True
-    assert first["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor"]
+    # step_in_backward comes with the optimizer's own step, off: a condition met, not a move of its own
+    assert first["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor", "step_in_backward"]
+    assert first["params"]["step_in_backward"] is False
     assert all(first["params"][n] == fast_params[n] for n in ("padding", "compile_loss", "scope"))
     measured(first["params"], 15.0, 17.0, 30, role="neighbour", parent=fast)
 
     second = next_neighbour(space, study, tried)
     assert second["parent"] == recipe  # then the incumbent's turn
-    assert second["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor"]  # towards the fastest's step
+    assert second["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor", "step_in_backward"]  # the fastest's step
 
     # when the incumbent is also the fastest, it is the only parent
     study, measured = _measured_study(space)
@@ -503,7 +505,12 @@ def test_an_incumbent_heavy_with_warm_up_first_drops_a_graph_it_compiles_besides
     study, measured = _measured_study(space)
     heavy, _ = measured({"compile_optimizer": True, "lr_tensor": True, "padding": "buckets"}, 15.2, 19.7, 150)
     first = next_neighbour(space, study, tried)
-    assert first["parent"] == heavy and first["changed"] == ["compile_optimizer", "fused_optimizer", "lr_tensor"]
+    assert first["parent"] == heavy and first["changed"] == [
+        "compile_optimizer",
+        "fused_optimizer",
+        "lr_tensor",
+        "step_in_backward",
+    ]
     assert first["params"]["compile_optimizer"] is False and first["params"]["fused_optimizer"] is True
 
     study, measured = _measured_study(space)

@@ -65,12 +65,13 @@ def _sampler(seed: int):
 def workload_traits(workload, options) -> WorkloadTraits:
     """The model's repeated blocks, found on the meta device (no memory, no weights)."""
     from autocompile.apply import find_repeated_blocks
-    from autocompile.space.optimizer import clip_refusal, foreach_map_refusal
+    from autocompile.space.optimizer import clip_refusal, foreach_map_refusal, step_in_backward_refusal
     from autocompile.workloads import checkpointing, kernels, packing
     from autocompile.workloads.layout import resolve
 
     regions, fusable, refusal, found, blocks = None, False, WorkloadTraits.foreach_map_refusal, None, 0
     clip = "" if workload.framework != "trainer" else "the optimizer is not known"
+    overlap = WorkloadTraits.step_in_backward_refusal
     flex = varlen = sdpa = False
     pool = _cpu_pool(workload, options)
     layout, source = resolve(workload, None, {})
@@ -86,6 +87,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         fusable = "fused" in getattr(optimizer, "defaults", {})
         refusal = foreach_map_refusal(optimizer)
         clip = clip_refusal(workload, optimizer)
+        overlap = step_in_backward_refusal(workload, optimizer)
         found = checkpointing.find(model, workload.checkpointing)
         layout, source = resolve(workload, model, pool[0] if pool else {})
         causal = bool(layout and layout.causal)
@@ -111,6 +113,7 @@ def workload_traits(workload, options) -> WorkloadTraits:
         **shape,
         foreach_map_refusal=refusal,
         clip_refusal=clip,
+        step_in_backward_refusal=overlap,
         checkpointing=found.where if found else None,
         selective_checkpointing=bool(found and found.selective),
         checkpoint_in_forward=bool(found and found.in_forward),

@@ -240,6 +240,27 @@ class SearchSpace:
             )
         elif traits.clip_refusal:
             self.left_out.append(("clip_in_step", traits.clip_refusal))
+        self._step_in_backward_dimension()
+
+    def _step_in_backward_dimension(self) -> None:
+        """Each block's optimizer step in the backward, where its optimizer steps each parameter on its own and
+        nothing reads the gradients between the backward and the step."""
+        why = self.traits.step_in_backward_refusal
+        if not why and not self.traits.regions:
+            why = "the model has no repeated blocks to step one at a time"
+        if not why and self.parallel != "none":
+            why = f"under --parallel {self.parallel} a block's gradients are whole only once its ranks reduce them"
+        if why:
+            self.left_out.append(("step_in_backward", why))
+            return
+        self._add(
+            "step_in_backward",
+            (False, True),
+            "each repeated block's optimizer step as soon as the backward has its gradients, on a CUDA stream of its "
+            "own: the memory-bound step beside the matmuls of the backward; with the optimizer's own step (not "
+            "compiled, nor foreach_map)",
+            lambda c: not c["compile_optimizer"] and not c.get("foreach_map_optimizer") and not c.get("clip_in_step"),
+        )
 
     def _mark_dynamic_dimension(self) -> None:
         """The varying dimensions marked dynamic, by the marks this torch has, where they are padded to
@@ -814,6 +835,7 @@ def _check_switches(full: dict) -> None:
         "graph_step",
         "foreach_map_optimizer",
         "clip_in_step",
+        "step_in_backward",
     ):
         _check(name, full[name], (False, True))
     _check("dynamic", full["dynamic"], (None, True, False))

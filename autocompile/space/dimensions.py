@@ -87,6 +87,9 @@ DEFAULTS: dict[str, Any] = {
     # A Trainer's gradient clipping folded into its fused Adam/AdamW step: the norm computed, and each gradient
     # divided by the clip's scale inside the step's kernel (as it unscales a GradScaler's), not in a pass of its own
     "clip_in_step": False,
+    # Each repeated block's optimizer step run in the backward, as soon as the block's gradients are in, on a CUDA
+    # stream of its own: the memory-bound step beside the matmuls of the blocks' backward before it
+    "step_in_backward": False,
     # Under `--parallel` only (autocompile.parallel); at these values they change nothing:
     "optimize_ddp": None,  # DDP: torch._dynamo.config.optimize_ddp (None: torch's own, graphs split at buckets)
     "fsdp_compile_order": "before",  # FSDP2: each block compiled before fully_shard (torchtitan's order) or after
@@ -142,6 +145,7 @@ GRAPHS: dict[str, Graphs] = {
     "graph_step": _S,
     "foreach_map_optimizer": _M | _B,
     "clip_in_step": Graphs(0),  # no compiled graph: the fused step's kernel is torch's own
+    "step_in_backward": Graphs(0),  # no compiled graph: the optimizer's own step, a block at a time
     "optimize_ddp": _T | _M,
     "fsdp_compile_order": _T | _M,
     "reshard_after_forward": _M,
@@ -354,6 +358,8 @@ class WorkloadTraits:
     # why the framework's gradient clipping cannot be folded into its optimizer's step (space/optimizer.py), or None;
     # "" where the workload's step clips nothing of a framework's (nothing to say)
     clip_refusal: str | None = ""
+    # why the optimizer's step cannot run a block at a time in the backward (space/optimizer.py), or None
+    step_in_backward_refusal: str | None = "the workload's optimizer is not known"
 
 
 def bucket_lengths(max_len: int, limit: int = 8) -> list[int]:

@@ -41,3 +41,16 @@ def foreach_map_refusal(optimizer) -> str | None:
         if any(p.is_complex() for p in group["params"]):
             return f"the optimizer ({name}) has complex parameters: the foreach_map step is written for real ones"
     return None
+
+
+def step_in_backward_refusal(workload, optimizer) -> str | None:
+    """Why `optimizer`'s step cannot run a block at a time in the backward (the snippet's step_in_backward), or
+    None: a framework's loop may read every gradient between its backward and its step (clipping, accumulation),
+    and only an optimizer whose step is each parameter's own (torch's Adam, AdamW, SGD) gives the same update."""
+    import torch
+
+    if workload.framework:
+        return f"a {workload.framework}'s loop may clip or accumulate the gradients between its backward and its step"
+    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD):
+        return f"the optimizer is {type(optimizer).__name__}: only torch's Adam, AdamW and SGD step each parameter on its own"
+    return None

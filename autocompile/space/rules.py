@@ -181,6 +181,7 @@ def rejection(space, config: dict) -> str | None:
         or _graph_step_rejection(c, caps, traits)
         or _foreach_map_rejection(c, caps, traits)
         or _clip_rejection(c, traits)
+        or _step_in_backward_rejection(space, c)
         or _inductor_rejection(c, caps)
     )
     if why:
@@ -422,6 +423,26 @@ def _clip_rejection(c: dict, traits) -> str | None:
             return (
                 f"clip_in_step with {other}: the clip's scale is read by the optimizer's own fused step, which {other} replaces"
             )
+    return None
+
+
+def _step_in_backward_rejection(space, c: dict) -> str | None:
+    """The optimizer's own step, a block at a time in the backward: not where another step replaces it, nor
+    where gradients are reduced across ranks after the backward."""
+    if not c.get("step_in_backward"):
+        return None
+    traits = space.traits
+    if traits.step_in_backward_refusal:
+        return f"step_in_backward: {traits.step_in_backward_refusal}"
+    if not traits.regions:
+        return "step_in_backward: the model has no repeated blocks to step one at a time"
+    if space.parallel != "none":
+        return (
+            f"step_in_backward under --parallel {space.parallel}: a block's gradients are whole only once its ranks reduce them"
+        )
+    for other in ("compile_optimizer", "foreach_map_optimizer", "clip_in_step"):
+        if c.get(other):
+            return f"step_in_backward with {other}: the blocks step with the optimizer's own step, which {other} replaces"
     return None
 
 
