@@ -126,8 +126,7 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     body += overlap_body
     pack_functions += overlap_functions
     step_settings, step_functions = _step_lines(config)
-    step_settings = overlap_settings + step_settings
-    settings += step_settings
+    settings += overlap_settings + step_settings
     if step_settings:
         body.append("    foreach_map_step(optimizer)  # the Adam/AdamW step as one compiled foreach_map function")
     loss_settings, loss_fn = _compile_loss_lines(config)

@@ -32,6 +32,7 @@ PINS = {
     "inductor.aggressive_fusion": False,
     "compiled_autograd": False,
     "foreach_map_optimizer": False,
+    "step_in_backward": False,
 }
 
 

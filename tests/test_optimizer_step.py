@@ -290,6 +290,8 @@ def test_each_blocks_step_in_the_backward_trains_the_same_model_and_refuses_accu
         torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
     for mine, theirs in zip(model.parameters(), plain_model.parameters()):
         assert float(optimizer.state[mine]["step"]) == float(plain_optimizer.state[theirs]["step"]) == 6
+    whole = _blocks_training(config(step_in_backward=True))  # the whole model compiled: the blocks named apart
+    assert whole[0] == _blocks_training(config())[0] and whole[3] == moved, whole
     with pytest.raises(RuntimeError, match="a second backward before optimizer.step"):
         _blocks_training(cfg, steps=1, backwards=2)
 

@@ -48,16 +48,16 @@ PROMISE = (
     ),
     ("fused_optimizer", "one fused optimizer kernel: part of llama-8b's 1.46x"),
     ("clip_in_step", "a Trainer's clipping inside its fused step: one pass less over every gradient"),
-    (
-        "step_in_backward",
-        "each block's optimizer step beside the backward of the blocks before it: the memory-bound step overlapping the matmuls",
-    ),
     ("compile_optimizer", "the optimizer step compiled (001: optimizer compilation)"),
     (
         "foreach_map_optimizer",
         "the Adam/AdamW step as one foreach_map function, fused horizontally: 001's step #4, "
         "tried right after compiling the step (slower on its small model: 5.28 against "
         "5.54 steps/s, A100; the guide expects larger models to gain)",
+    ),
+    (
+        "step_in_backward",
+        "each block's optimizer step beside the backward of the blocks before it: the memory-bound step overlapping the matmuls",
     ),
     (
         "activation_memory_budget",
