@@ -245,11 +245,7 @@ class SearchSpace:
     def _step_in_backward_dimension(self) -> None:
         """Each block's optimizer step in the backward, where its optimizer steps each parameter on its own and
         nothing reads the gradients between the backward and the step."""
-        why = self.traits.step_in_backward_refusal
-        if not why and not self.traits.regions:
-            why = "the model has no repeated blocks to step one at a time"
-        if not why and self.parallel != "none":
-            why = f"under --parallel {self.parallel} a block's gradients are whole only once its ranks reduce them"
+        why = rules.step_in_backward_refusal(self.traits, self.parallel)
         if why:
             self.left_out.append(("step_in_backward", why))
             return

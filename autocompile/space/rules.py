@@ -426,20 +426,26 @@ def _clip_rejection(c: dict, traits) -> str | None:
     return None
 
 
+def step_in_backward_refusal(traits, parallel: str) -> str | None:
+    """Why no block of this workload can step in the backward, or None: an optimizer or a loop that would train
+    otherwise (space/optimizer.py), no repeated blocks, or gradients that are whole only once ranks reduce them."""
+    if traits.step_in_backward_refusal:
+        return traits.step_in_backward_refusal
+    if not traits.regions:
+        return "the model has no repeated blocks to step one at a time"
+    if parallel != "none":
+        return f"under --parallel {parallel} a block's gradients are whole only once its ranks reduce them"
+    return None
+
+
 def _step_in_backward_rejection(space, c: dict) -> str | None:
-    """The optimizer's own step, a block at a time in the backward: not where another step replaces it, nor
-    where gradients are reduced across ranks after the backward."""
+    """The optimizer's own step, a block at a time in the backward: where the workload allows it, and not where
+    another step replaces the optimizer's own."""
     if not c.get("step_in_backward"):
         return None
-    traits = space.traits
-    if traits.step_in_backward_refusal:
-        return f"step_in_backward: {traits.step_in_backward_refusal}"
-    if not traits.regions:
-        return "step_in_backward: the model has no repeated blocks to step one at a time"
-    if space.parallel != "none":
-        return (
-            f"step_in_backward under --parallel {space.parallel}: a block's gradients are whole only once its ranks reduce them"
-        )
+    why = step_in_backward_refusal(space.traits, space.parallel)
+    if why:
+        return f"step_in_backward: {why}"
     for other in ("compile_optimizer", "foreach_map_optimizer", "clip_in_step"):
         if c.get(other):
             return f"step_in_backward with {other}: the blocks step with the optimizer's own step, which {other} replaces"
