@@ -122,13 +122,13 @@ def render_snippet(config: dict, info: ModelInfo, header: str = "") -> str:
     body += lm_loss_body
     pack_functions += lm_loss_functions
     body += _optimizer_lines(config)
+    step_settings, step_functions = _step_lines(config)
+    if step_settings:
+        body.append("    foreach_map_step(optimizer)  # the Adam/AdamW step as one compiled foreach_map function")
     overlap_settings, overlap_body, overlap_functions = _step_in_backward_lines(config, info)
     body += overlap_body
     pack_functions += overlap_functions
-    step_settings, step_functions = _step_lines(config)
     settings += overlap_settings + step_settings
-    if step_settings:
-        body.append("    foreach_map_step(optimizer)  # the Adam/AdamW step as one compiled foreach_map function")
     loss_settings, loss_fn = _compile_loss_lines(config)
     settings += loss_settings
     lines += settings
@@ -588,16 +588,20 @@ def step_in_backward(model, optimizer, regions):
     side = torch.cuda.Stream() if torch.cuda.is_available() else None
     stepped = set()  # the parameters stepped in this step's backward
     arrived = {}  # block index -> the parameters whose gradients are in
+    step_groups = getattr(optimizer.step, "step_groups", None)  # a step that replaced the optimizer's (foreach_map_step)
 
     def block_step(params, by_group):
-        for group, mine in zip(optimizer.param_groups, by_group):
-            if mine:
-                part = object.__new__(type(optimizer))  # the optimizer on these parameters, sharing its state
-                part.__dict__.update(optimizer.__dict__)
-                part.__dict__.pop("step", None)  # a scheduler's or a wrapper's patch of the whole optimizer's step
-                part.param_groups = [{**group, "params": mine}]  # the group's settings of the moment
-                part.step()
+        parts = [(i, {**group, "params": mine}) for i, (group, mine) in enumerate(zip(optimizer.param_groups, by_group))]
+        parts = [(i, group) for i, group in parts if group["params"]]  # each group's settings of the moment
         stepped.update(params)
+        if step_groups is not None:
+            return step_groups(parts)  # one compiled graph for every block of the same shapes
+        for _, group in parts:
+            part = object.__new__(type(optimizer))  # the optimizer on these parameters, sharing its state
+            part.__dict__.update(optimizer.__dict__)
+            part.__dict__.pop("step", None)  # a scheduler's or a wrapper's patch of the whole optimizer's step
+            part.param_groups = [group]
+            part.step()
 
     def hook_for(index, params):
         by_group = [[p for p in group["params"] if p in params] for group in optimizer.param_groups]
@@ -725,15 +729,11 @@ def foreach_map_step(optimizer):
     compiled = torch.compile(_foreach_map_adam, **STEP_COMPILE_KWARGS)
     lrs = {}  # group index -> its learning rate as a tensor on its parameters' device
 
-    @functools.wraps(optimizer.step)
     @torch.no_grad()
-    def step(closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def step_groups(indexed):
+        """Step (group index, group) pairs: the optimizer's own groups, or some of their parameters (step_in_backward)."""
         groups = []
-        for index, group in enumerate(optimizer.param_groups):
+        for index, group in indexed:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
@@ -745,10 +745,20 @@ def foreach_map_step(optimizer):
             groups.append((params, [p.grad for p in params], [s["exp_avg"] for s in states],
                            [s["exp_avg_sq"] for s in states], [s["step"] for s in states], lrs[index],
                            (*group["betas"], group["eps"], group["weight_decay"], bool(decoupled))))
-        compiled(groups)
+        if groups:
+            compiled(groups)
+
+    @functools.wraps(optimizer.step)
+    def step(closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        step_groups(enumerate(optimizer.param_groups))
         optimizer._opt_called = True  # what an LR scheduler's wrapper of the replaced step records
         return loss
 
+    step.step_groups = step_groups
     optimizer.step = step
 '''.splitlines()
 
@@ -861,6 +871,8 @@ def _step_lines(config: dict) -> tuple[list[str], list[str]]:
         kwargs["backend"] = backend
     if _host_options(config):
         kwargs["options"] = _host_options(config)
+    if config.get("step_in_backward"):
+        kwargs["dynamic"] = False  # a graph for the blocks' shapes, one for the rest's, neither for all lengths
     settings = [f"STEP_COMPILE_KWARGS = {_literal(kwargs)}  # the foreach_map optimizer step: a graph of its own"]
     functions += inspect.getsource(foreach_map_refusal).splitlines() + ["", ""] + FOREACH_MAP_STEP[1:] + ["", ""]
     return settings, functions

@@ -167,8 +167,9 @@ def test_a_gpu_whose_next_neighbour_does_not_fit_before_the_round_takes_one_that
     predictor = Predictor(study, folder)
     # configurations as the engine compares them: DEFAULTS filled in (a study stored before a setting was added)
     measured = [_full(t.user_attrs["config"]) for t in study.trials if "config" in t.user_attrs]
-    # the incumbent's first two moves (the loss not compiled apart, CUDA graphs) taken, as on that GPU
-    for _ in range(2):
+    # the incumbent's first moves taken: the loss not compiled apart and CUDA graphs, as on that GPU, and
+    # each block's step in the backward, which the search has tried since
+    for _ in range(3):
         measured.append(next_neighbour(space, study, lambda config, params: config in measured, predictor.predict)["config"])
     tried = lambda config, params: _full(config) in measured  # noqa: E731
     first = next_neighbour(space, study, tried, predictor.predict)

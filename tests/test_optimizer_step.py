@@ -296,17 +296,43 @@ def test_each_blocks_step_in_the_backward_trains_the_same_model_and_refuses_accu
         _blocks_training(cfg, steps=1, backwards=2)
 
 
+def test_the_foreach_map_step_in_the_backward_compiles_one_graph_for_the_blocks_and_trains_the_same():
+    """step_in_backward beside the foreach_map step: each block steps through that compiled function as its
+    gradients come in, one graph (not dynamic) for every block of the same shapes and one for the rest; the same
+    losses and weights as the foreach_map step after the backward."""
+    from torch._dynamo.utils import counters
+
+    cfg = config(scope="regional", foreach_map_optimizer=True, step_in_backward=True)
+    source = render_snippet(cfg, ModelInfo(regions=["blocks"]))
+    body = source[source.index("def apply_compilation") :]
+    assert body.index("    foreach_map_step(optimizer)") < body.index("    step_in_backward(model, optimizer, REGIONS)")
+    assert "STEP_COMPILE_KWARGS = {'dynamic': False}" in source
+    _blocks_training(config(scope="regional"), steps=1)  # the blocks' own graphs compiled: only steps' counted
+    graphs = counters["stats"]["unique_graphs"]
+    plain, plain_model, _, unmoved = _blocks_training(config(scope="regional", foreach_map_optimizer=True))
+    plain_graphs, graphs = counters["stats"]["unique_graphs"] - graphs, counters["stats"]["unique_graphs"]
+    losses, model, optimizer, moved = _blocks_training(cfg)
+    assert counters["stats"]["unique_graphs"] - graphs == plain_graphs + 1  # the blocks' step: one graph for three
+    assert not unmoved and moved == {f"blocks.{i}.0.{p}" for i in range(3) for p in ("weight", "bias")}, moved
+    assert losses == plain, (losses, plain)
+    for mine, theirs in zip(model.parameters(), plain_model.parameters()):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+    assert all(float(optimizer.state[p]["step"]) == 6 for p in model.parameters())
+
+
 def test_step_in_backward_is_offered_with_the_optimizers_own_step_and_refused_where_it_would_train_otherwise():
     """Listed for a model of repeated blocks and torch's per-parameter optimizers, beside the optimizer's own
-    step only; left out, with the reason, for another optimizer and a Trainer's loop."""
+    step or the foreach_map step, not a compiled one; left out, with the reason, for another optimizer and a Trainer's loop."""
     from autocompile.space.optimizer import step_in_backward_refusal
     from autocompile.workloads import Workload
 
     space = build_space("tiny-llama", "cpu")
     dim = space.dimension("step_in_backward")
     assert dim.active(DEFAULTS) and not dim.active(config(compile_optimizer=True))
-    assert "compile_optimizer replaces" in space.rejection(config(step_in_backward=True, compile_optimizer=True))
+    assert "foreach_map step, not compile_optimizer" in space.rejection(config(step_in_backward=True, compile_optimizer=True))
     assert space.rejection(config(step_in_backward=True, fused_optimizer=True)) is None
+    assert space.rejection(config(step_in_backward=True, foreach_map_optimizer=True)) is None
+    assert dim.active(config(foreach_map_optimizer=True)) and not dim.active(config(clip_in_step=True))
     param = [torch.nn.Parameter(torch.zeros(2))]
     workload = Workload.__new__(Workload)
     object.__setattr__(workload, "framework", "")

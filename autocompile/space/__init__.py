@@ -253,9 +253,9 @@ class SearchSpace:
             "step_in_backward",
             (False, True),
             "each repeated block's optimizer step as soon as the backward has its gradients, on a CUDA stream of its "
-            "own: the memory-bound step beside the matmuls of the backward; with the optimizer's own step (not "
-            "compiled, nor foreach_map)",
-            lambda c: not c["compile_optimizer"] and not c.get("foreach_map_optimizer") and not c.get("clip_in_step"),
+            "own: the memory-bound step beside the matmuls of the backward; with the optimizer's own step or the "
+            "foreach_map step (one compiled graph for every block of the same shapes), not the compiled step",
+            lambda c: not c["compile_optimizer"] and not c.get("clip_in_step"),
         )
 
     def _mark_dynamic_dimension(self) -> None:

@@ -439,16 +439,16 @@ def step_in_backward_refusal(traits, parallel: str) -> str | None:
 
 
 def _step_in_backward_rejection(space, c: dict) -> str | None:
-    """The optimizer's own step, a block at a time in the backward: where the workload allows it, and not where
-    another step replaces the optimizer's own."""
+    """The optimizer's own step or the foreach_map step, a block at a time in the backward: where the workload
+    allows it, and not where the whole step is compiled or clips."""
     if not c.get("step_in_backward"):
         return None
     why = step_in_backward_refusal(space.traits, space.parallel)
     if why:
         return f"step_in_backward: {why}"
-    for other in ("compile_optimizer", "foreach_map_optimizer", "clip_in_step"):
+    for other in ("compile_optimizer", "clip_in_step"):
         if c.get(other):
-            return f"step_in_backward with {other}: the blocks step with the optimizer's own step, which {other} replaces"
+            return f"step_in_backward with {other}: the blocks step with the optimizer's own or the foreach_map step, not {other}"
     return None
 
 
