@@ -591,8 +591,8 @@ def step_in_backward(model, optimizer, regions):
     step_groups = getattr(optimizer.step, "step_groups", None)  # a step that replaced the optimizer's (foreach_map_step)
 
     def block_step(params, by_group):
-        parts = [(i, {**group, "params": mine}) for i, (group, mine) in enumerate(zip(optimizer.param_groups, by_group))]
-        parts = [(i, group) for i, group in parts if group["params"]]  # each group's settings of the moment
+        groups = enumerate(zip(optimizer.param_groups, by_group))
+        parts = [(i, {**group, "params": mine}) for i, (group, mine) in groups if mine]  # its settings of the moment
         stepped.update(params)
         if step_groups is not None:
             return step_groups(parts)  # one compiled graph for every block of the same shapes

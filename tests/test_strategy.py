@@ -514,7 +514,7 @@ def test_an_incumbent_heavy_with_warm_up_first_drops_a_graph_it_compiles_besides
     assert first["params"]["compile_optimizer"] is False and first["params"]["fused_optimizer"] is True
     assert first["params"]["step_in_backward"] is True  # the optimizer's own step, each block's in the backward
 
-    # llama-8b on one H100 (2026-12-07): the compiled step's 6.64 steps/s after 120 s (7.4% of its run) scored
+    # llama-8b on one H100 (docs/decisions.md): the compiled step's 6.64 steps/s after 120 s (7.4% of its run) scored
     # 6.15; torch's fused AdamW stepped in the backward, 6.52 after 23 s, scored 6.43
     study, measured = _measured_study(space)
     measured({"compile_optimizer": True, "lr_tensor": True, "padding": "buckets"}, 6.15, 6.64, 120)
