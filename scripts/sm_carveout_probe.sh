@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Does the optimizer step in the backward (step_in_backward) overlap the backward's matmuls once cuBLAS leaves it
+# some SMs? On a power-capped H100 the step in the backward ran no faster than after it (docs/results.md, machine
+# R): the matmuls spread over every SM, so the step's memory-bound kernels wait for them instead of running beside.
+# torch's experimental SM carveout (torch._C._set_sm_carveout_experimental) keeps N SMs out of cuBLAS's matmuls.
+#   bash scripts/sm_carveout_probe.sh MODEL CONFIGS.json NAME [N ...]   # on the GPU machine, in the repository root
+# First a bf16 matmul timed under each carveout (does this torch and cuBLAS honour it?), then NAME's configuration
+# measured by scripts/compare_configs.py (--clocks) under each N, and once without (N 0, last), each a cold trial in
+# a process of its own; records in $OUT/carveout-N/. A probe for what to search next, outside the snippet: the
+# carveout is set as each Python process starts (a sitecustomize on PYTHONPATH), not by the configuration.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/gpu_env.sh || exit 1
+model=$1 configs=$2 name=$3
+shift 3
+carveouts=("${@:-16}")
+site=$(mktemp -d)
+cat > "$site/sitecustomize.py" <<'PY'
+import os
+
+if os.environ.get("AUTOCOMPILE_PROBE_SM_CARVEOUT"):
+    import torch
+
+    torch._C._set_sm_carveout_experimental(int(os.environ["AUTOCOMPILE_PROBE_SM_CARVEOUT"]))
+PY
+python3 - "${carveouts[@]}" <<'PY' 2>&1 | grep -v Warning | tee "${OUT:-.}/carveout-matmul.txt"
+import sys, time, torch
+
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn_like(a)
+for n in [0] + [int(x) for x in sys.argv[1:]]:
+    torch._C._set_sm_carveout_experimental(n)
+    for _ in range(5):
+        a @ b
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(40):
+        a @ b
+    torch.cuda.synchronize()
+    print(f"carveout {n}: a bf16 8192^3 matmul at {2 * 8192**3 * 40 / (time.perf_counter() - start) / 1e12:.0f} TFLOP/s")
+PY
+for n in "${carveouts[@]}" 0; do
+  out="${OUT:-.}/carveout-$n"
+  mkdir -p "$out"
+  value=$([ "$n" = 0 ] || echo "$n")
+  AUTOCOMPILE_PROBE_SM_CARVEOUT=$value PYTHONPATH="$site:$PYTHONPATH" python3 scripts/compare_configs.py "$model" "$configs" "$name" \
+    --budget 1 --clocks --out "$out" 2>&1 | grep -v Warning | tee "$out/compare.log" | tail -1 | sed "s/^/carveout $n: /"
+done
