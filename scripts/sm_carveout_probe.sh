@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Does the optimizer step in the backward (step_in_backward) overlap the backward's matmuls once cuBLAS leaves it
-# some SMs? On a power-capped H100 the step in the backward ran no faster than after it (docs/results.md, machine
-# R): the matmuls spread over every SM, so the step's memory-bound kernels wait for them instead of running beside.
-# torch's experimental SM carveout (torch._C._set_sm_carveout_experimental) keeps N SMs out of cuBLAS's matmuls.
+# some SMs? Where cuBLAS spreads the matmuls over every SM, the step's memory-bound kernels on their own stream wait
+# for them instead of running beside them (docs/results.md, the llama-8b section). torch's experimental SM carveout
+# (torch._C._set_sm_carveout_experimental) keeps N SMs out of cuBLAS's matmuls.
 #   bash scripts/sm_carveout_probe.sh MODEL CONFIGS.json NAME [N ...]   # on the GPU machine, in the repository root
 # First a bf16 matmul timed under each carveout (does this torch and cuBLAS honour it?), then NAME's configuration
 # measured by scripts/compare_configs.py (--clocks) under each N, and once without (N 0, last), each a cold trial in
