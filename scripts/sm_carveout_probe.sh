@@ -3,11 +3,14 @@
 # some SMs? Where cuBLAS spreads the matmuls over every SM, the step's memory-bound kernels on their own stream wait
 # for them instead of running beside them (docs/results.md, the llama-8b section). torch's experimental SM carveout
 # (torch._C._set_sm_carveout_experimental) keeps N SMs out of cuBLAS's matmuls.
-#   bash scripts/sm_carveout_probe.sh MODEL CONFIGS.json NAME [N ...]   # on the GPU machine, in the repository root
+# An N written N+hi also gives every CUDA stream made after start-up (step_in_backward's side stream) the highest
+# priority, so that the step's blocks go first onto each SM a kernel frees.
+#   bash scripts/sm_carveout_probe.sh MODEL CONFIGS.json NAME [N|N+hi ...]   # on the GPU machine, in the repository root
 # First a bf16 matmul timed under each carveout (does this torch and cuBLAS honour it?), then NAME's configuration
 # measured by scripts/compare_configs.py (--clocks) under each N, and once without (N 0, last), each a cold trial in
 # a process of its own; records in $OUT/carveout-N/. A probe for what to search next, outside the snippet: the
-# carveout is set as each Python process starts (a sitecustomize on PYTHONPATH), not by the configuration.
+# carveout and the priority are set as each Python process starts (a sitecustomize on PYTHONPATH), not by the
+# configuration.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu_env.sh || exit 1
@@ -22,13 +25,21 @@ if os.environ.get("AUTOCOMPILE_PROBE_SM_CARVEOUT"):
     import torch
 
     torch._C._set_sm_carveout_experimental(int(os.environ["AUTOCOMPILE_PROBE_SM_CARVEOUT"]))
+if os.environ.get("AUTOCOMPILE_PROBE_HIGH_PRIORITY"):
+    import torch
+
+    class Stream(torch.cuda.Stream):
+        def __new__(cls, device=None, priority=0, **kwargs):
+            return super().__new__(cls, device, priority=-100, **kwargs)  # mapped to the highest
+
+    torch.cuda.Stream = Stream
 PY
 python3 - "${carveouts[@]}" <<'PY' 2>&1 | grep -v Warning | tee "${OUT:-.}/carveout-matmul.txt"
 import sys, time, torch
 
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 b = torch.randn_like(a)
-for n in [0] + [int(x) for x in sys.argv[1:]]:
+for n in sorted({0} | {int(x.split('+')[0]) for x in sys.argv[1:]}):
     torch._C._set_sm_carveout_experimental(n)
     for _ in range(5):
         a @ b
@@ -39,10 +50,12 @@ for n in [0] + [int(x) for x in sys.argv[1:]]:
     torch.cuda.synchronize()
     print(f"carveout {n}: a bf16 8192^3 matmul at {2 * 8192**3 * 40 / (time.perf_counter() - start) / 1e12:.0f} TFLOP/s")
 PY
-for n in "${carveouts[@]}" 0; do
-  out="${OUT:-.}/carveout-$n"
+for arg in "${carveouts[@]}" 0; do
+  n=${arg%+hi}
+  high=$([ "$arg" = "$n" ] || echo 1)
+  out="${OUT:-.}/carveout-$arg"
   mkdir -p "$out"
   value=$([ "$n" = 0 ] || echo "$n")
-  AUTOCOMPILE_PROBE_SM_CARVEOUT=$value PYTHONPATH="$site:$PYTHONPATH" python3 scripts/compare_configs.py "$model" "$configs" "$name" \
-    --budget 1 --clocks --out "$out" 2>&1 | grep -v Warning | tee "$out/compare.log" | tail -1 | sed "s/^/carveout $n: /"
+  AUTOCOMPILE_PROBE_SM_CARVEOUT=$value AUTOCOMPILE_PROBE_HIGH_PRIORITY=$high PYTHONPATH="$site:$PYTHONPATH" python3 scripts/compare_configs.py "$model" "$configs" "$name" \
+    --budget 1 --clocks --out "$out" 2>&1 | grep -v Warning | tee "$out/compare.log" | tail -1 | sed "s/^/carveout $arg: /"
 done
