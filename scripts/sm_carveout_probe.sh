@@ -7,7 +7,7 @@
 # priority, so that the step's blocks go first onto each SM a kernel frees.
 #   bash scripts/sm_carveout_probe.sh MODEL CONFIGS.json NAME [N|N+hi ...]   # on the GPU machine, in the repository root
 # First a bf16 matmul timed under each carveout (does this torch and cuBLAS honour it?), then NAME's configuration
-# measured by scripts/compare_configs.py (--clocks) under each N, and once without (N 0, last), each a cold trial in
+# measured by scripts/compare_configs.py (--clocks) once without (N 0, first) and under each N, each a cold trial in
 # a process of its own; records in $OUT/carveout-N/. A probe for what to search next, outside the snippet: the
 # carveout and the priority are set as each Python process starts (a sitecustomize on PYTHONPATH), not by the
 # configuration.
@@ -50,7 +50,7 @@ for n in sorted({0} | {int(x.split('+')[0]) for x in sys.argv[1:]}):
     torch.cuda.synchronize()
     print(f"carveout {n}: a bf16 8192^3 matmul at {2 * 8192**3 * 40 / (time.perf_counter() - start) / 1e12:.0f} TFLOP/s")
 PY
-for arg in "${carveouts[@]}" 0; do
+for arg in 0 "${carveouts[@]}"; do
   n=${arg%+hi}
   high=$([ "$arg" = "$n" ] || echo 1)
   out="${OUT:-.}/carveout-$arg"
