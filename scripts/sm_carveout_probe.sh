@@ -30,7 +30,9 @@ if os.environ.get("AUTOCOMPILE_PROBE_HIGH_PRIORITY"):
 
     class Stream(torch.cuda.Stream):
         def __new__(cls, device=None, priority=0, **kwargs):
-            return super().__new__(cls, device, priority=-100, **kwargs)  # mapped to the highest
+            if "stream_id" not in kwargs:  # a new stream, not torch's handle on an existing one (current_stream)
+                priority = -100  # mapped to the highest
+            return super().__new__(cls, device, priority=priority, **kwargs)
 
     torch.cuda.Stream = Stream
 PY
